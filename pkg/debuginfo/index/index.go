@@ -30,6 +30,11 @@ type Node struct {
 	LinkageName uint32
 	// StartLine is the line where the function is declared (DW_AT_decl_line); 0 when unknown.
 	StartLine uint32
+	// DeclFile is the file of that declaration (DW_AT_decl_file), or the empty-string ID.
+	DeclFile uint32
+	// StartAddress is the lowest address of this function or inlined instance (DW_AT_low_pc or
+	// the first range); 0 when unknown.
+	StartAddress uint64
 	// Parent is the node this one is inlined into, or NoParent.
 	Parent NodeID
 	// CallFile, CallLine and CallColumn locate the call site in Parent that this inlined
@@ -48,6 +53,10 @@ type Frame struct {
 	Line        uint32
 	Column      uint32
 	StartLine   uint32
+	// StartFile and StartAddress describe the function's declaration and entry, as
+	// llvm-symbolizer's StartFileName and StartAddress do.
+	StartFile    string
+	StartAddress uint64
 }
 
 // Fidelity says which kind of source answered for a binary, best first.
@@ -322,7 +331,7 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 func (ix *Index) validate() error {
 	ns, nn := uint32(len(ix.strings)), len(ix.nodes)
 	for i, n := range ix.nodes {
-		if n.Name >= ns || n.LinkageName >= ns || n.CallFile >= ns {
+		if n.Name >= ns || n.LinkageName >= ns || n.CallFile >= ns || n.DeclFile >= ns {
 			return fmt.Errorf("%w: node %d names a string out of range", ErrCorrupt, i)
 		}
 		if n.Parent != NoParent && int(n.Parent) >= i {
@@ -372,8 +381,10 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 		node := &ix.nodes[n]
 		f := Frame{
 			Function:    ix.strings[node.Name],
-			LinkageName: ix.strings[node.LinkageName],
-			StartLine:   node.StartLine,
+			LinkageName:  ix.strings[node.LinkageName],
+			StartLine:    node.StartLine,
+			StartFile:    ix.strings[node.DeclFile],
+			StartAddress: node.StartAddress,
 		}
 		if hasLine {
 			f.File, f.Line, f.Column = ix.strings[file], line, col
