@@ -380,7 +380,7 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 	for {
 		node := &ix.nodes[n]
 		f := Frame{
-			Function:    ix.strings[node.Name],
+			Function:     ix.strings[node.Name],
 			LinkageName:  ix.strings[node.LinkageName],
 			StartLine:    node.StartLine,
 			StartFile:    ix.strings[node.DeclFile],
