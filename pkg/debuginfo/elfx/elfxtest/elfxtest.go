@@ -1,0 +1,68 @@
+// Package elfxtest builds small ELF binaries for tests with the toolchain installed on the
+// machine (gcc, objcopy, strip, xz), so no opaque binaries need to be committed.
+package elfxtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// Need skips the test when a tool is missing.
+func Need(tb testing.TB, tools ...string) {
+	tb.Helper()
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			tb.Skipf("%s not installed", t)
+		}
+	}
+}
+
+// Run runs a command and fails the test with its output when it fails.
+func Run(tb testing.TB, name string, args ...string) []byte {
+	tb.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return out
+}
+
+// CC writes src to dir/name.c and compiles it with gcc into dir/name with the extra args.
+// It returns the output path.
+func CC(tb testing.TB, dir, name, src string, args ...string) string {
+	tb.Helper()
+	Need(tb, "gcc")
+	c := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	out := filepath.Join(dir, name)
+	Run(tb, "gcc", append(append([]string{"-o", out}, args...), c)...)
+	return out
+}
+
+// Hello is a small C program with a few functions, for tests that need DWARF and symbols.
+const Hello = `#include <stdio.h>
+int counter;
+__attribute__((noinline)) int leaf(int x) { return x * 3 + counter; }
+__attribute__((noinline)) int middle(int x) { return leaf(x) + 1; }
+int main(int argc, char **argv) { (void)argv; printf("%d\n", middle(argc)); return 0; }
+`
+
+// Tiny is a libc-free static program, a few hundred bytes of ELF: cheap fuzz seed material.
+const Tiny = `int value = 7;
+__attribute__((noinline)) int f(int x) { return x + value; }
+void _start(void) { f(1); for (;;) {} }
+`
+
+// Read returns the bytes of the file at path.
+func Read(tb testing.TB, path string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
