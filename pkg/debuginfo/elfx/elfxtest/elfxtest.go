@@ -30,7 +30,8 @@ func Run(tb testing.TB, name string, args ...string) []byte {
 }
 
 // CC writes src to dir/name.c and compiles it with gcc into dir/name with the extra args.
-// It returns the output path.
+// Libraries among args come after the source, so they resolve its references. It returns
+// the output path.
 func CC(tb testing.TB, dir, name, src string, args ...string) string {
 	tb.Helper()
 	Need(tb, "gcc")
@@ -39,7 +40,7 @@ func CC(tb testing.TB, dir, name, src string, args ...string) string {
 		tb.Fatal(err)
 	}
 	out := filepath.Join(dir, name)
-	Run(tb, "gcc", append(append([]string{"-o", out}, args...), c)...)
+	Run(tb, "gcc", append([]string{"-o", out, c}, args...)...)
 	return out
 }
 
