@@ -198,7 +198,7 @@ func TestComputeNonELFAndCorrupt(t *testing.T) {
 
 func TestPrimaryAndValid(t *testing.T) {
 	for _, c := range []struct {
-		ids      IDs
+		ids     IDs
 		typ, id string
 	}{
 		{IDs{GNU: "ab", Go: "x/y", HTLHash: "cd"}, TypeGNU, "ab"},

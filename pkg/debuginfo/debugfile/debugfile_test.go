@@ -1,0 +1,158 @@
+package debugfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
+)
+
+// split builds prog with DWARF, splits it with objcopy --only-keep-debug, strips the binary
+// and links it to the debug file with --add-gnu-debuglink. Returns binary and debug paths.
+func split(t *testing.T, dir, name string, gccArgs ...string) (bin, dbg string) {
+	t.Helper()
+	elfxtest.Need(t, "gcc", "objcopy", "strip")
+	full := elfxtest.CC(t, dir, name+".full", elfxtest.Hello, append([]string{"-g"}, gccArgs...)...)
+	dbg = filepath.Join(dir, name+".debug")
+	bin = filepath.Join(dir, name)
+	elfxtest.Run(t, "objcopy", "--only-keep-debug", full, dbg)
+	elfxtest.Run(t, "strip", "--strip-debug", "--strip-unneeded", "-o", bin, full)
+	elfxtest.Run(t, "objcopy", "--add-gnu-debuglink="+dbg, bin)
+	os.Remove(full)
+	return bin, dbg
+}
+
+func open(t *testing.T, path string) (*elfx.File, buildid.IDs) {
+	t.Helper()
+	f, c, err := elfx.OpenPath(path, elfx.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ids, err := buildid.FromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, ids
+}
+
+func place(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, elfxtest.Read(t, src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFind(t *testing.T) {
+	root := t.TempDir()
+	global := filepath.Join(root, "usr", "lib", "debug")
+
+	t.Run("build-id", func(t *testing.T) {
+		dir := filepath.Join(root, "bid")
+		os.MkdirAll(dir, 0o755)
+		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=sha1")
+		f, ids := open(t, bin)
+		if ids.GNU == "" {
+			t.Fatal("no build ID")
+		}
+		want := filepath.Join(global, ".build-id", ids.GNU[:2], ids.GNU[2:]+".debug")
+		place(t, dbg, want)
+		os.Remove(dbg)
+		got, how, err := Find(f, ids, bin, []string{filepath.Join(root, "empty"), global})
+		if err != nil || got != want || how != HowBuildID {
+			t.Fatalf("Find = %q %q %v, want %q", got, how, err, want)
+		}
+		df, _ := open(t, got)
+		if !df.HasDWARF() {
+			t.Error("debug file has no DWARF")
+		}
+	})
+
+	t.Run("build-id file of another binary is refused", func(t *testing.T) {
+		dir := filepath.Join(root, "bidwrong")
+		os.MkdirAll(dir, 0o755)
+		bin, _ := split(t, dir, "prog", "-Wl,--build-id=sha1")
+		_, other := split(t, dir, "other", "-Wl,--build-id=md5")
+		os.Remove(filepath.Join(dir, "prog.debug"))
+		f, ids := open(t, bin)
+		gdir := filepath.Join(root, "g2")
+		place(t, other, filepath.Join(gdir, ".build-id", ids.GNU[:2], ids.GNU[2:]+".debug"))
+		if got, _, err := Find(f, ids, bin, []string{gdir}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Find = %q, %v; want ErrNotFound", got, err)
+		}
+	})
+
+	cases := []struct {
+		name  string
+		where func(binDir string) string // where the debug file goes
+	}{
+		{"debuglink beside the binary", func(d string) string { return filepath.Join(d, "prog.debug") }},
+		{"debuglink in .debug/", func(d string) string { return filepath.Join(d, ".debug", "prog.debug") }},
+		{"debuglink under the global dir", func(d string) string { return filepath.Join(global, d, "prog.debug") }},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(root, "dl", string(rune('a'+i)))
+			os.MkdirAll(dir, 0o755)
+			bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
+			want := c.where(dir)
+			if want != dbg {
+				place(t, dbg, want)
+				os.Remove(dbg)
+			}
+			f, ids := open(t, bin)
+			if ids.GNU != "" {
+				t.Fatal("built with a build ID")
+			}
+			got, how, err := Find(f, ids, bin, []string{global})
+			if err != nil || got != want || how != HowDebugLink {
+				t.Fatalf("Find = %q %q %v, want %q", got, how, err, want)
+			}
+		})
+	}
+
+	t.Run("wrong CRC is not chosen", func(t *testing.T) {
+		dir := filepath.Join(root, "crc")
+		os.MkdirAll(dir, 0o755)
+		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
+		// A rebuilt debug file with the same name but different content sits beside the
+		// binary; the right one sits in .debug/.
+		right := filepath.Join(dir, ".debug", "prog.debug")
+		place(t, dbg, right)
+		_, other := split(t, filepath.Join(root, "crc"), "prog2", "-Wl,--build-id=none", "-O2")
+		place(t, other, dbg)
+		f, ids := open(t, bin)
+		link, ok := ReadDebuglink(f)
+		if !ok || link.Name != "prog.debug" {
+			t.Fatalf("debuglink %+v %v", link, ok)
+		}
+		if crc, _ := CRC(dbg); crc == link.CRC {
+			t.Fatal("test setup: the impostor has the right CRC")
+		}
+		got, _, err := Find(f, ids, bin, nil)
+		if err != nil || got != right {
+			t.Fatalf("Find = %q %v, want %q", got, err, right)
+		}
+		os.Remove(right)
+		if got, _, err := Find(f, ids, bin, nil); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("only a wrong-CRC file: Find = %q %v", got, err)
+		}
+	})
+
+	t.Run("no debuglink, no build ID", func(t *testing.T) {
+		dir := filepath.Join(root, "none")
+		os.MkdirAll(dir, 0o755)
+		p := elfxtest.CC(t, dir, "plain", elfxtest.Hello, "-Wl,--build-id=none")
+		f, ids := open(t, p)
+		if _, _, err := Find(f, ids, p, []string{global}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
