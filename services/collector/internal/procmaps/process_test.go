@@ -76,11 +76,11 @@ func TestLoadBias(t *testing.T) {
 func TestContainerIDFromCgroup(t *testing.T) {
 	id := strings.Repeat("ab12", 16)
 	tests := map[string]string{
-		"/system.slice/docker-" + id + ".scope":                                       id,
-		"/kubepods/burstable/pod1234/" + id:                                           id,
-		"/kubepods.slice/kubepods-pod1.slice/cri-containerd-" + id + ".scope":         id,
-		"/user.slice/user-1000.slice/session-2.scope":                                 "",
-		"/process_api/df8eeb6c1b276a23ae0e18318d0ce862":                               "",
+		"/system.slice/docker-" + id + ".scope":                                        id,
+		"/kubepods/burstable/pod1234/" + id:                                            id,
+		"/kubepods.slice/kubepods-pod1.slice/cri-containerd-" + id + ".scope":          id,
+		"/user.slice/user-1000.slice/session-2.scope":                                  "",
+		"/process_api/df8eeb6c1b276a23ae0e18318d0ce862":                                "",
 		"/kubepods/pod" + strings.Repeat("1", 64) + "/crio-" + id + ".scope/container": id,
 	}
 	for in, want := range tests {
