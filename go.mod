@@ -128,4 +128,9 @@ require (
 	pluginrpc.com/pluginrpc v0.6.0 // indirect
 )
 
-tool github.com/bufbuild/buf/cmd/buf
+tool (
+	connectrpc.com/connect/cmd/protoc-gen-connect-go
+	github.com/bufbuild/buf/cmd/buf
+	github.com/cilium/ebpf/cmd/bpf2go
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)
