@@ -1,0 +1,139 @@
+package demangle
+
+import (
+	"bufio"
+	"os"
+	"strings"
+	"testing"
+)
+
+type tableCase struct {
+	symbol, llvm, want, reason string
+}
+
+// loadCases reads testdata/cases.tsv, which testdata/gen.sh makes from compiled programs
+// and LLVM 14's demangler.
+func loadCases(t testing.TB) []tableCase {
+	t.Helper()
+	f, err := os.Open("testdata/cases.tsv")
+	if err != nil {
+		t.Fatalf("open cases: %v", err)
+	}
+	defer f.Close()
+	var cases []tableCase
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		cols := strings.Split(text, "\t")
+		if len(cols) != 4 {
+			t.Fatalf("cases.tsv:%d: %d columns, want 4", line, len(cols))
+		}
+		c := tableCase{symbol: cols[0], llvm: cols[1], want: cols[2], reason: cols[3]}
+		if c.want == "" {
+			c.want = c.llvm
+		} else if c.reason == "" {
+			t.Fatalf("cases.tsv:%d: an expectation that differs from LLVM needs a reason", line)
+		}
+		cases = append(cases, c)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read cases: %v", err)
+	}
+	if len(cases) < 300 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	return cases
+}
+
+func TestTable(t *testing.T) {
+	cases := loadCases(t)
+	sameAsLLVM, exceptions := 0, map[string]int{}
+	for _, c := range cases {
+		got := Name(c.symbol)
+		if got != c.want {
+			t.Errorf("Name(%q)\n got  %q\n want %q", c.symbol, got, c.want)
+		}
+		if got == c.llvm {
+			sameAsLLVM++
+		} else {
+			exceptions[c.reason]++
+		}
+	}
+	t.Logf("%d cases: %d (%.1f%%) as LLVM 14 prints them", len(cases), sameAsLLVM, 100*float64(sameAsLLVM)/float64(len(cases)))
+	for r, n := range exceptions {
+		t.Logf("  %d deliberate differences: %s", n, r)
+	}
+}
+
+func TestPlainNamesUntouched(t *testing.T) {
+	for _, s := range []string{"", "_", "main", "_start", "__libc_start_main", "_Zfoo", "__", "_R", "__x_Z", "memcpy@GLIBC_2.14"} {
+		if got := Name(s); got != s {
+			t.Errorf("Name(%q) = %q, want it unchanged", s, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Name("__libc_start_main") }); n != 0 {
+		t.Errorf("plain name: %v allocations, want 0", n)
+	}
+}
+
+func TestLLVMAngles(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"a<b<c>>", "a<b<c> >"},
+		{"a<b<c<d>>>", "a<b<c<d> > >"},
+		{"operator>>(int)", "operator>>(int)"},
+		{"operator>>=(int)", "operator>>=(int)"},
+		{"f<(1) >> (2)>", "f<(1) >> (2)>"},
+		{"x", "x"},
+	} {
+		if got := llvmAngles(c.in); got != c.want {
+			t.Errorf("llvmAngles(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func FuzzName(f *testing.F) {
+	for _, s := range []string{"_Z3foov", "_ZN1AIiE1fIcEEvT_", "_RNvCs1234_7mycrate3foo", "_ZN3std2rt10lang_start17h0123456789abcdefE.llvm.1", "_Z1fIXadL_Z1gvEEEvv"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = Name(s)
+	})
+}
+
+// BenchmarkName runs over the table's names by scheme; the ns/op figures are per name.
+func BenchmarkName(b *testing.B) {
+	groups := map[string][]string{}
+	for _, c := range loadCases(b) {
+		k := "plain"
+		switch kind(c.symbol) {
+		case itanium:
+			k = "itanium"
+			if _, _, _, ok := legacyRust(c.symbol); ok {
+				k = "rust-legacy"
+			}
+		case rustV0Name:
+			k = "rust-v0"
+		}
+		groups[k] = append(groups[k], c.symbol)
+	}
+	for _, k := range []string{"itanium", "rust-legacy", "rust-v0"} {
+		names := groups[k]
+		b.Run(k, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				_ = Name(names[i%len(names)])
+			}
+		})
+	}
+}
+
+func BenchmarkNamePlain(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = Name("__libc_start_main")
+	}
+}
