@@ -7,6 +7,7 @@ package elfx
 import (
 	"bytes"
 	"compress/zlib"
+	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -401,6 +402,45 @@ func (f *File) DWARFSections() (map[string][]byte, error) {
 		out[key] = b
 	}
 	return out, nil
+}
+
+// DWARF builds a debug/dwarf reader over DWARFSections, so every byte it sees went through
+// the limits of this package; a panic inside debug/dwarf.New becomes an error. Relocations
+// are not applied: this is for executables and shared libraries (ET_EXEC, ET_DYN) and their
+// debug files, not for relocatable objects.
+func (f *File) DWARF() (*dwarf.Data, error) {
+	secs, err := f.DWARFSections()
+	if err != nil {
+		return nil, err
+	}
+	if len(secs["info"]) == 0 {
+		return nil, fmt.Errorf("DWARF: section .debug_info: %w", ErrNoSection)
+	}
+	var d *dwarf.Data
+	err = safe("DWARF: parse .debug_info/.debug_abbrev", func() error {
+		var err error
+		d, err = dwarf.New(secs["abbrev"], secs["aranges"], nil, secs["info"], secs["line"], nil, secs["ranges"], secs["str"])
+		if err != nil {
+			return err
+		}
+		for _, k := range []string{"addr", "line_str", "str_offsets", "rnglists", "loclists"} {
+			if b, ok := secs[k]; ok {
+				if err := d.AddSection(".debug_"+k, b); err != nil {
+					return fmt.Errorf("section .debug_%s: %w", k, err)
+				}
+			}
+		}
+		if b, ok := secs["types"]; ok {
+			if err := d.AddTypes("types", b); err != nil {
+				return fmt.Errorf("section .debug_types: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("DWARF: %w", err)
+	}
+	return d, nil
 }
 
 // HasDWARF reports whether the file carries a .debug_info (or .zdebug_info) with contents.

@@ -3,6 +3,7 @@ package elfx
 import (
 	"bytes"
 	"compress/zlib"
+	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -68,11 +69,14 @@ func TestDWARFSectionsAllCompressions(t *testing.T) {
 					t.Errorf("section %s differs from the uncompressed build (%d vs %d bytes)", k, len(secs[k]), len(w))
 				}
 			}
-			// debug/dwarf must accept what we hand it.
-			if name != "zlib-gnu" {
-				if _, err := f.ELF().DWARF(); err != nil {
-					t.Errorf("debug/elf DWARF: %v", err)
-				}
+			// debug/dwarf must accept what we hand it and find the functions and lines.
+			d, err := f.DWARF()
+			if err != nil {
+				t.Fatalf("DWARF: %v", err)
+			}
+			funcs, lines := dwarfSummary(t, d)
+			if !funcs["middle"] || !funcs["leaf"] || lines == 0 {
+				t.Errorf("DWARF: functions %v, %d line rows", funcs, lines)
 			}
 		})
 	}
@@ -83,6 +87,37 @@ func TestDWARFSectionsAllCompressions(t *testing.T) {
 	if s := openPath(t, v["zlib-gnu"]).Section(".zdebug_info"); s == nil {
 		t.Error("zlib-gnu variant: no .zdebug_info")
 	}
+}
+
+func dwarfSummary(t *testing.T, d *dwarf.Data) (map[string]bool, int) {
+	funcs := map[string]bool{}
+	lines := 0
+	r := d.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			break
+		}
+		switch e.Tag {
+		case dwarf.TagSubprogram:
+			if n, ok := e.Val(dwarf.AttrName).(string); ok {
+				funcs[n] = true
+			}
+		case dwarf.TagCompileUnit:
+			lr, err := d.LineReader(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var le dwarf.LineEntry
+			for lr != nil && lr.Next(&le) == nil {
+				lines++
+			}
+		}
+	}
+	return funcs, lines
 }
 
 func openPath(t testing.TB, path string) *File {
@@ -323,7 +358,7 @@ func FuzzOpen(f *testing.F) {
 		for _, s := range ef.ELF().Sections {
 			ef.SectionDataOf(s)
 		}
-		ef.DWARFSections()
+		ef.DWARF()
 		ef.HasDWARF()
 		ef.Loads()
 		ef.Symbols()
