@@ -34,6 +34,7 @@ const (
 	maxFuncs       = 1 << 22
 	maxFuncSize    = 1 << 26
 	maxInlineIndex = 1 << 20
+	maxInlineDepth = 1 << 10
 	maxStringLen   = 1 << 16
 )
 

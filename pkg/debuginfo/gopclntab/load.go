@@ -191,11 +191,13 @@ type funcState struct {
 	filesEnd, inlsEnd  uint64
 	linesEnd           uint64
 	memo               map[int32]uint32
+	visiting           map[int32]bool
 }
 
 func (s *stage) load(t *table, mem *memory, inl *inlineLayout, stats *Stats) error {
 	var fs funcState
 	fs.memo = map[int32]uint32{}
+	fs.visiting = map[int32]bool{}
 	for i := 0; i < t.nfunc; i++ {
 		pcv, off := t.functabEntry(i)
 		nextv, err := t.functabPC(i + 1)
@@ -337,6 +339,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		return fmt.Errorf("inline index table: %w", err)
 	}
 	clear(fs.memo)
+	clear(fs.visiting)
 	var nodeFor func(idx int32, depth int) (uint32, error)
 	nodeFor = func(idx int32, depth int) (uint32, error) {
 		if idx < 0 {
@@ -345,8 +348,8 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		if n, ok := fs.memo[idx]; ok {
 			return n, nil
 		}
-		if idx >= maxInlineIndex || depth > 256 {
-			return 0, fmt.Errorf("%w: inline tree index %d (depth %d)", ErrCorrupt, idx, depth)
+		if idx >= maxInlineIndex {
+			return 0, fmt.Errorf("%w: inline tree index %d", ErrCorrupt, idx)
 		}
 		e, err := mem.read(tree+uint64(idx)*inl.entrySize, inl.entrySize)
 		if err != nil {
@@ -367,10 +370,16 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		}
 		callPC := fi.entry + uint64(parentPc)
 		parentIdx := valueAt(fs.inls, fs.inlsEnd, callPC)
-		if parentIdx == idx {
-			return 0, fmt.Errorf("%w: inline tree entry %d is its own caller", ErrCorrupt, idx)
+		if parentIdx == idx || fs.visiting[parentIdx] || depth >= maxInlineDepth {
+			// The compiler leaves parentPc at 0 when optimization removed every instruction
+			// of the call site (seen in large generated init functions), and the entry at
+			// that PC can then be the callee itself or its own descendant. The runtime's
+			// unwinder would cycle there; the function itself is the one caller we know.
+			parentIdx = -1
 		}
+		fs.visiting[idx] = true
 		parent, err := nodeFor(parentIdx, depth+1)
+		delete(fs.visiting, idx)
 		if err != nil {
 			return 0, err
 		}
