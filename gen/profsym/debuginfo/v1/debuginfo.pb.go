@@ -19,8 +19,9 @@
 // attributes `process.executable.build_id.gnu` and `process.executable.build_id.htlhash`.
 // Go build IDs are the text of `process.executable.build_id.go`, i.e. the string
 // `go tool buildid` prints. The server validates every ID before using it (see
-// `BuildIDType` for the exact syntax) and answers `INVALID_ARGUMENT` otherwise, so an
-// ID can never name a path outside the store. IDs are case-sensitive: upper-case hex is
+// `BuildIDType` for the exact syntax) and answers `INVALID_ARGUMENT` otherwise; it
+// never uses an ID as a path without escaping it (Go build IDs contain `/`), so an ID
+// cannot name anything outside the store. IDs are case-sensitive: upper-case hex is
 // rejected, not folded.
 //
 // debuginfod. The same store is served read-only, with the same read authentication,
@@ -68,13 +69,14 @@ const (
 	// Not set. Accepted only where a field says so (then it means "any type").
 	BuildIDType_BUILD_ID_TYPE_UNSPECIFIED BuildIDType = 0
 	// GNU build ID: the descriptor of the ELF note `NT_GNU_BUILD_ID` (section
-	// `.note.gnu.build-id`) in lower-case hex, 2 to 128 hex digits, even count
+	// `.note.gnu.build-id`) in lower-case hex, an even count of 2 to 2048 digits
 	// (typically 40: a SHA-1). OTLP attribute `process.executable.build_id.gnu`.
 	BuildIDType_BUILD_ID_TYPE_GNU BuildIDType = 1
-	// Go build ID: the string of the ELF note named "Go" of type 4, as
-	// `go tool buildid` prints it, e.g. `abcDEF012-_/...`: 1 to 4 components of
-	// `[A-Za-z0-9_-]`, each non-empty, separated by `/`, 1 to 256 bytes in all.
-	// OTLP attribute `process.executable.build_id.go`.
+	// Go build ID: the string of the ELF note named "Go" of type 4, exactly as
+	// `go tool buildid` prints it (usually base64url components separated by `/`, for
+	// example `8ZJnP0mXFmTq3E2Yh9sL/...`). Not hex, and case-sensitive. Valid: 1 to 256
+	// printable ASCII characters (0x21 to 0x7e), no spaces. OTLP attribute
+	// `process.executable.build_id.go`.
 	BuildIDType_BUILD_ID_TYPE_GO BuildIDType = 2
 	// htlhash: the OTel eBPF profiler's file ID, the first 16 bytes of SHA-256 over the
 	// file's first 4096 bytes, its last 4096 bytes and its length as a big-endian

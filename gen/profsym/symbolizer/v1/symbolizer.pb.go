@@ -246,12 +246,12 @@ func (x *SymbolizeRequest) GetModules() []*Module {
 // debuginfod upstream).
 type Module struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// GNU build ID: lower-case hex, 2 to 128 digits, even count, exactly as the OTLP
-	// mapping attribute `process.executable.build_id.gnu`. Empty if unknown.
+	// GNU build ID: lower-case hex, an even count of 2 to 2048 digits, exactly as the
+	// OTLP mapping attribute `process.executable.build_id.gnu`. Empty if unknown.
 	GnuBuildId string `protobuf:"bytes,1,opt,name=gnu_build_id,json=gnuBuildId,proto3" json:"gnu_build_id,omitempty"`
 	// Go build ID, exactly as the OTLP mapping attribute
-	// `process.executable.build_id.go` (the string `go tool buildid` prints: 1 to 4
-	// `/`-separated components of `[A-Za-z0-9_-]`, at most 256 bytes). Empty if
+	// `process.executable.build_id.go`: the string `go tool buildid` prints, not hex,
+	// case-sensitive; 1 to 256 printable ASCII characters without spaces. Empty if
 	// unknown.
 	GoBuildId string `protobuf:"bytes,2,opt,name=go_build_id,json=goBuildId,proto3" json:"go_build_id,omitempty"`
 	// htlhash file ID: 32 lower-case hex digits, exactly as the OTLP mapping attribute

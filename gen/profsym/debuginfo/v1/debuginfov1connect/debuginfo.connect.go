@@ -19,8 +19,9 @@
 // attributes `process.executable.build_id.gnu` and `process.executable.build_id.htlhash`.
 // Go build IDs are the text of `process.executable.build_id.go`, i.e. the string
 // `go tool buildid` prints. The server validates every ID before using it (see
-// `BuildIDType` for the exact syntax) and answers `INVALID_ARGUMENT` otherwise, so an
-// ID can never name a path outside the store. IDs are case-sensitive: upper-case hex is
+// `BuildIDType` for the exact syntax) and answers `INVALID_ARGUMENT` otherwise; it
+// never uses an ID as a path without escaping it (Go build IDs contain `/`), so an ID
+// cannot name anything outside the store. IDs are case-sensitive: upper-case hex is
 // rejected, not folded.
 //
 // debuginfod. The same store is served read-only, with the same read authentication,

@@ -81,8 +81,9 @@ type SymbolizerServiceClient interface {
 	//
 	// Errors (Connect / gRPC codes):
 	//   - `INVALID_ARGUMENT`: the request has no modules; or a module has none of
-	//     `gnu_build_id`, `go_build_id`, `htlhash`; or one of them is malformed (not
-	//     lower-case hex of the allowed length, or not a Go build ID); or `filename` is
+	//     `gnu_build_id`, `go_build_id`, `htlhash`; or one of them is malformed (a GNU
+	//     build ID or htlhash that is not lower-case hex of the allowed length, a Go
+	//     build ID with spaces or non-ASCII characters or too long); or `filename` is
 	//     over 4096 bytes. The message names the first offending module by its index in
 	//     `modules` and the field, for example `modules[3].gnu_build_id: not lower-case
 	//     hex`. Nothing is symbolized.
@@ -137,8 +138,9 @@ type SymbolizerServiceHandler interface {
 	//
 	// Errors (Connect / gRPC codes):
 	//   - `INVALID_ARGUMENT`: the request has no modules; or a module has none of
-	//     `gnu_build_id`, `go_build_id`, `htlhash`; or one of them is malformed (not
-	//     lower-case hex of the allowed length, or not a Go build ID); or `filename` is
+	//     `gnu_build_id`, `go_build_id`, `htlhash`; or one of them is malformed (a GNU
+	//     build ID or htlhash that is not lower-case hex of the allowed length, a Go
+	//     build ID with spaces or non-ASCII characters or too long); or `filename` is
 	//     over 4096 bytes. The message names the first offending module by its index in
 	//     `modules` and the field, for example `modules[3].gnu_build_id: not lower-case
 	//     hex`. Nothing is symbolized.
