@@ -38,6 +38,22 @@ func DefaultLimits() Limits {
 	return Limits{MaxSections: 100_000, MaxSectionSize: 4 << 30, MaxDecompressedSize: 4 << 30}
 }
 
+// OrDefault returns l with every zero or negative field replaced by its default, so that
+// Limits{} means DefaultLimits().
+func (l Limits) OrDefault() Limits {
+	d := DefaultLimits()
+	if l.MaxSections <= 0 {
+		l.MaxSections = d.MaxSections
+	}
+	if l.MaxSectionSize <= 0 {
+		l.MaxSectionSize = d.MaxSectionSize
+	}
+	if l.MaxDecompressedSize <= 0 {
+		l.MaxDecompressedSize = d.MaxDecompressedSize
+	}
+	return l
+}
+
 // Sentinel errors; match them with errors.Is.
 var (
 	ErrNotELF       = errors.New("not an ELF file")
@@ -49,6 +65,11 @@ var (
 	ErrPanic        = errors.New("debug/elf panicked")
 	errSizeMismatch = errors.New("decompressed size differs from header")
 )
+
+// zstdMaxWindow caps the zstd window (history) a section's frame may ask for; the decoder
+// allocates it up front. Compressors use at most 8 MiB at their default levels and 128 MiB
+// with --ultra or --long.
+const zstdMaxWindow = 128 << 20
 
 // zlibMaxRatio bounds how far deflate can expand (about 1032:1): a zlib section claiming more
 // than that relative to its compressed bytes is corrupt, and is rejected before allocating.
@@ -62,8 +83,10 @@ type File struct {
 	lim  Limits
 }
 
-// Open parses the ELF file of size bytes read through r. Nothing is read beyond size.
+// Open parses the ELF file of size bytes read through r. Nothing is read beyond size. Zero
+// fields of lim take their defaults (Limits.OrDefault).
 func Open(r io.ReaderAt, size int64, lim Limits) (*File, error) {
+	lim = lim.OrDefault()
 	if size < 0 {
 		return nil, fmt.Errorf("open ELF: negative size %d", size)
 	}
@@ -343,10 +366,8 @@ func (f *File) decompress(name string, typ elf.CompressionType, comp []byte, siz
 		defer zr.Close()
 		rd = zr
 	case elf.COMPRESS_ZSTD:
-		mem := size
-		if mem < 1<<20 {
-			mem = 1 << 20
-		}
+		// No window needs to be larger than the output it produces.
+		mem := min(max(size, 1<<20), zstdMaxWindow)
 		zr, err := zstd.NewReader(bytes.NewReader(comp),
 			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderLowmem(true),

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 )
@@ -300,6 +303,33 @@ func TestDecompressLimit(t *testing.T) {
 	got, err := f.decompress(".debug_x", elf.COMPRESS_ZLIB, buf.Bytes(), 1<<20)
 	if err != nil || len(got) != 1<<20 {
 		t.Errorf("at limit: %d bytes, %v", len(got), err)
+	}
+
+	// A zstd frame whose header asks for a 512 MiB window is refused before the window is
+	// allocated. The encoder sizes the window to the input, so the header is patched: the
+	// window descriptor follows the magic and the frame header descriptor.
+	payload := bytes.Repeat([]byte("zstd window "), 1000)
+	enc, err := zstd.NewWriter(nil, zstd.WithWindowSize(1<<20), zstd.WithSingleSegment(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := enc.EncodeAll(payload, nil)
+	if frame[4]&0x20 != 0 {
+		t.Fatal("single-segment frame has no window descriptor")
+	}
+	f.lim.MaxDecompressedSize = 4 << 30
+	got, err = f.decompress(".debug_x", elf.COMPRESS_ZSTD, frame, uint64(len(payload)))
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Errorf("1 MiB window: %d bytes, %v", len(got), err)
+	}
+	// The claimed size is a lie: the stream ends early.
+	if _, err := f.decompress(".debug_x", elf.COMPRESS_ZSTD, frame, 3<<30); !errors.Is(err, errSizeMismatch) {
+		t.Errorf("lying size: %v", err)
+	}
+	big := append([]byte(nil), frame...)
+	big[5] = (29 - 10) << 3
+	if _, err := f.decompress(".debug_x", elf.COMPRESS_ZSTD, big, 3<<30); !errors.Is(err, ErrCompression) || !strings.Contains(err.Error(), "window") {
+		t.Errorf("512 MiB window: %v", err)
 	}
 }
 

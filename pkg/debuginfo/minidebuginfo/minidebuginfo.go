@@ -28,9 +28,11 @@ const MaxDictSize = 64 << 20
 var ErrCorrupt = errors.New("corrupt .gnu_debugdata")
 
 // Extract decompresses the MiniDebugInfo of f and parses it as an ELF file with the limits
-// lim (the decompressed size is capped by lim.MaxDecompressedSize). It returns nil, nil when
+// lim (the decompressed size is capped by lim.MaxDecompressedSize; zero fields take their
+// defaults). It returns nil, nil when
 // f has no .gnu_debugdata section. The returned File lives in memory and needs no closing.
 func Extract(f *elfx.File, lim elfx.Limits) (*elfx.File, error) {
+	lim = lim.OrDefault()
 	s := f.Section(SectionName)
 	if s == nil {
 		return nil, nil
