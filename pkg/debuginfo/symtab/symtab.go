@@ -1,0 +1,263 @@
+// Package symtab adds the functions of an ELF file's symbol table to a symbolization index,
+// choosing for every code address the symbol llvm-symbolizer 14 would name.
+//
+// What llvm-symbolizer 14 does, and so what Load does (each checked by experiment on
+// binaries gcc builds; see symtab_test.go):
+//   - It reads .symtab, and .dynsym only when .symtab is absent or empty: never both.
+//   - It keeps defined symbols of type FUNC, GNU_IFUNC, OBJECT and NOTYPE; undefined,
+//     absolute and common symbols (no real section) are dropped.
+//   - Among symbols at one address the largest size wins, and among equal sizes the one
+//     last in symbol-table order: so a global beats a local alias (locals come first in
+//     .symtab), and among globals and weak aliases the order of the table decides.
+//   - An address belongs to the nearest symbol at or below it, and to nothing when that
+//     symbol has a size and the address lies past its end, even where an earlier, larger
+//     symbol would cover it. A symbol of size 0 reaches up to the next symbol: the PLT after
+//     a size-0 _init is named "_init", as llvm-symbolizer names it.
+//
+// Only the parts of those ranges that lie in executable segments are added: profiles hold
+// code addresses, and data symbols matter only where they end or start code ranges.
+package symtab
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/profsym/profsym/pkg/debuginfo/demangle"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+)
+
+// Stats says what Load found.
+type Stats struct {
+	// Symbols counts the symbols that name at least one code address, one index node each.
+	Symbols int
+	// Source is the table they came from: ".symtab" or ".dynsym" ("" when neither had any).
+	// llvm-symbolizer reads .dynsym only when .symtab is missing or empty, and so does Load.
+	Source string
+}
+
+// maxSymbols bounds the symbols read from one table. The largest real binaries have a few
+// million; the table's size is already bounded by the file, this bounds the work per file.
+const maxSymbols = 1 << 24
+
+// candidate is a symbol llvm-symbolizer 14 would consider.
+type candidate struct {
+	addr, size uint64
+	name       string
+	order      int // position in the symbol table: the last of equals wins
+}
+
+// Load adds the function symbols of f to b as outermost nodes whose ranges only fill the
+// addresses no debug information covers (Builder.AddSymbolRange).
+func Load(f *elf.File, b *index.Builder) (st Stats, err error) {
+	if f == nil || b == nil {
+		return Stats{}, errors.New("symtab: nil file or builder")
+	}
+	// debug/elf parses attacker-controlled bytes; a panic inside it must not take the
+	// symbolizer down with it.
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = Stats{}, fmt.Errorf("symtab: malformed ELF file: %v", r)
+		}
+	}()
+
+	syms, source, err := readSymbols(f)
+	if err != nil {
+		return Stats{}, err
+	}
+	cands := candidates(f, syms)
+	if len(cands) == 0 {
+		return Stats{Source: source}, nil
+	}
+	cands = dedupe(cands)
+	code := codeRanges(f)
+	if len(code) == 0 {
+		return Stats{Source: source}, nil
+	}
+
+	n := 0
+	for i, c := range cands {
+		hi := uint64(math.MaxUint64)
+		if i+1 < len(cands) {
+			hi = cands[i+1].addr
+		} else {
+			// The last symbol reaches to the end of the address space; clipping to code
+			// makes that the end of the last executable segment.
+			hi = code[len(code)-1].hi
+		}
+		if c.size != 0 {
+			end := c.addr + c.size
+			if end < c.addr {
+				end = math.MaxUint64
+			}
+			hi = min(hi, end)
+		}
+		if c.name == "" || hi <= c.addr {
+			// An empty name still claims its range, as it does in llvm-symbolizer, where
+			// it resolves to no function.
+			continue
+		}
+		node := index.NoParent
+		for _, r := range clip(code, c.addr, hi) {
+			if node == index.NoParent {
+				node = addNode(b, c.name)
+				n++
+			}
+			b.AddSymbolRange(r.lo, r.hi, node)
+		}
+	}
+	if n > 0 {
+		b.RaiseFidelity(index.FidelitySymbols)
+	}
+	return Stats{Symbols: n, Source: source}, nil
+}
+
+func readSymbols(f *elf.File) ([]elf.Symbol, string, error) {
+	for _, t := range []struct {
+		name string
+		typ  elf.SectionType
+		read func() ([]elf.Symbol, error)
+	}{
+		{".symtab", elf.SHT_SYMTAB, f.Symbols},
+		{".dynsym", elf.SHT_DYNSYM, f.DynamicSymbols},
+	} {
+		sec := f.SectionByType(t.typ)
+		if sec == nil {
+			continue
+		}
+		// A symbol is 24 bytes (16 in ELF32); refuse a table claiming more than the
+		// bound before debug/elf reads it.
+		if sec.Size/16 > maxSymbols {
+			return nil, "", fmt.Errorf("symtab: %s claims %d bytes, more than %d symbols", t.name, sec.Size, maxSymbols)
+		}
+		syms, err := t.read()
+		if errors.Is(err, elf.ErrNoSymbols) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("symtab: read %s: %w", t.name, err)
+		}
+		if len(syms) == 0 {
+			continue
+		}
+		return syms, t.name, nil
+	}
+	return nil, "", nil
+}
+
+// candidates keeps the symbols llvm-symbolizer 14 keeps, with their addresses.
+func candidates(f *elf.File, syms []elf.Symbol) []candidate {
+	out := make([]candidate, 0, len(syms))
+	for i, s := range syms {
+		switch elf.ST_TYPE(s.Info) {
+		case elf.STT_FUNC, elf.STT_GNU_IFUNC, elf.STT_OBJECT, elf.STT_NOTYPE:
+		default:
+			continue
+		}
+		// Undefined (0) and the reserved indices (absolute, common, extended) name no
+		// section of the file.
+		if s.Section == elf.SHN_UNDEF || s.Section >= elf.SHN_LORESERVE || int(s.Section) >= len(f.Sections) {
+			continue
+		}
+		addr := s.Value
+		if f.Type == elf.ET_REL {
+			addr += f.Sections[s.Section].Addr
+		}
+		if f.Machine == elf.EM_ARM && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			addr &^= 1 // the Thumb bit is not part of the address
+		}
+		out = append(out, candidate{addr: addr, size: s.Size, name: s.Name, order: i})
+	}
+	return out
+}
+
+// dedupe sorts by address and keeps one symbol per address: the largest, and among equally
+// large ones the last in table order (llvm-symbolizer's stable sort by address and size,
+// keeping the last of each address).
+func dedupe(cands []candidate) []candidate {
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if a.addr != b.addr {
+			return a.addr < b.addr
+		}
+		if a.size != b.size {
+			return a.size < b.size
+		}
+		return a.order < b.order
+	})
+	out := cands[:0]
+	for i, c := range cands {
+		if i+1 < len(cands) && cands[i+1].addr == c.addr {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+type span struct{ lo, hi uint64 }
+
+// codeRanges returns the merged, sorted address ranges that hold code: the executable
+// PT_LOAD segments, which include the padding between code sections (llvm-symbolizer names
+// it too), or, in files without program headers, the executable sections.
+func codeRanges(f *elf.File) []span {
+	var rs []span
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 || p.Memsz == 0 {
+			continue
+		}
+		hi := p.Vaddr + p.Memsz
+		if hi < p.Vaddr {
+			hi = math.MaxUint64
+		}
+		rs = append(rs, span{p.Vaddr, hi})
+	}
+	if len(rs) > 0 {
+		return merge(rs)
+	}
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_ALLOC == 0 || s.Flags&elf.SHF_EXECINSTR == 0 || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+			continue
+		}
+		hi := s.Addr + s.Size
+		if hi < s.Addr {
+			hi = math.MaxUint64
+		}
+		rs = append(rs, span{s.Addr, hi})
+	}
+	return merge(rs)
+}
+
+func merge(rs []span) []span {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].lo < rs[j].lo })
+	out := rs[:0]
+	for _, r := range rs {
+		if k := len(out) - 1; k >= 0 && r.lo <= out[k].hi {
+			out[k].hi = max(out[k].hi, r.hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// clip returns the parts of [lo, hi) inside the code ranges.
+func clip(code []span, lo, hi uint64) []span {
+	i := sort.Search(len(code), func(i int) bool { return code[i].hi > lo })
+	var out []span
+	for ; i < len(code) && code[i].lo < hi; i++ {
+		out = append(out, span{max(lo, code[i].lo), min(hi, code[i].hi)})
+	}
+	return out
+}
+
+func addNode(b *index.Builder, sym string) index.NodeID {
+	name := demangle.Name(sym)
+	n := index.Node{Name: b.String(name), Parent: index.NoParent}
+	if name != sym {
+		n.LinkageName = b.String(sym)
+	}
+	return b.AddNode(n)
+}
