@@ -1,0 +1,359 @@
+package index
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// The serialized index, stored in object storage so that a restarted symbolizer loads it
+// instead of parsing DWARF again:
+//
+//	header (24 bytes, little endian)
+//	  magic         [8]byte  "PSYMIDX\x1a"
+//	  version       uint16   formatVersion
+//	  flags         uint16   0
+//	  payloadLen    uint64
+//	  crc32c        uint32   Castagnoli CRC over the payload
+//	payload (uvarints unless noted; every table is stored column by column, which keeps
+//	similar numbers together for the object store's compression)
+//	  fidelity      byte
+//	  strings       count, count lengths, then the concatenated bytes
+//	  nodes         count, then columns name, linkage, startLine, parent (0 = none, else
+//	                index - parent), callFile, callLine, callColumn
+//	  intervals     count, then columns start - previous end, end - start, node
+//	  line rows     count, then columns address delta, file (0 = end of sequence, else
+//	                string + 1), zigzag line delta, column
+const (
+	formatVersion = 1
+	headerSize    = 24
+)
+
+var magic = [8]byte{'P', 'S', 'Y', 'M', 'I', 'D', 'X', 0x1a}
+
+// ErrVersion is returned by Unmarshal for an index written in a format version this build does
+// not read; the caller rebuilds the index from the binary instead.
+var ErrVersion = errors.New("unsupported index format version")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// MarshalBinary serializes the index in the current format version.
+func (ix *Index) MarshalBinary() ([]byte, error) {
+	blob := 0
+	for _, s := range ix.strings {
+		blob += len(s)
+	}
+	// A rough upper bound that avoids regrowing for typical indexes.
+	est := headerSize + 1 + blob + 5*len(ix.strings) + 7*3*len(ix.nodes) + 3*4*len(ix.ivStart) + 4*3*len(ix.lnAddr)
+	buf := make([]byte, headerSize, est)
+	buf = append(buf, byte(ix.fidelity))
+
+	buf = binary.AppendUvarint(buf, uint64(len(ix.strings)))
+	for _, s := range ix.strings {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+	}
+	for _, s := range ix.strings {
+		buf = append(buf, s...)
+	}
+
+	buf = binary.AppendUvarint(buf, uint64(len(ix.nodes)))
+	col := func(f func(n *Node) uint64) {
+		for i := range ix.nodes {
+			buf = binary.AppendUvarint(buf, f(&ix.nodes[i]))
+		}
+	}
+	col(func(n *Node) uint64 { return uint64(n.Name) })
+	col(func(n *Node) uint64 { return uint64(n.LinkageName) })
+	col(func(n *Node) uint64 { return uint64(n.StartLine) })
+	for i, n := range ix.nodes {
+		var d uint64
+		if n.Parent != NoParent {
+			d = uint64(i) - uint64(n.Parent)
+		}
+		buf = binary.AppendUvarint(buf, d)
+	}
+	col(func(n *Node) uint64 { return uint64(n.CallFile) })
+	col(func(n *Node) uint64 { return uint64(n.CallLine) })
+	col(func(n *Node) uint64 { return uint64(n.CallColumn) })
+
+	buf = binary.AppendUvarint(buf, uint64(len(ix.ivStart)))
+	var prev uint64
+	for i, s := range ix.ivStart {
+		buf = binary.AppendUvarint(buf, s-prev)
+		prev = ix.ivEnd[i]
+	}
+	for i, s := range ix.ivStart {
+		buf = binary.AppendUvarint(buf, ix.ivEnd[i]-s)
+	}
+	for _, n := range ix.ivNode {
+		buf = binary.AppendUvarint(buf, uint64(n))
+	}
+
+	buf = binary.AppendUvarint(buf, uint64(len(ix.lnAddr)))
+	prev = 0
+	for _, a := range ix.lnAddr {
+		buf = binary.AppendUvarint(buf, a-prev)
+		prev = a
+	}
+	for _, f := range ix.lnFile {
+		if f == endFile {
+			buf = binary.AppendUvarint(buf, 0)
+		} else {
+			buf = binary.AppendUvarint(buf, uint64(f)+1)
+		}
+	}
+	var prevLine int64
+	for _, l := range ix.lnLine {
+		buf = binary.AppendVarint(buf, int64(l)-prevLine)
+		prevLine = int64(l)
+	}
+	for _, c := range ix.lnCol {
+		buf = binary.AppendUvarint(buf, uint64(c))
+	}
+
+	payload := buf[headerSize:]
+	copy(buf[0:8], magic[:])
+	binary.LittleEndian.PutUint16(buf[8:], formatVersion)
+	binary.LittleEndian.PutUint16(buf[10:], 0)
+	binary.LittleEndian.PutUint64(buf[12:], uint64(len(payload)))
+	binary.LittleEndian.PutUint32(buf[20:], crc32.Checksum(payload, castagnoli))
+	return buf, nil
+}
+
+// decoder reads the payload; the first problem sticks and every later read returns zero.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) failf(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format+" at payload offset %d", append([]any{ErrCorrupt}, append(args, d.off)...)...)
+	}
+	d.off = len(d.b)
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.failf("bad uvarint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 {
+		d.failf("bad varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) u32(what string) uint32 {
+	v := d.uvarint()
+	if v > math.MaxUint32 {
+		d.failf("%s %d exceeds 32 bits", what, v)
+		return 0
+	}
+	return uint32(v)
+}
+
+// count reads a table length and checks that the rest of the payload can hold it when every
+// element takes at least perElem bytes: this is what bounds allocations by the input length.
+func (d *decoder) count(what string, perElem int) int {
+	n := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if rest := uint64(len(d.b) - d.off); n > rest/uint64(perElem) {
+		d.failf("%s count %d exceeds the %d bytes left", what, n, rest)
+		return 0
+	}
+	return int(n)
+}
+
+// Unmarshal decodes an index written by MarshalBinary. Errors wrap ErrCorrupt, or ErrVersion
+// for a format this build does not read. Memory allocated is bounded by a small multiple of
+// len(data), and every cross-reference is checked, so Lookup on the result cannot fail.
+func Unmarshal(data []byte) (*Index, error) {
+	if len(data) < headerSize {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(data), headerSize)
+	}
+	if [8]byte(data[0:8]) != magic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[0:8])
+	}
+	if v := binary.LittleEndian.Uint16(data[8:]); v != formatVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, formatVersion)
+	}
+	if f := binary.LittleEndian.Uint16(data[10:]); f != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, f)
+	}
+	if n := binary.LittleEndian.Uint64(data[12:]); n != uint64(len(data)-headerSize) {
+		return nil, fmt.Errorf("%w: payload length %d, have %d bytes", ErrCorrupt, n, len(data)-headerSize)
+	}
+	payload := data[headerSize:]
+	if sum := crc32.Checksum(payload, castagnoli); sum != binary.LittleEndian.Uint32(data[20:]) {
+		return nil, fmt.Errorf("%w: checksum %#08x, header says %#08x", ErrCorrupt, sum, binary.LittleEndian.Uint32(data[20:]))
+	}
+	d := &decoder{b: payload}
+	if len(payload) < 1 {
+		return nil, fmt.Errorf("%w: empty payload", ErrCorrupt)
+	}
+	ix := &Index{fidelity: Fidelity(payload[0])}
+	d.off = 1
+	if ix.fidelity > FidelityFullInlines {
+		return nil, fmt.Errorf("%w: unknown fidelity %d", ErrCorrupt, ix.fidelity)
+	}
+
+	ns := d.count("string", 1)
+	if d.err == nil && ns == 0 {
+		d.failf("no strings; string 0 must be the empty string")
+	}
+	lens := make([]uint64, ns)
+	var blob uint64
+	for i := range lens {
+		lens[i] = d.uvarint()
+		blob += lens[i]
+		if lens[i] > uint64(len(d.b)) || blob > uint64(len(d.b)) {
+			d.failf("string %d of %d bytes exceeds the payload", i, lens[i])
+			break
+		}
+	}
+	if d.err == nil && blob > uint64(len(d.b)-d.off) {
+		d.failf("string bytes %d exceed the %d bytes left", blob, len(d.b)-d.off)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if ns > 0 && lens[0] != 0 {
+		return nil, fmt.Errorf("%w: string 0 is not empty", ErrCorrupt)
+	}
+	// One allocation for all string bytes; every string is a slice of it.
+	all := string(d.b[d.off : d.off+int(blob)])
+	d.off += int(blob)
+	ix.strings = make([]string, ns)
+	var p uint64
+	for i, l := range lens {
+		ix.strings[i] = all[p : p+l]
+		p += l
+	}
+
+	nn := d.count("node", 7)
+	ix.nodes = make([]Node, nn)
+	for i := range ix.nodes {
+		ix.nodes[i].Name = d.u32("node name")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].LinkageName = d.u32("node linkage name")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].StartLine = d.u32("node start line")
+	}
+	for i := range ix.nodes {
+		pd := d.uvarint()
+		switch {
+		case pd == 0:
+			ix.nodes[i].Parent = NoParent
+		case pd > uint64(i):
+			d.failf("node %d: parent delta %d reaches before node 0", i, pd)
+		default:
+			ix.nodes[i].Parent = NodeID(uint64(i) - pd)
+		}
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].CallFile = d.u32("node call file")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].CallLine = d.u32("node call line")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].CallColumn = d.u32("node call column")
+	}
+
+	ni := d.count("interval", 3)
+	ix.ivStart = make([]uint64, ni)
+	ix.ivEnd = make([]uint64, ni)
+	ix.ivNode = make([]NodeID, ni)
+	// The start column holds distances from the previous interval's end and the end column
+	// lengths; both become absolute once both columns are read.
+	for i := range ix.ivStart {
+		ix.ivStart[i] = d.uvarint()
+	}
+	for i := range ix.ivEnd {
+		ix.ivEnd[i] = d.uvarint()
+	}
+	var prev uint64
+	for i := range ix.ivStart {
+		s := prev + ix.ivStart[i]
+		e := s + ix.ivEnd[i]
+		if d.err != nil || s < prev || e < s {
+			d.failf("interval %d overflows", i)
+			break
+		}
+		ix.ivStart[i], ix.ivEnd[i] = s, e
+		prev = e
+	}
+	for i := range ix.ivNode {
+		ix.ivNode[i] = NodeID(d.u32("interval node"))
+	}
+
+	nl := d.count("line row", 4)
+	ix.lnAddr = make([]uint64, nl)
+	ix.lnFile = make([]uint32, nl)
+	ix.lnLine = make([]uint32, nl)
+	ix.lnCol = make([]uint32, nl)
+	prev = 0
+	for i := range ix.lnAddr {
+		delta := d.uvarint()
+		if prev+delta < prev {
+			d.failf("line row %d address overflows", i)
+		}
+		prev += delta
+		ix.lnAddr[i] = prev
+	}
+	for i := range ix.lnFile {
+		f := d.uvarint()
+		switch {
+		case f == 0:
+			ix.lnFile[i] = endFile
+		case f-1 >= uint64(ns):
+			d.failf("line row %d: file %d out of range", i, f-1)
+		default:
+			ix.lnFile[i] = uint32(f - 1)
+		}
+	}
+	var line int64
+	for i := range ix.lnLine {
+		line += d.varint()
+		if line < 0 || line > math.MaxUint32 {
+			d.failf("line row %d: line %d out of range", i, line)
+		}
+		ix.lnLine[i] = uint32(line)
+	}
+	for i := range ix.lnCol {
+		ix.lnCol[i] = d.u32("line column")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if d.off != len(d.b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b)-d.off)
+	}
+	if err := ix.validate(); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
