@@ -1,0 +1,81 @@
+// Package otlpsink is an in-process OTLP profiles receiver on a loopback port, for tests of
+// the collector's export path: it keeps every request it accepts.
+package otlpsink
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // accept gzip-compressed requests
+	"google.golang.org/grpc/status"
+)
+
+// Sink is a running receiver.
+type Sink struct {
+	pprofileotlp.UnimplementedGRPCServer
+
+	Addr string
+	srv  *grpc.Server
+
+	mu       sync.Mutex
+	received []pprofile.Profiles
+	fail     error
+	arrived  chan struct{}
+}
+
+// Start listens on addr ("127.0.0.1:0" for any free port).
+func Start(addr string) (*Sink, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("otlpsink: listen %s: %w", addr, err)
+	}
+	s := &Sink{Addr: lis.Addr().String(), srv: grpc.NewServer(), arrived: make(chan struct{}, 1)}
+	pprofileotlp.RegisterGRPCServer(s.srv, s)
+	go s.srv.Serve(lis)
+	return s, nil
+}
+
+// Export implements the OTLP profiles service.
+func (s *Sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return pprofileotlp.NewExportResponse(), s.fail
+	}
+	p := pprofile.NewProfiles()
+	req.Profiles().CopyTo(p)
+	s.received = append(s.received, p)
+	select {
+	case s.arrived <- struct{}{}:
+	default:
+	}
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+// FailWith makes Export answer with the gRPC status of err (nil: accept again).
+func (s *Sink) FailWith(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		err = status.Convert(err).Err()
+	}
+	s.fail = err
+}
+
+// Received returns the requests accepted so far.
+func (s *Sink) Received() []pprofile.Profiles {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]pprofile.Profiles(nil), s.received...)
+}
+
+// Arrived is signalled (coalesced) whenever a request is accepted.
+func (s *Sink) Arrived() <-chan struct{} { return s.arrived }
+
+// Stop stops the server.
+func (s *Sink) Stop() { s.srv.Stop() }
