@@ -229,9 +229,15 @@ func FuzzExtract(f *testing.F) {
 			dir := f.TempDir()
 			bin, _ := buildMini(f, dir, elfxtest.Tiny, "-Os", "-nostdlib", "-static")
 			f.Add(elfxtest.Read(f, bin))
+			f.Add(elfxtest.Read(f, filepath.Join(dir, "mini_debuginfo.xz")))
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The input is tried both as a bare xz stream and as an ELF file holding one, so the
+		// xz checks get fuzzed without the ELF layer in the way.
+		if out, err := Decompress(data, 1<<22); err == nil && len(out) > 1<<22 {
+			t.Fatalf("Decompress gave %d bytes over the limit", len(out))
+		}
 		lim := elfx.Limits{MaxSections: 1000, MaxSectionSize: 1 << 20, MaxDecompressedSize: 1 << 22}
 		outer, err := elfx.Open(bytes.NewReader(data), int64(len(data)), lim)
 		if err != nil {
