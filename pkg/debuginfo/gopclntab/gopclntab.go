@@ -8,6 +8,7 @@
 package gopclntab
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -259,19 +260,23 @@ func (t *table) entryAddr(v uint64) uint64 {
 
 // cstring reads a NUL-terminated string at off in data.
 func cstring(data []byte, off uint64, what string) (string, error) {
+	b, err := cbytes(data, off, what)
+	return string(b), err
+}
+
+// cbytes is cstring without the copy.
+func cbytes(data []byte, off uint64, what string) ([]byte, error) {
 	if off >= uint64(len(data)) {
-		return "", fmt.Errorf("%w: %s offset %#x beyond %d bytes", ErrCorrupt, what, off, len(data))
+		return nil, fmt.Errorf("%w: %s offset %#x beyond %d bytes", ErrCorrupt, what, off, len(data))
 	}
 	b := data[off:]
 	if len(b) > maxStringLen {
 		b = b[:maxStringLen]
 	}
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i]), nil
-		}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i], nil
 	}
-	return "", fmt.Errorf("%w: %s at %#x is not terminated", ErrCorrupt, what, off)
+	return nil, fmt.Errorf("%w: %s at %#x is not terminated", ErrCorrupt, what, off)
 }
 
 // funcInfo is one decoded _func record.

@@ -25,18 +25,15 @@ func Load(f *elf.File, b *index.Builder) (Stats, error) {
 	if s == nil {
 		return Stats{}, fmt.Errorf("no .gopclntab section")
 	}
-	if s.Size > maxSectionSize {
-		return Stats{}, fmt.Errorf("%w: %s claims %d bytes", ErrCorrupt, s.Name, s.Size)
-	}
-	data, err := s.Data()
+	mem := newMemory(f)
+	data, err := mem.section(s)
 	if err != nil {
-		return Stats{}, fmt.Errorf("read %s: %w", s.Name, err)
+		return Stats{}, err
 	}
 	t, err := parseHeader(data, s.Addr)
 	if err != nil {
 		return Stats{}, fmt.Errorf("parse %s header: %w", s.Name, err)
 	}
-	mem := newMemory(f)
 	inl := inlineFor(f, mem, t)
 
 	st := newStage()
@@ -104,8 +101,8 @@ type stage struct {
 	strs   map[string]uint32
 	list   []string
 	nodes  []index.Node
-	ranges []stRange
-	lines  []stLine
+	ranges chunks[stRange]
+	lines  chunks[stLine]
 
 	fileIDs map[uint64]uint32 // filetab string offset -> local string ID
 }
@@ -114,10 +111,12 @@ func newStage() *stage {
 	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}, fileIDs: map[uint64]uint32{}}
 }
 
-func (s *stage) str(v string) uint32 {
-	if id, ok := s.strs[v]; ok {
+// str interns b, copying it only the first time.
+func (s *stage) str(b []byte) uint32 {
+	if id, ok := s.strs[string(b)]; ok {
 		return id
 	}
+	v := string(b)
 	id := uint32(len(s.list))
 	s.strs[v] = id
 	s.list = append(s.list, v)
@@ -137,16 +136,14 @@ func (s *stage) commit(b *index.Builder) {
 		}
 		b.AddNode(n)
 	}
-	for _, r := range s.ranges {
-		b.AddRange(r.lo, r.hi, base+index.NodeID(r.node))
-	}
-	for _, l := range s.lines {
+	s.ranges.each(func(r *stRange) { b.AddRange(r.lo, r.hi, base+index.NodeID(r.node)) })
+	s.lines.each(func(l *stLine) {
 		if l.end {
 			b.EndSequence(l.addr)
 		} else {
 			b.AddLine(l.addr, ids[l.file], l.line, 0)
 		}
-	}
+	})
 }
 
 // fileName returns the local string ID of file number fileVal of function fi.
@@ -176,7 +173,7 @@ func (s *stage) fileName(t *table, fi *funcInfo, fileVal int32) (uint32, error) 
 	if id, ok := s.fileIDs[off]; ok {
 		return id, nil
 	}
-	name, err := cstring(strTab, off, "file name")
+	name, err := cbytes(strTab, off, "file name")
 	if err != nil {
 		return 0, err
 	}
@@ -226,7 +223,7 @@ func (s *stage) load(t *table, mem *memory, inl *inlineLayout, stats *Stats) err
 }
 
 func (s *stage) loadFunc(t *table, mem *memory, inl *inlineLayout, fi *funcInfo, limit uint64, fs *funcState, stats *Stats) error {
-	name, err := cstring(t.funcnametab, uint64(fi.nameOff), "function name")
+	name, err := cbytes(t.funcnametab, uint64(fi.nameOff), "function name")
 	if err != nil {
 		return err
 	}
@@ -256,7 +253,7 @@ func (s *stage) loadFunc(t *table, mem *memory, inl *inlineLayout, fi *funcInfo,
 		startLine = 0
 	}
 	s.nodes = append(s.nodes, index.Node{Name: s.str(name), StartLine: uint32(startLine), Parent: index.NoParent})
-	s.ranges = append(s.ranges, stRange{lo: fi.entry, hi: end, node: outer})
+	s.ranges.add(stRange{lo: fi.entry, hi: end, node: outer})
 	stats.Functions++
 
 	if err := s.addLines(t, fi, fs, end, stats); err != nil {
@@ -306,17 +303,17 @@ func (s *stage) addLines(t *table, fi *funcInfo, fs *funcState, end uint64, stat
 				return err
 			}
 			if !have || file != lastFile || uint32(lineVal) != lastLine {
-				s.lines = append(s.lines, stLine{addr: pc, file: file, line: uint32(lineVal)})
+				s.lines.add(stLine{addr: pc, file: file, line: uint32(lineVal)})
 				stats.LineRows++
 				lastFile, lastLine, have = file, uint32(lineVal), true
 			}
 		} else if have {
-			s.lines = append(s.lines, stLine{addr: pc, end: true})
+			s.lines.add(stLine{addr: pc, end: true})
 			have = false
 		}
 		pc = next
 	}
-	s.lines = append(s.lines, stLine{addr: end, end: true})
+	s.lines.add(stLine{addr: end, end: true})
 	return nil
 }
 
@@ -364,7 +361,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		if nameOff < 0 || parentPc < 0 {
 			return 0, fmt.Errorf("%w: inline tree entry %d has negative offsets", ErrCorrupt, idx)
 		}
-		name, err := cstring(t.funcnametab, uint64(nameOff), "inlined function name")
+		name, err := cbytes(t.funcnametab, uint64(nameOff), "inlined function name")
 		if err != nil {
 			return 0, err
 		}
@@ -416,7 +413,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		if err != nil {
 			return err
 		}
-		s.ranges = append(s.ranges, stRange{lo: r.pc, hi: hi, node: n})
+		s.ranges.add(stRange{lo: r.pc, hi: hi, node: n})
 	}
 	return nil
 }

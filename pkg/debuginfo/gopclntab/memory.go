@@ -26,12 +26,9 @@ func (m *memory) section(s *elf.Section) ([]byte, error) {
 	if s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 {
 		return nil, nil
 	}
-	if s.Size > maxSectionSize {
-		return nil, fmt.Errorf("%w: section %s claims %d bytes", ErrCorrupt, s.Name, s.Size)
-	}
-	d, err := s.Data()
+	d, err := readSection(s)
 	if err != nil {
-		return nil, fmt.Errorf("read section %s: %w", s.Name, err)
+		return nil, err
 	}
 	m.cache[s] = d
 	return d, nil
@@ -131,10 +128,10 @@ func findModuledataRelocated(f *elf.File, t *table, nwords, gofuncWord int) (mod
 	var md uint64
 	found := false
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_RELA || s.Size > maxSectionSize {
+		if s.Type != elf.SHT_RELA {
 			continue
 		}
-		d, err := s.Data()
+		d, err := readSection(s)
 		if err != nil {
 			continue
 		}
@@ -234,4 +231,34 @@ func goVersion(f *elf.File, mem *memory) (major, minor int, ok bool) {
 		return 0, 0, false
 	}
 	return major, minor, true
+}
+
+// readSection reads a section whole. Its size is checked against the file first, so a header
+// that lies about the size costs an error, not an allocation of the claimed size.
+func readSection(s *elf.Section) ([]byte, error) {
+	if s.Type == elf.SHT_NOBITS {
+		return nil, nil
+	}
+	if s.Size > maxSectionSize {
+		return nil, fmt.Errorf("%w: section %s claims %d bytes", ErrCorrupt, s.Name, s.Size)
+	}
+	if s.Flags&elf.SHF_COMPRESSED != 0 {
+		d, err := s.Data()
+		if err != nil {
+			return nil, fmt.Errorf("read section %s: %w", s.Name, err)
+		}
+		return d, nil
+	}
+	if s.Size == 0 {
+		return []byte{}, nil
+	}
+	var last [1]byte
+	if _, err := s.ReadAt(last[:], int64(s.Size-1)); err != nil {
+		return nil, fmt.Errorf("%w: section %s of %d bytes runs past the end of the file", ErrCorrupt, s.Name, s.Size)
+	}
+	d := make([]byte, s.Size)
+	if _, err := s.ReadAt(d, 0); err != nil {
+		return nil, fmt.Errorf("read section %s: %w", s.Name, err)
+	}
+	return d, nil
 }

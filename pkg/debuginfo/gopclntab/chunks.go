@@ -1,0 +1,29 @@
+package gopclntab
+
+// chunks is an append-only list stored in fixed-size blocks: growing it never copies what is
+// already there, which matters for the millions of line rows of a large binary.
+type chunks[T any] struct {
+	blocks [][]T
+	n      int
+}
+
+const chunkSize = 1 << 14
+
+func (c *chunks[T]) add(v T) {
+	if k := len(c.blocks); k == 0 || len(c.blocks[k-1]) == chunkSize {
+		c.blocks = append(c.blocks, make([]T, 0, chunkSize))
+	}
+	k := len(c.blocks) - 1
+	c.blocks[k] = append(c.blocks[k], v)
+	c.n++
+}
+
+func (c *chunks[T]) len() int { return c.n }
+
+func (c *chunks[T]) each(fn func(*T)) {
+	for _, b := range c.blocks {
+		for i := range b {
+			fn(&b[i])
+		}
+	}
+}
