@@ -157,6 +157,7 @@ func newData(s map[string][]byte) (d *dwarf.Data, err error) {
 type unitHeader struct {
 	off     uint64 // offset of the unit header in .debug_info
 	dieOff  uint64 // offset of its first DIE
+	end     uint64 // offset just past the unit
 	version int
 	dwarf64 bool
 }
@@ -205,6 +206,7 @@ func scanUnits(info []byte, order binary.ByteOrder) ([]unitHeader, error) {
 			return nil, fmt.Errorf("unit at offset %#x: truncated header", start)
 		}
 		u.dieOff = uint64(r.off)
+		u.end = uint64(end)
 		units = append(units, u)
 		r.off = end
 	}
@@ -388,7 +390,7 @@ func (dc *decoder) decodeUnit(u unitHeader) error {
 		}
 	}
 	if cu.Children {
-		return dc.walk(files)
+		return dc.walk(files, dwarf.Offset(u.end))
 	}
 	return nil
 }
@@ -464,15 +466,17 @@ type frameCtx struct {
 	dead bool  // inside a function whose code was discarded by the linker
 }
 
-func (dc *decoder) walk(files *lineFiles) error {
+func (dc *decoder) walk(files *lineFiles, end dwarf.Offset) error {
 	stack := []frameCtx{{node: -1}}
 	for len(stack) > 0 {
 		e, err := dc.r.Next()
 		if err != nil {
 			return fmt.Errorf("read entries: %w", err)
 		}
-		if e == nil {
-			return errors.New("entries end before the unit's last null entry")
+		// Producers may leave out the null entries that close the last open levels of a
+		// unit; the reader then moves on into the next unit, which is not ours.
+		if e == nil || e.Offset >= end {
+			return nil
 		}
 		if e.Tag == 0 {
 			stack = stack[:len(stack)-1]

@@ -1,9 +1,13 @@
 package dwarfsym
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -47,4 +51,122 @@ func TestEncodedSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// smallBinary compiles a short C program with inline chains; fuzzing and the corruption tests
+// start from its sections.
+func smallBinary(t testing.TB, dir, cc, dwarfFlag string) string {
+	t.Helper()
+	return testBinary{name: cc + dwarfFlag, cc: cc, srcs: []string{"helper.c"},
+		flags: []string{"-O2", dwarfFlag, "-shared", "-fPIC"}}.build(t, dir)
+}
+
+var fuzzSections = []string{"info", "abbrev", "line", "str", "line_str", "rnglists", "ranges", "str_offsets", "addr"}
+
+func loadBytes(secs map[string][]byte) (Stats, *index.Index, error) {
+	b := index.NewBuilder()
+	st, err := Load(secs, binary.LittleEndian, b, Options{Workers: 2})
+	if err != nil {
+		return st, nil, err
+	}
+	ix, err := b.Build()
+	return st, ix, err
+}
+
+func TestLoadCorrupt(t *testing.T) {
+	needTools(t, "gcc")
+	dir := t.TempDir()
+	for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
+		secs, f, _ := elfSections(t, smallBinary(t, dir, "gcc", dw))
+		f.Close()
+		if _, _, err := loadBytes(secs); err != nil {
+			t.Fatalf("%s: intact sections: %v", dw, err)
+		}
+		for _, name := range []string{"info", "abbrev", "line", "str", "line_str", "rnglists"} {
+			orig, ok := secs[name]
+			if !ok {
+				continue
+			}
+			cases := map[string][]byte{
+				"empty":     {},
+				"half":      orig[:len(orig)/2],
+				"one short": orig[:len(orig)-1],
+				"garbage":   bytes.Repeat([]byte{0xff}, len(orig)),
+				"zeros":     make([]byte, len(orig)),
+			}
+			for what, data := range cases {
+				t.Run(fmt.Sprintf("%s/%s/%s", dw, name, what), func(t *testing.T) {
+					c := maps.Clone(secs)
+					c[name] = data
+					_, _, err := loadBytes(c)
+					if err != nil && name == "info" && what != "empty" && !strings.Contains(err.Error(), "0x") {
+						t.Errorf("error %q names no offset", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestLoadNoInfo(t *testing.T) {
+	b := index.NewBuilder()
+	if _, err := Load(map[string][]byte{"line": {1, 2, 3}}, binary.LittleEndian, b, Options{}); err == nil {
+		t.Fatal("Load without .debug_info succeeded")
+	}
+}
+
+func binaryNamed(t testing.TB, name string) testBinary {
+	t.Helper()
+	for _, tb := range testBinaries {
+		if tb.name == name {
+			return tb
+		}
+	}
+	t.Fatalf("no test binary %q", name)
+	return testBinary{}
+}
+
+// TestLoadDeterministic checks that the number of workers does not change the index.
+func TestLoadDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	bin := binaryNamed(t, "gcc-cxx-O2-lto-gc-sections").build(t, dir)
+	var first []byte
+	for _, w := range []int{1, 2, 3, 8} {
+		ix, st := loadIndex(t, bin, Options{Workers: w})
+		data, err := ix.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = data
+			if !st.HasInlines || st.Version != 5 || st.Units < 2 || ix.Fidelity() != index.FidelityFullInlines {
+				t.Errorf("stats %+v, fidelity %v", st, ix.Fidelity())
+			}
+			continue
+		}
+		if !bytes.Equal(first, data) {
+			t.Fatalf("Workers=%d gives a different index", w)
+		}
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	needTools(f, "gcc")
+	dir := f.TempDir()
+	for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
+		secs, ef, _ := elfSections(f, smallBinary(f, dir, "gcc", dw))
+		ef.Close()
+		f.Add(secs["info"], secs["abbrev"], secs["line"], secs["str"], secs["line_str"],
+			secs["rnglists"], secs["ranges"], secs["str_offsets"], secs["addr"])
+	}
+	f.Fuzz(func(t *testing.T, info, abbrev, line, str, lineStr, rnglists, ranges, strOffsets, addr []byte) {
+		secs := map[string][]byte{}
+		for i, b := range [][]byte{info, abbrev, line, str, lineStr, rnglists, ranges, strOffsets, addr} {
+			secs[fuzzSections[i]] = b
+		}
+		_, ix, err := loadBytes(secs)
+		if err == nil {
+			ix.Lookup(0x1000)
+		}
+	})
 }
