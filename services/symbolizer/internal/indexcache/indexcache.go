@@ -1,0 +1,136 @@
+// Package indexcache keeps loaded symbolization indexes in memory, bounded by their size in
+// bytes, and makes concurrent requests for one file share a single load or build.
+package indexcache
+
+import (
+	"container/list"
+	"context"
+	"sync"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+)
+
+// Entry is a loaded index with the PT_LOAD segments that normalize addresses for it.
+type Entry struct {
+	Index *index.Index
+	Loads []addrmap.Load
+	Bytes int64
+}
+
+// Loader produces an entry on a miss (from the stored index or by building it).
+type Loader func(ctx context.Context) (*Entry, error)
+
+// Cache is an LRU of entries keyed by file content (SHA-256), bounded by bytes.
+type Cache struct {
+	max int64
+
+	mu    sync.Mutex
+	used  int64
+	ll    *list.List
+	items map[string]*list.Element
+	sf    singleflight.Group
+
+	// OnEvict is told about evictions (metrics).
+	OnEvict func(bytes int64)
+}
+
+type item struct {
+	key string
+	e   *Entry
+}
+
+// New returns a cache holding at most maxBytes of indexes. An index larger than the whole
+// cache is returned to its caller but not kept.
+func New(maxBytes int64) *Cache {
+	return &Cache{max: maxBytes, ll: list.New(), items: map[string]*list.Element{}}
+}
+
+// Get returns the cached entry for key, or nil.
+func (c *Cache) Get(key string) *Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.ll.MoveToFront(el)
+		return el.Value.(*item).e
+	}
+	return nil
+}
+
+// GetOrLoad returns the entry for key, running load once for all concurrent callers on a
+// miss. hit reports whether the entry came from memory; shared whether this caller waited
+// for another's load.
+func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader) (e *Entry, hit bool, err error) {
+	if e := c.Get(key); e != nil {
+		return e, true, nil
+	}
+	ch := c.sf.DoChan(key, func() (any, error) {
+		if e := c.Get(key); e != nil {
+			return e, nil
+		}
+		// The load outlives any one caller's cancellation: others may be waiting for it.
+		e, err := load(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		c.Add(key, e)
+		return e, nil
+	})
+	select {
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, false, r.Err
+		}
+		return r.Val.(*Entry), false, nil
+	}
+}
+
+// Add inserts an entry, evicting the least recently used ones to make room.
+func (c *Cache) Add(key string, e *Entry) {
+	if e.Bytes > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.used -= el.Value.(*item).e.Bytes
+		el.Value.(*item).e = e
+		c.used += e.Bytes
+		c.ll.MoveToFront(el)
+	} else {
+		c.items[key] = c.ll.PushFront(&item{key, e})
+		c.used += e.Bytes
+	}
+	for c.used > c.max {
+		el := c.ll.Back()
+		it := el.Value.(*item)
+		c.ll.Remove(el)
+		delete(c.items, it.key)
+		c.used -= it.e.Bytes
+		if c.OnEvict != nil {
+			c.OnEvict(it.e.Bytes)
+		}
+	}
+}
+
+// Remove drops key.
+func (c *Cache) Remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.used -= el.Value.(*item).e.Bytes
+		c.ll.Remove(el)
+		delete(c.items, key)
+	}
+}
+
+// Used returns the bytes held and the number of entries.
+func (c *Cache) Used() (int64, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used, c.ll.Len()
+}

@@ -1,0 +1,274 @@
+// Package resultcache caches symbolization results per (file, ELF virtual address): a small
+// in-process LRU in front of Redis. Redis is optional and never on the failure path: a call
+// that errors or times out counts as a miss, is logged and counted, and Redis is left alone
+// for a short back-off so an outage costs one timeout per back-off period, not one per call.
+package resultcache
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+)
+
+// Key names one cached result. BuildID is the ID the file was found under and Tag a short
+// prefix of the file's SHA-256, so a better file uploaded later under the same build ID
+// does not inherit the old file's results.
+type Key struct {
+	BuildID string
+	Tag     string
+	Addr    uint64
+}
+
+func (k Key) redisKey() string {
+	return "psym:v1:" + k.BuildID + "@" + k.Tag + ":" + strconv.FormatUint(k.Addr, 16)
+}
+
+// Metrics receives cache outcomes.
+type Metrics interface {
+	CacheResult(layer string, hits, misses int)
+	RedisError(op string)
+}
+
+// Options configures a Cache.
+type Options struct {
+	Redis       redis.UniversalClient // nil: no Redis
+	TTL         time.Duration         // Redis TTL of positive entries
+	NegativeTTL time.Duration         // Redis TTL of empty results
+	Timeout     time.Duration         // per Redis call
+	Backoff     time.Duration         // how long Redis is skipped after a failure
+	LocalSize   int                   // entries in the in-process LRU; 0 disables it
+	Metrics     Metrics
+	Logger      *slog.Logger
+}
+
+// Cache is the two-layer result cache.
+type Cache struct {
+	opt       Options
+	cluster   bool
+	downUntil atomic.Int64 // unix nanos; Redis is skipped until then
+
+	mu    sync.Mutex
+	ll    *list.List
+	items map[Key]*list.Element
+}
+
+type localItem struct {
+	k Key
+	v *symbolizerv1.Location
+}
+
+// New returns a cache.
+func New(opt Options) *Cache {
+	if opt.TTL == 0 {
+		opt.TTL = 24 * time.Hour
+	}
+	if opt.NegativeTTL == 0 {
+		opt.NegativeTTL = time.Hour
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = 250 * time.Millisecond
+	}
+	if opt.Backoff == 0 {
+		opt.Backoff = time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}}
+	if _, ok := opt.Redis.(*redis.ClusterClient); ok {
+		c.cluster = true
+	}
+	return c
+}
+
+// Get fills out[i] for every key found; a nil out[i] is a miss. out must have len(keys).
+// An empty Location is a cached negative result.
+func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Location) {
+	var missIdx []int
+	hits := 0
+	if c.opt.LocalSize > 0 {
+		c.mu.Lock()
+		for i, k := range keys {
+			if el, ok := c.items[k]; ok {
+				c.ll.MoveToFront(el)
+				out[i] = el.Value.(*localItem).v
+				hits++
+			} else {
+				missIdx = append(missIdx, i)
+			}
+		}
+		c.mu.Unlock()
+		c.metric("memory", hits, len(missIdx))
+	} else {
+		missIdx = make([]int, len(keys))
+		for i := range keys {
+			missIdx[i] = i
+		}
+	}
+	if len(missIdx) == 0 || !c.redisUp() {
+		return
+	}
+	rkeys := make([]string, len(missIdx))
+	for j, i := range missIdx {
+		rkeys[j] = keys[i].redisKey()
+	}
+	vals, err := c.mget(ctx, rkeys)
+	if err != nil {
+		c.redisFailed("get", err)
+		return
+	}
+	rh := 0
+	var fill []int
+	for j, v := range vals {
+		if v == nil {
+			continue
+		}
+		loc := &symbolizerv1.Location{}
+		if err := proto.Unmarshal(v, loc); err != nil {
+			c.opt.Logger.Warn("undecodable result cache entry", "key", rkeys[j], "err", err)
+			continue
+		}
+		out[missIdx[j]] = loc
+		fill = append(fill, missIdx[j])
+		rh++
+	}
+	c.metric("redis", rh, len(missIdx)-rh)
+	if len(fill) > 0 && c.opt.LocalSize > 0 {
+		c.mu.Lock()
+		for _, i := range fill {
+			c.addLocal(keys[i], out[i])
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *Cache) mget(ctx context.Context, keys []string) ([][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	out := make([][]byte, len(keys))
+	if !c.cluster {
+		vals, err := c.opt.Redis.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				out[i] = []byte(s)
+			}
+		}
+		return out, nil
+	}
+	// Cluster: keys of one batch live in many slots, which MGET refuses; a pipeline of GETs
+	// is split by slot by the client.
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		if b, err := cmd.Bytes(); err == nil {
+			out[i] = b
+		}
+	}
+	return out, nil
+}
+
+// Put stores results: in memory, and in Redis with one pipelined round trip.
+func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Location) {
+	if len(keys) == 0 {
+		return
+	}
+	if c.opt.LocalSize > 0 {
+		c.mu.Lock()
+		for i, k := range keys {
+			c.addLocal(k, vals[i])
+		}
+		c.mu.Unlock()
+	}
+	if !c.redisUp() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			data, err := proto.Marshal(vals[i])
+			if err != nil {
+				return err
+			}
+			ttl := c.opt.TTL
+			if len(vals[i].GetFrames()) == 0 {
+				ttl = c.opt.NegativeTTL
+			}
+			p.Set(ctx, k.redisKey(), data, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		c.redisFailed("set", err)
+	}
+}
+
+func (c *Cache) addLocal(k Key, v *symbolizerv1.Location) {
+	if el, ok := c.items[k]; ok {
+		el.Value.(*localItem).v = v
+		c.ll.MoveToFront(el)
+		return
+	}
+	c.items[k] = c.ll.PushFront(&localItem{k, v})
+	for c.ll.Len() > c.opt.LocalSize {
+		el := c.ll.Back()
+		c.ll.Remove(el)
+		delete(c.items, el.Value.(*localItem).k)
+	}
+}
+
+func (c *Cache) redisUp() bool {
+	return c.opt.Redis != nil && time.Now().UnixNano() >= c.downUntil.Load()
+}
+
+func (c *Cache) redisFailed(op string, err error) {
+	c.downUntil.Store(time.Now().Add(c.opt.Backoff).UnixNano())
+	c.opt.Logger.Warn("redis result cache unavailable; continuing without it", "op", op, "backoff", c.opt.Backoff, "err", err)
+	if c.opt.Metrics != nil {
+		c.opt.Metrics.RedisError(op)
+	}
+}
+
+func (c *Cache) metric(layer string, hits, misses int) {
+	if c.opt.Metrics != nil {
+		c.opt.Metrics.CacheResult(layer, hits, misses)
+	}
+}
+
+// Ping reports whether Redis answers (nil when Redis is not configured).
+func (c *Cache) Ping(ctx context.Context) error {
+	if c.opt.Redis == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	return c.opt.Redis.Ping(ctx).Err()
+}
+
+// NewRedisClient builds a UniversalClient from a URL: redis:// or rediss:// for one node,
+// redis+cluster:// (or several addrs via ParseClusterURL syntax) for a cluster, and
+// redis+sentinel://.../?master_name=M for Sentinel failover.
+func NewRedisClient(rawURL string) (redis.UniversalClient, error) {
+	return newRedisClient(rawURL)
+}

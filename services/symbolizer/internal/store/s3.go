@@ -1,0 +1,186 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// S3Config configures the S3 backend.
+type S3Config struct {
+	Endpoint  string // host:port, no scheme
+	Bucket    string
+	Region    string
+	AccessKey string
+	SecretKey string
+	Insecure  bool   // plain HTTP
+	Prefix    string // optional key prefix inside the bucket
+}
+
+// S3 stores objects in an S3-compatible bucket. S3 objects are atomic by nature: a PUT
+// that fails leaves no object.
+type S3 struct {
+	c      *minio.Client
+	bucket string
+	prefix string
+}
+
+// NewS3 connects to the bucket (it must exist).
+func NewS3(cfg S3Config) (*S3, error) {
+	if cfg.Endpoint == "" || cfg.Bucket == "" {
+		return nil, errors.New("s3: endpoint and bucket are required")
+	}
+	c, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure: !cfg.Insecure,
+		Region: cfg.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
+	}
+	p := strings.Trim(cfg.Prefix, "/")
+	if p != "" {
+		if err := CheckKey(p); err != nil {
+			return nil, fmt.Errorf("s3 prefix: %w", err)
+		}
+		p += "/"
+	}
+	return &S3{c: c, bucket: cfg.Bucket, prefix: p}, nil
+}
+
+func (s *S3) String() string { return "s3 " + s.c.EndpointURL().Host + "/" + s.bucket }
+
+func (s *S3) key(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	return s.prefix + key, nil
+}
+
+func s3Err(key string, err error) error {
+	if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+		return fmt.Errorf("%s: %w", key, ErrNotExist)
+	}
+	return fmt.Errorf("s3 %s: %w", key, err)
+}
+
+// Put uploads the object (multipart for large objects).
+func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	k, err := s.key(key)
+	if err != nil {
+		return err
+	}
+	_, err = s.c.PutObject(ctx, s.bucket, k, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return fmt.Errorf("s3 put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Open starts a download.
+func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	k, err := s.key(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	obj, err := s.c.GetObject(ctx, s.bucket, k, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, 0, s3Err(key, err)
+	}
+	st, err := obj.Stat()
+	if err != nil {
+		obj.Close()
+		return nil, 0, s3Err(key, err)
+	}
+	return obj, st.Size, nil
+}
+
+// Size stats the object.
+func (s *S3) Size(ctx context.Context, key string) (int64, error) {
+	k, err := s.key(key)
+	if err != nil {
+		return 0, err
+	}
+	st, err := s.c.StatObject(ctx, s.bucket, k, minio.StatObjectOptions{})
+	if err != nil {
+		return 0, s3Err(key, err)
+	}
+	return st.Size, nil
+}
+
+// Delete removes the object.
+func (s *S3) Delete(ctx context.Context, key string) error {
+	k, err := s.key(key)
+	if err != nil {
+		return err
+	}
+	if err := s.c.RemoveObject(ctx, s.bucket, k, minio.RemoveObjectOptions{}); err != nil {
+		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+			return nil
+		}
+		return fmt.Errorf("s3 delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// Copy copies server-side.
+func (s *S3) Copy(ctx context.Context, src, dst string) error {
+	sk, err := s.key(src)
+	if err != nil {
+		return err
+	}
+	dk, err := s.key(dst)
+	if err != nil {
+		return err
+	}
+	_, err = s.c.CopyObject(ctx, minio.CopyDestOptions{Bucket: s.bucket, Object: dk}, minio.CopySrcOptions{Bucket: s.bucket, Object: sk})
+	if err != nil {
+		return s3Err(src+" -> "+dst, err)
+	}
+	return nil
+}
+
+// List lists keys with prefix.
+func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for obj := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("s3 list %s: %w", prefix, obj.Err)
+		}
+		keys = append(keys, strings.TrimPrefix(obj.Key, s.prefix))
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// PresignPut presigns a PUT of the object.
+func (s *S3) PresignPut(ctx context.Context, key string, expiry time.Duration) (string, map[string]string, bool, error) {
+	k, err := s.key(key)
+	if err != nil {
+		return "", nil, false, err
+	}
+	u, err := s.c.PresignedPutObject(ctx, s.bucket, k, expiry)
+	if err != nil {
+		return "", nil, false, fmt.Errorf("s3 presign %s: %w", key, err)
+	}
+	return u.String(), map[string]string{}, true, nil
+}
+
+// Ping checks that the bucket exists and the credentials work.
+func (s *S3) Ping(ctx context.Context) error {
+	ok, err := s.c.BucketExists(ctx, s.bucket)
+	if err != nil {
+		return fmt.Errorf("s3 bucket %s: %w", s.bucket, err)
+	}
+	if !ok {
+		return fmt.Errorf("s3 bucket %s does not exist", s.bucket)
+	}
+	return nil
+}

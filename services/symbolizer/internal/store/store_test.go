@@ -1,0 +1,153 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/profsym/profsym/pkg/testsupport"
+)
+
+// suite is what every backend must do.
+func suite(t *testing.T, s Store) {
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	body := []byte("hello debuginfo")
+	if err := s.Put(ctx, "a/b/c", bytes.NewReader(body), int64(len(body))); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	rc, n, err := s.Open(ctx, "a/b/c")
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if n != int64(len(body)) || !bytes.Equal(got, body) {
+		t.Fatalf("open = %q (%d), want %q", got, n, body)
+	}
+	if sz, err := s.Size(ctx, "a/b/c"); err != nil || sz != int64(len(body)) {
+		t.Fatalf("size = %d, %v", sz, err)
+	}
+	if _, err := s.Size(ctx, "a/b/missing"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("size of missing = %v, want ErrNotExist", err)
+	}
+	if _, _, err := s.Open(ctx, "nope"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("open of missing = %v, want ErrNotExist", err)
+	}
+	// A body shorter than declared must not leave an object.
+	if err := s.Put(ctx, "a/short", strings.NewReader("abc"), 10); err == nil {
+		t.Fatalf("short put succeeded")
+	}
+	if _, err := s.Size(ctx, "a/short"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("short put left an object: %v", err)
+	}
+	if err := s.Copy(ctx, "a/b/c", "x/y"); err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if err := s.Put(ctx, "a/z", strings.NewReader("z"), 1); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	keys, err := s.List(ctx, "a/")
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if want := []string{"a/b/c", "a/z"}; !reflect.DeepEqual(keys, want) {
+		t.Fatalf("list a/ = %v, want %v", keys, want)
+	}
+	for _, bad := range []string{"", "/abs", "a/../b", "a//b", "a/./b", "a b", "a\x00b", ".."} {
+		if err := s.Put(ctx, bad, strings.NewReader("x"), 1); err == nil {
+			t.Errorf("put %q accepted", bad)
+		}
+	}
+	if err := s.Delete(ctx, "a/b/c"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := s.Delete(ctx, "a/b/c"); err != nil {
+		t.Fatalf("delete again: %v", err)
+	}
+	keys, err = s.List(ctx, "")
+	if err != nil {
+		t.Fatalf("list all: %v", err)
+	}
+	if want := []string{"a/z", "x/y"}; !reflect.DeepEqual(keys, want) {
+		t.Fatalf("list = %v, want %v", keys, want)
+	}
+	// LocalCopy works on every backend.
+	p, cleanup, err := LocalCopy(ctx, s, "x/y", t.TempDir())
+	if err != nil {
+		t.Fatalf("local copy: %v", err)
+	}
+	defer cleanup()
+	if b, _ := os.ReadFile(p); !bytes.Equal(b, body) {
+		t.Fatalf("local copy = %q", b)
+	}
+}
+
+func TestFolder(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite(t, s)
+	if _, _, ok, _ := s.PresignPut(context.Background(), "k", time.Minute); ok {
+		t.Fatal("folder claims presigned URLs")
+	}
+	if _, err := s.LocalPath(".tmp/x"); err == nil {
+		t.Fatal("reserved key accepted")
+	}
+	// Nothing outside the root was written.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "b")); err == nil {
+		t.Fatal("wrote outside the root")
+	}
+}
+
+func TestS3(t *testing.T) {
+	m := testsupport.StartMinIO(t)
+	m.NewBucket(t, "psym")
+	s, err := NewS3(S3Config{Endpoint: m.Endpoint(), Bucket: "psym", Region: m.Region(), AccessKey: m.AccessKey(), SecretKey: m.SecretKey(), Insecure: true, Prefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite(t, s)
+
+	// Presigned PUT: a plain HTTP client with no credentials writes the object.
+	ctx := context.Background()
+	u, hdr, ok, err := s.PresignPut(ctx, "up/1", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("presign: %v %v", ok, err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, u, strings.NewReader("presigned body"))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("presigned PUT: %s", resp.Status)
+	}
+	if n, err := s.Size(ctx, "up/1"); err != nil || n != int64(len("presigned body")) {
+		t.Fatalf("presigned object: %d %v", n, err)
+	}
+
+	bad, err := NewS3(S3Config{Endpoint: m.Endpoint(), Bucket: "missing", Region: m.Region(), AccessKey: m.AccessKey(), SecretKey: m.SecretKey(), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Ping(ctx); err == nil {
+		t.Fatal("ping of a missing bucket succeeded")
+	}
+}
