@@ -3,8 +3,10 @@ package demangle
 import (
 	"bufio"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 type tableCase struct {
@@ -137,3 +139,68 @@ func BenchmarkNamePlain(b *testing.B) {
 		_ = Name("__libc_start_main")
 	}
 }
+
+// base62 encodes n as a v0 <base-62-number>.
+func base62(n int) string {
+	if n == 0 {
+		return "_"
+	}
+	n--
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	var s []byte
+	for {
+		s = append([]byte{digits[n%62]}, s...)
+		n /= 62
+		if n == 0 {
+			break
+		}
+	}
+	return string(s) + "_"
+}
+
+// TestHostileNamesBounded builds names whose expansion doubles with every level (v0 tuple
+// backrefs, Itanium substitutions): they must come back quickly and bounded in length.
+func TestHostileNamesBounded(t *testing.T) {
+	// _R I Nv C1a 1f <type> E, where each type level is a tuple of two backrefs to the one
+	// before it.
+	v0 := "INvC1a1f"
+	prev := len(v0)
+	v0 += "l"
+	for i := 0; i < 40; i++ {
+		cur := len(v0)
+		v0 += "TB" + base62(prev) + "B" + base62(prev) + "E"
+		prev = cur
+	}
+	v0 = "_R" + v0 + "E"
+
+	// Itanium: each template argument list repeats the previous substitution twice.
+	var it strings.Builder
+	it.WriteString("_Z1fI")
+	it.WriteString("1A")
+	for i := 0; i < 40; i++ {
+		it.WriteString("St4pairIS")
+		if i > 0 {
+			it.WriteString(base36(i - 1))
+		}
+		it.WriteString("_S")
+		if i > 0 {
+			it.WriteString(base36(i - 1))
+		}
+		it.WriteString("_E")
+	}
+	it.WriteString("EvT_")
+
+	for _, name := range []string{v0, it.String()} {
+		start := time.Now()
+		out := Name(name)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Name took %v on a %d-byte name", d, len(name))
+		}
+		t.Logf("%d-byte name: %d bytes out in %v", len(name), len(out), time.Since(start))
+		if len(out) > 2*maxOutput {
+			t.Errorf("Name returned %d bytes", len(out))
+		}
+	}
+}
+
+func base36(n int) string { return strings.ToUpper(strconv.FormatInt(int64(n), 36)) }

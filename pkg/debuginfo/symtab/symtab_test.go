@@ -599,3 +599,26 @@ func TestMinimalELF(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoad loads the symbol table of the test binary itself (a Go binary with tens of
+// thousands of symbols).
+func BenchmarkLoad(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Skip(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer f.Close()
+	b.ReportAllocs()
+	var st Stats
+	for i := 0; i < b.N; i++ {
+		bld := index.NewBuilder()
+		if st, err = Load(f, bld); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(st.Symbols), "symbols")
+}
