@@ -1,0 +1,48 @@
+# profsym build, generation, lint, tests and benchmarks. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+TOOLS ?= $(or $(PROFSYM_TOOLS),$(HOME)/.cache/profsym/bin)
+GOLANGCI_LINT ?= $(TOOLS)/golangci-lint
+SERVICES := symbolizer gateway collector
+export PATH := $(TOOLS):$(PATH)
+
+.PHONY: help build generate check-generated lint test test-short bench testdata demo clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## Build the three service binaries into bin/.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
+
+generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
+	$(GO) tool buf generate
+	$(GO) generate ./services/collector/...
+
+check-generated: generate ## Fail when committed generated code differs from a fresh generation.
+	@if [ -n "$$(git status --porcelain -- gen services/collector)" ]; then \
+		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen services/collector; exit 1; fi
+
+lint: ## gofmt, go vet, golangci-lint and buf lint.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+	$(GO) tool buf lint
+
+testdata: ## Build the engine's corpus of test binaries into testdata/build/.
+	./testdata/build.sh
+
+test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root).
+	$(GO) test -count=1 -timeout 40m ./...
+
+test-short: ## Unit tests only: no servers, no eBPF, no corpus.
+	$(GO) test -short -count=1 ./...
+
+bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/.
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	@for s in bench/*/run.sh; do echo "== $$s"; bash $$s; done
+
+clean: ## Remove build outputs.
+	rm -rf $(BIN) testdata/build

@@ -1,0 +1,371 @@
+// Package debuginfo is profsym's symbolization engine: it opens an ELF file (and the separate
+// debug file that goes with it), picks the best sources it has (DWARF, Go pclntab, symbol
+// tables, MiniDebugInfo) and builds one index that resolves ELF virtual addresses to frames.
+//
+// The parsers live in subpackages by concern: elfx (hostile-input ELF reading), buildid,
+// addrmap (address normalization), dwarfsym, gopclntab, symtab, minidebuginfo, debugfile
+// (separate debug files), demangle, and index (the compact, serializable result).
+package debuginfo
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/debugfile"
+	"github.com/profsym/profsym/pkg/debuginfo/dwarfsym"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/gopclntab"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/debuginfo/minidebuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/symtab"
+)
+
+// Options says where to look for companions of a binary and how far to trust it.
+type Options struct {
+	// DebugFile is a separate debug file to use instead of searching for one.
+	DebugFile string
+	// DebugDirs are searched for separate debug files by build ID (.build-id/ab/cdef.debug)
+	// and by .gnu_debuglink name.
+	DebugDirs []string
+	// Limits bound what a hostile file can make the engine allocate; zero means defaults.
+	Limits elfx.Limits
+	// Workers bounds the goroutines used to parse DWARF; zero means GOMAXPROCS.
+	Workers int
+}
+
+// Binary is an opened ELF file with its companions. Its index is built once, on first use,
+// and is safe for concurrent use afterwards.
+type Binary struct {
+	path    string
+	opts    Options
+	file    *os.File
+	elf     *elfx.File
+	ids     buildid.IDs
+	debug   *elfx.File // separate debug file, if any
+	dbgFile *os.File
+	info    Info
+
+	once sync.Once
+	ix   *index.Index
+	err  error
+}
+
+// Info reports what a binary carries and what the engine made of it; `symbolizer debuginfo
+// inspect` prints it.
+type Info struct {
+	Path      string      `json:"path"`
+	Size      int64       `json:"size"`
+	IDs       buildid.IDs `json:"ids"`
+	DebugFile string      `json:"debug_file,omitempty"`
+	// DebugFileFoundBy says how the debug file was found: "option", "build-id", "debuglink".
+	DebugFileFoundBy string `json:"debug_file_found_by,omitempty"`
+	Debuglink        string `json:"debuglink,omitempty"`
+
+	DWARF         bool   `json:"dwarf"`
+	DWARFVersion  int    `json:"dwarf_version,omitempty"`
+	Compression   string `json:"debug_compression"` // none, zlib, zstd, zlib-gnu (.zdebug)
+	DebugBytes    int64  `json:"debug_section_bytes"`
+	GoPclntab     bool   `json:"go_pclntab"`
+	Symtab        bool   `json:"symtab"`
+	Dynsym        bool   `json:"dynsym"`
+	MiniDebugInfo bool   `json:"minidebuginfo"`
+
+	// Sources lists the sources that fed the index, best first; filled by Index.
+	Sources []string `json:"sources,omitempty"`
+	// Fidelity of the built index; filled by Index.
+	Fidelity   string        `json:"fidelity,omitempty"`
+	IndexStats *index.Stats  `json:"index_stats,omitempty"`
+	BuildTime  time.Duration `json:"index_build_ns,omitempty"`
+	// Warnings are problems with a source that was skipped (a corrupt section, say); the index
+	// was built from what remained.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ErrNotELF is wrapped when the file is not an ELF object at all.
+var ErrNotELF = errors.New("not an ELF file")
+
+// Open opens path, computes its IDs and finds its separate debug file. It does not parse debug
+// information yet: that happens once, in Index.
+func Open(path string, opts Options) (*Binary, error) {
+	if opts.Limits == (elfx.Limits{}) {
+		opts.Limits = elfx.DefaultLimits()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open binary: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	b := &Binary{path: path, opts: opts, file: f}
+	b.elf, err = elfx.Open(f, st.Size(), opts.Limits)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrNotELF, err)
+	}
+	b.ids, err = buildid.Compute(f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: build IDs: %w", path, err)
+	}
+	b.info = Info{Path: path, Size: st.Size(), IDs: b.ids}
+	b.describe(b.elf)
+
+	if err := b.findDebugFile(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Binary) findDebugFile() error {
+	dbgPath, how := b.opts.DebugFile, "option"
+	if dbgPath == "" && !b.elf.HasDWARF() {
+		p, h, err := debugfile.Find(b.elf, b.ids, b.path, b.opts.DebugDirs)
+		if err != nil {
+			b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("search debug file: %v", err))
+		}
+		dbgPath, how = p, h
+	}
+	if dbgPath == "" {
+		return nil
+	}
+	df, err := os.Open(dbgPath)
+	if err != nil {
+		return fmt.Errorf("open debug file: %w", err)
+	}
+	st, err := df.Stat()
+	if err != nil {
+		df.Close()
+		return fmt.Errorf("stat %s: %w", dbgPath, err)
+	}
+	dbg, err := elfx.Open(df, st.Size(), b.opts.Limits)
+	if err != nil {
+		df.Close()
+		return fmt.Errorf("debug file %s: %w: %w", dbgPath, ErrNotELF, err)
+	}
+	if b.ids.GNU != "" {
+		dids, err := buildid.Compute(df, st.Size())
+		if err == nil && dids.GNU != "" && dids.GNU != b.ids.GNU {
+			df.Close()
+			return fmt.Errorf("debug file %s has build ID %s, binary %s has %s", dbgPath, dids.GNU, b.path, b.ids.GNU)
+		}
+	}
+	b.debug, b.dbgFile = dbg, df
+	b.info.DebugFile, b.info.DebugFileFoundBy = dbgPath, how
+	b.describe(dbg)
+	return nil
+}
+
+// describe records what one ELF file (the binary or its debug file) carries.
+func (b *Binary) describe(f *elfx.File) {
+	ef := f.ELF()
+	for _, s := range ef.Sections {
+		switch {
+		case s.Name == ".symtab" && s.Type == elf.SHT_SYMTAB:
+			b.info.Symtab = true
+		case s.Name == ".dynsym":
+			b.info.Dynsym = true
+		case s.Name == ".gopclntab":
+			b.info.GoPclntab = true
+		case s.Name == ".gnu_debugdata":
+			b.info.MiniDebugInfo = true
+		case s.Name == ".gnu_debuglink":
+			if data, err := f.SectionData(s.Name); err == nil {
+				if i := strings.IndexByte(string(data), 0); i > 0 {
+					b.info.Debuglink = string(data[:i])
+				}
+			}
+		case strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_"):
+			if s.Type == elf.SHT_NOBITS {
+				continue
+			}
+			b.info.DebugBytes += int64(s.Size)
+			if c := compressionOf(s, byteOrder(ef)); c != "none" || b.info.Compression == "" {
+				b.info.Compression = c
+			}
+			if s.Name == ".debug_info" || s.Name == ".zdebug_info" {
+				b.info.DWARF = true
+			}
+		}
+	}
+	if b.info.Compression == "" {
+		b.info.Compression = "none"
+	}
+}
+
+func compressionOf(s *elf.Section, order binary.ByteOrder) string {
+	if strings.HasPrefix(s.Name, ".zdebug_") {
+		return "zlib-gnu"
+	}
+	if s.Flags&elf.SHF_COMPRESSED == 0 {
+		return "none"
+	}
+	var hdr [4]byte
+	if _, err := s.ReaderAt.ReadAt(hdr[:], 0); err != nil {
+		return "unknown"
+	}
+	switch elf.CompressionType(order.Uint32(hdr[:])) {
+	case elf.COMPRESS_ZLIB:
+		return "zlib"
+	case elf.COMPRESS_ZSTD:
+		return "zstd"
+	}
+	return "unknown"
+}
+
+// IDs returns every ID the binary has.
+func (b *Binary) IDs() buildid.IDs { return b.ids }
+
+// Path returns the path the binary was opened from.
+func (b *Binary) Path() string { return b.path }
+
+// Info reports what the binary carries; after Index it also says what the index holds.
+func (b *Binary) Info() Info {
+	info := b.info
+	info.Sources = append([]string(nil), b.info.Sources...)
+	info.Warnings = append([]string(nil), b.info.Warnings...)
+	return info
+}
+
+// Close releases the files. An index already built stays usable.
+func (b *Binary) Close() error {
+	var errs []error
+	if b.dbgFile != nil {
+		errs = append(errs, b.dbgFile.Close())
+		b.dbgFile = nil
+	}
+	if b.file != nil {
+		errs = append(errs, b.file.Close())
+		b.file = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Index builds (once) and returns the binary's index.
+func (b *Binary) Index() (*index.Index, error) {
+	b.once.Do(func() {
+		start := time.Now()
+		b.ix, b.err = b.build()
+		b.info.BuildTime = time.Since(start)
+		if b.ix != nil {
+			st := b.ix.Stats()
+			b.info.IndexStats = &st
+			b.info.Fidelity = b.ix.Fidelity().String()
+		}
+	})
+	return b.ix, b.err
+}
+
+// build feeds every usable source into one Builder. Go binaries are read from pclntab, which
+// carries functions, lines and the inline tree even when stripped and is much cheaper to decode
+// than Go's DWARF; other binaries from DWARF. Symbol tables fill the gaps either leaves.
+func (b *Binary) build() (*index.Index, error) {
+	bld := index.NewBuilder()
+	var hardErr error
+	warn := func(source string, err error) {
+		b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("%s: %v", source, err))
+		if hardErr == nil {
+			hardErr = fmt.Errorf("%s: %w", source, err)
+		}
+	}
+
+	usedDebug := false
+	if gopclntab.Present(b.elf.ELF()) {
+		if st, err := gopclntab.Load(b.elf.ELF(), bld); err != nil {
+			warn("gopclntab", err)
+		} else {
+			b.info.Sources = append(b.info.Sources, "gopclntab "+st.Version)
+			usedDebug = true
+		}
+	}
+	if !usedDebug {
+		for _, f := range []*elfx.File{b.debug, b.elf} {
+			if f == nil || !f.HasDWARF() {
+				continue
+			}
+			secs, err := f.DWARFSections()
+			if err != nil {
+				warn("dwarf", err)
+				continue
+			}
+			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, dwarfsym.Options{Workers: b.opts.Workers})
+			if err != nil {
+				warn("dwarf", err)
+				continue
+			}
+			b.info.DWARFVersion = st.Version
+			b.info.Sources = append(b.info.Sources, fmt.Sprintf("dwarf v%d", st.Version))
+			usedDebug = true
+			break
+		}
+	}
+
+	for _, f := range []*elfx.File{b.debug, b.elf} {
+		if f == nil {
+			continue
+		}
+		st, err := symtab.Load(f.ELF(), bld)
+		if err != nil {
+			warn("symtab", err)
+			continue
+		}
+		if st.Symbols > 0 {
+			b.info.Sources = append(b.info.Sources, st.Source)
+		}
+	}
+	if b.info.MiniDebugInfo {
+		inner, err := minidebuginfo.Extract(b.elf, b.opts.Limits)
+		switch {
+		case err != nil:
+			warn("minidebuginfo", err)
+		case inner != nil:
+			if st, err := symtab.Load(inner.ELF(), bld); err != nil {
+				warn("minidebuginfo symtab", err)
+			} else if st.Symbols > 0 {
+				b.info.Sources = append(b.info.Sources, "minidebuginfo "+st.Source)
+			}
+		}
+	}
+
+	ix, err := bld.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build index of %s: %w", b.path, err)
+	}
+	// A source that failed is survivable when another one answered; when none did, the caller
+	// must learn why rather than get an empty index.
+	if ix.Fidelity() == index.FidelityNone && hardErr != nil {
+		return nil, fmt.Errorf("%s: no usable debug information: %w", b.path, hardErr)
+	}
+	return ix, nil
+}
+
+func byteOrder(f *elf.File) binary.ByteOrder {
+	if f.ByteOrder != nil {
+		return f.ByteOrder
+	}
+	return binary.LittleEndian
+}
+
+// OpenIndex is Open followed by Index and Close, for callers that only want the index.
+func OpenIndex(path string, opts Options) (*index.Index, Info, error) {
+	b, err := Open(path, opts)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	defer b.Close()
+	ix, err := b.Index()
+	return ix, b.Info(), err
+}
+
+var _ io.Closer = (*Binary)(nil)
