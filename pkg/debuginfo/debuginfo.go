@@ -191,7 +191,7 @@ func (b *Binary) describe(f *elfx.File) {
 				continue
 			}
 			b.info.DebugBytes += int64(s.Size)
-			if c := compressionOf(s, byteOrder(ef)); c != "none" || b.info.Compression == "" {
+			if c := compressionOf(f, s); c != "none" || b.info.Compression == "" {
 				b.info.Compression = c
 			}
 			if s.Name == ".debug_info" || s.Name == ".zdebug_info" {
@@ -204,18 +204,22 @@ func (b *Binary) describe(f *elfx.File) {
 	}
 }
 
-func compressionOf(s *elf.Section, order binary.ByteOrder) string {
+func compressionOf(f *elfx.File, s *elf.Section) string {
 	if strings.HasPrefix(s.Name, ".zdebug_") {
 		return "zlib-gnu"
 	}
 	if s.Flags&elf.SHF_COMPRESSED == 0 {
 		return "none"
 	}
+	// ch_type is the first word of the compression header in both ELF classes.
 	var hdr [4]byte
-	if _, err := s.ReaderAt.ReadAt(hdr[:], 0); err != nil {
+	if s.Offset > uint64(f.Size()) {
 		return "unknown"
 	}
-	switch elf.CompressionType(order.Uint32(hdr[:])) {
+	if _, err := f.ReaderAt().ReadAt(hdr[:], int64(s.Offset)); err != nil {
+		return "unknown"
+	}
+	switch elf.CompressionType(byteOrder(f.ELF()).Uint32(hdr[:])) {
 	case elf.COMPRESS_ZLIB:
 		return "zlib"
 	case elf.COMPRESS_ZSTD:
