@@ -18,6 +18,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #define MAX_STACK_DEPTH 127
 #define TASK_COMM_LEN 16
@@ -38,6 +39,11 @@ struct psym_stack_event {
 	__u32 cpu;
 	__s32 kstack_len; // bytes written by bpf_get_stack, or a negative errno
 	__s32 ustack_len;
+	// The word at the user stack pointer. When the sampled user function has no frame
+	// of its own (a frameless leaf, a function's first instruction, a libc syscall
+	// wrapper) it is the return address into the caller, which the frame-pointer walk
+	// skips; user space decides whether it is one.
+	__u64 user_sp_word;
 	__u8 comm[TASK_COMM_LEN];
 	__u64 kstack[MAX_STACK_DEPTH];
 	__u64 ustack[MAX_STACK_DEPTH];
@@ -163,6 +169,14 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
 	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	e->user_sp_word = 0;
+	if (e->ustack_len > 0) {
+		// The user registers, also when the sample interrupted the kernel.
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		__u64 sp = BPF_CORE_READ(regs, sp);
+		if (bpf_probe_read_user(&e->user_sp_word, sizeof(e->user_sp_word), (void *)sp) < 0)
+			e->user_sp_word = 0;
+	}
 	bpf_ringbuf_submit(e, wakeup_flag());
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;

@@ -49,8 +49,9 @@ const (
 	offCPU    = 20
 	offKLen   = 24
 	offULen   = 28
-	offComm   = 32
-	offKstack = 48
+	offSPWord = 32
+	offComm   = 40
+	offKstack = 56
 	offUstack = offKstack + 8*MaxStackDepth
 	stackRec  = offUstack + 8*MaxStackDepth
 )
@@ -88,6 +89,9 @@ type Sample struct {
 	// returns.
 	Kernel []uint64
 	User   []uint64
+	// UserSPWord is the word at the user stack pointer (0 if unreadable): the return
+	// address into the caller when the sampled function has no frame of its own.
+	UserSPWord uint64
 }
 
 // ProcEventKind says what happened to a process.
@@ -386,6 +390,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.Comm = string(comm)
 		sample.Kernel = decodeStack(sample.Kernel[:0], raw[offKstack:offUstack], int32(le.Uint32(raw[offKLen:])))
 		sample.User = decodeStack(sample.User[:0], raw[offUstack:stackRec], int32(le.Uint32(raw[offULen:])))
+		sample.UserSPWord = le.Uint64(raw[offSPWord:])
 		h.HandleSample(sample)
 	default:
 		s.log.Warn("unknown ring buffer record", "kind", kind)

@@ -20,17 +20,18 @@ type profilerPsymProcEvent struct {
 }
 
 type profilerPsymStackEvent struct {
-	_         structs.HostLayout
-	Kind      uint32
-	Tgid      uint32
-	KtimeNs   uint64
-	Tid       uint32
-	Cpu       uint32
-	KstackLen int32
-	UstackLen int32
-	Comm      [16]uint8
-	Kstack    [127]uint64
-	Ustack    [127]uint64
+	_          structs.HostLayout
+	Kind       uint32
+	Tgid       uint32
+	KtimeNs    uint64
+	Tid        uint32
+	Cpu        uint32
+	KstackLen  int32
+	UstackLen  int32
+	UserSpWord uint64
+	Comm       [16]uint8
+	Kstack     [127]uint64
+	Ustack     [127]uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -121,9 +121,10 @@ type Table struct {
 	// outside every known mapping (a JIT or a process that keeps mapping files).
 	minRefresh time.Duration
 
-	mu    sync.Mutex
-	procs map[uint32]*Process
-	reads uint64
+	mu        sync.Mutex
+	procs     map[uint32]*Process
+	reads     uint64
+	callSites map[callSiteKey]bool
 }
 
 // NewTable returns a table reading /proc below procRoot ("/proc" outside tests).
@@ -131,7 +132,8 @@ func NewTable(procRoot string, files *FileCache, log *slog.Logger) *Table {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Table{procRoot: procRoot, files: files, log: log, minRefresh: time.Second, procs: make(map[uint32]*Process)}
+	return &Table{procRoot: procRoot, files: files, log: log, minRefresh: time.Second,
+		procs: make(map[uint32]*Process), callSites: make(map[callSiteKey]bool)}
 }
 
 // Process returns what is known of pid, reading /proc the first time and after an exec.

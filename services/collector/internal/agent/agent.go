@@ -1,0 +1,262 @@
+//go:build linux
+
+// Package agent ties the collector together: the eBPF sampler feeds samples into a profile
+// builder, and every interval the finished OTLP request goes to the exporter and the
+// output file.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+
+	"github.com/profsym/profsym/services/collector/internal/bpfprog"
+	"github.com/profsym/profsym/services/collector/internal/kallsyms"
+	"github.com/profsym/profsym/services/collector/internal/procmaps"
+	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
+)
+
+// Config configures an agent.
+type Config struct {
+	FrequencyHz int
+	Interval    time.Duration
+	PIDs        []uint32
+	CgroupIDs   []uint64
+	// HostAttributes are added to every resource (host.name, k8s.node.name, ...).
+	HostAttributes map[string]string
+	// MaxSamplesPerInterval bounds the distinct samples of one request.
+	MaxSamplesPerInterval int
+	// MaxFiles bounds the build-ID cache.
+	MaxFiles int
+	// ProcRoot and KallsymsPath default to /proc and /proc/kallsyms.
+	ProcRoot, KallsymsPath string
+	// Sinks receive every finished request, encoded as an ExportProfilesServiceRequest.
+	Sinks []func(data []byte)
+	// Registerer receives the agent's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Version    string
+}
+
+// Agent is a running collector.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	sampler *bpfprog.Sampler
+	procs   *procmaps.Table
+	files   *procmaps.FileCache
+	kernel  *kallsyms.Table
+
+	mu         sync.Mutex
+	builder    *profilebuilder.Builder
+	intervalAt time.Time
+
+	// Kernel counters as last read: they stay readable after the sampler is closed.
+	countersMu sync.Mutex
+	counters   bpfprog.Counters
+	closed     bool
+
+	m metrics
+}
+
+type metrics struct {
+	samples        prometheus.Counter
+	builderDropped prometheus.Counter
+	requests       prometheus.Counter
+	requestBytes   prometheus.Counter
+	procEvents     *prometheus.CounterVec
+}
+
+// New loads the eBPF programs and starts sampling; Run must follow to consume the samples.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("interval %v must be positive", cfg.Interval)
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.KallsymsPath == "" {
+		cfg.KallsymsPath = "/proc/kallsyms"
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = 4096
+	}
+	a := &Agent{cfg: cfg, log: log, files: procmaps.NewFileCache(cfg.MaxFiles)}
+	a.procs = procmaps.NewTable(cfg.ProcRoot, a.files, log)
+	k, err := kallsyms.Load(cfg.KallsymsPath)
+	if err != nil {
+		// Kernel frames then go out with addresses only; user stacks are what matters most.
+		log.Warn("kernel frames will not be symbolized", "err", err)
+	} else {
+		a.kernel = k
+	}
+	a.registerMetrics()
+	a.builder = a.newBuilder()
+	a.intervalAt = time.Now()
+	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs}, log)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Agent) newBuilder() *profilebuilder.Builder {
+	return profilebuilder.New(profilebuilder.Options{
+		FrequencyHz:    a.cfg.FrequencyHz,
+		HostAttributes: a.cfg.HostAttributes,
+		MaxSamples:     a.cfg.MaxSamplesPerInterval,
+		ScopeName:      "profsym-collector",
+		ScopeVersion:   a.cfg.Version,
+	}, a.procs, a.kernel)
+}
+
+func (a *Agent) registerMetrics() {
+	const ns = "profsym_collector"
+	a.m = metrics{
+		samples: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "samples_total",
+			Help: "Stack samples received from the kernel."}),
+		builderDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "samples_dropped_total",
+			Help: "Samples dropped because an interval held the maximum number of distinct samples."}),
+		requests: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "profiles_requests_total",
+			Help: "OTLP requests built (one per non-empty interval)."}),
+		requestBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "profiles_request_bytes_total",
+			Help: "Encoded bytes of the OTLP requests built."}),
+		procEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "process_events_total",
+			Help: "Process exec and exit notifications."}, []string{"event"}),
+	}
+	reg := a.cfg.Registerer
+	if reg == nil {
+		return
+	}
+	kernelCounter := func(name, help string, pick func(bpfprog.Counters) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 {
+			return float64(pick(a.kernelCounters()))
+		})
+	}
+	reg.MustRegister(a.m.samples, a.m.builderDropped, a.m.requests, a.m.requestBytes, a.m.procEvents,
+		kernelCounter("kernel_samples_total", "Samples the eBPF program wrote to the ring buffer.",
+			func(c bpfprog.Counters) uint64 { return c.Samples }),
+		kernelCounter("lost_samples_total", "Samples lost in the kernel because the ring buffer was full.",
+			func(c bpfprog.Counters) uint64 { return c.Lost }),
+		kernelCounter("filtered_samples_total", "Samples of processes excluded by the pid or cgroup filters.",
+			func(c bpfprog.Counters) uint64 { return c.Filtered }),
+		kernelCounter("lost_process_events_total", "Exec or exit notifications lost because the ring buffer was full.",
+			func(c bpfprog.Counters) uint64 { return c.ProcLost }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "processes_tracked",
+			Help: "Processes whose mappings are cached."}, func() float64 { return float64(a.procs.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "files_cached",
+			Help: "Mapped files whose build IDs are cached."}, func() float64 { return float64(a.files.Len()) }),
+	)
+}
+
+// kernelCounters reads the kernel-side counters, or returns their last value once the
+// sampler is closed.
+func (a *Agent) kernelCounters() bpfprog.Counters {
+	a.countersMu.Lock()
+	defer a.countersMu.Unlock()
+	if !a.closed && a.sampler != nil {
+		if c, err := a.sampler.Counters(); err == nil {
+			a.counters = c
+		}
+	}
+	return a.counters
+}
+
+func (a *Agent) closeSampler() {
+	a.kernelCounters()
+	a.countersMu.Lock()
+	defer a.countersMu.Unlock()
+	a.closed = true
+	if err := a.sampler.Close(); err != nil {
+		a.log.Warn("detach eBPF programs", "err", err)
+	}
+}
+
+// HandleSample implements bpfprog.Handler.
+func (a *Agent) HandleSample(s *bpfprog.Sample) {
+	a.m.samples.Inc()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	before := a.builder.Dropped()
+	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, UserSPWord: s.UserSPWord})
+	if a.builder.Dropped() > before {
+		a.m.builderDropped.Inc()
+	}
+}
+
+// HandleProcEvent implements bpfprog.Handler.
+func (a *Agent) HandleProcEvent(e bpfprog.ProcEvent) {
+	switch e.Kind {
+	case bpfprog.ProcExec:
+		a.m.procEvents.WithLabelValues("exec").Inc()
+		a.procs.MarkExec(e.TGID)
+	case bpfprog.ProcExit:
+		a.m.procEvents.WithLabelValues("exit").Inc()
+		a.procs.MarkExit(e.TGID)
+	}
+}
+
+// Run consumes samples and reports every interval until ctx ends, then reports what the
+// last partial interval holds and detaches.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.closeSampler()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- a.sampler.Run(runCtx, a) }()
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			a.Flush()
+		case err := <-errc:
+			a.Flush()
+			if err != nil {
+				return fmt.Errorf("sampler: %w", err)
+			}
+			return errors.New("sampler stopped")
+		case <-ctx.Done():
+			cancel()
+			err := <-errc
+			a.Flush()
+			return err
+		}
+	}
+}
+
+// Flush finishes the current interval and hands its request to the sinks.
+func (a *Agent) Flush() {
+	now := time.Now()
+	a.mu.Lock()
+	b, start := a.builder, a.intervalAt
+	a.builder, a.intervalAt = a.newBuilder(), now
+	a.mu.Unlock()
+
+	n := b.Len()
+	if n > 0 {
+		prof := b.Finish(start, now)
+		// Marshaling rewrites attributes in place; the builder's data is not used after.
+		data, err := pprofileotlp.NewExportRequestFromProfiles(prof).MarshalProto()
+		if err != nil {
+			a.log.Error("encode profiles request", "err", err)
+		} else {
+			a.m.requests.Inc()
+			a.m.requestBytes.Add(float64(len(data)))
+			for _, sink := range a.cfg.Sinks {
+				sink(data)
+			}
+			a.log.Debug("interval reported", "samples", n, "bytes", len(data), "dropped", b.Dropped())
+		}
+	}
+	// Exited processes are forgotten only now, so their last samples had their mappings.
+	a.procs.Sweep()
+}
