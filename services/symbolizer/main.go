@@ -8,13 +8,20 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/profsym/profsym/services/symbolizer/internal/server"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizecmd"
+	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
 )
 
 type cli struct {
+	Serve     server.Config       `cmd:"" help:"Serve the symbolization and debuginfo APIs (Connect, gRPC, gRPC-Web), debuginfod paths, health and metrics on one port."`
+	Upload    uploadcli.UploadCmd `cmd:"" help:"Upload ELF files (or every ELF file under directories) the server does not have yet; for CI pipelines."`
 	Symbolize symbolizecmd.Cmd `cmd:"" help:"Resolve ELF virtual addresses of a local file to functions, files, lines and inline frames (output compatible with llvm-symbolizer)."`
 	Debuginfo struct {
 		Inspect symbolizecmd.InspectCmd `cmd:"" help:"Print a file's build IDs, the debug sources found, their quality and index statistics."`
+		List    uploadcli.ListCmd       `cmd:"" help:"List the records a server stores."`
+		Get     uploadcli.GetCmd        `cmd:"" help:"Print the record a server stores under an ID."`
+		Delete  uploadcli.DeleteCmd     `cmd:"" help:"Delete a stored file and its record from a server."`
 	} `cmd:"" help:"Work with debuginfo files."`
 }
 

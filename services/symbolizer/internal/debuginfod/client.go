@@ -1,0 +1,255 @@
+// Package debuginfod speaks the debuginfod protocol both ways: a client that fetches files the
+// store lacks from upstream servers (and stores them like uploads), and a server handler that
+// serves the store at `GET /buildid/<id>/debuginfo|executable`.
+package debuginfod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+)
+
+// ClientOptions configures the upstream client.
+type ClientOptions struct {
+	URLs        []string
+	Timeout     time.Duration // per request, including the body
+	NegativeTTL time.Duration // how long a build ID no upstream has is not asked again
+	MaxParallel int           // concurrent upstream requests
+	MaxSize     int64         // largest file accepted
+	// BreakerFailures consecutive failures open an upstream's circuit for BreakerOpen.
+	BreakerFailures int
+	BreakerOpen     time.Duration
+	TempDir         string
+	Logger          *slog.Logger
+	// Count receives (upstream, result) per fetch; result is ok, not_found, error or
+	// open_circuit.
+	Count func(upstream, result string)
+}
+
+// Client fetches from upstream debuginfod servers, in order.
+type Client struct {
+	opt       ClientOptions
+	meta      *meta.Meta
+	http      *http.Client
+	sem       chan struct{}
+	sf        singleflight.Group
+	upstreams []*upstream
+
+	mu  sync.Mutex
+	neg map[string]time.Time
+}
+
+type upstream struct {
+	url       string
+	threshold int
+	open      time.Duration
+	mu        sync.Mutex
+	failures  int
+	openUntil time.Time
+}
+
+// ParseURLs splits DEBUGINFOD_URLS-style lists (space separated) and flag values.
+func ParseURLs(values ...string) []string {
+	var out []string
+	for _, v := range values {
+		for _, u := range strings.Fields(v) {
+			out = append(out, strings.TrimSuffix(u, "/"))
+		}
+	}
+	return out
+}
+
+// NewClient returns a client that stores what it fetches through md.
+func NewClient(md *meta.Meta, opt ClientOptions) *Client {
+	if opt.Timeout == 0 {
+		opt.Timeout = 30 * time.Second
+	}
+	if opt.NegativeTTL == 0 {
+		opt.NegativeTTL = 10 * time.Minute
+	}
+	if opt.MaxParallel == 0 {
+		opt.MaxParallel = 4
+	}
+	if opt.BreakerFailures == 0 {
+		opt.BreakerFailures = 5
+	}
+	if opt.BreakerOpen == 0 {
+		opt.BreakerOpen = 30 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	c := &Client{opt: opt, meta: md, sem: make(chan struct{}, opt.MaxParallel), neg: map[string]time.Time{},
+		http: &http.Client{Timeout: opt.Timeout}}
+	for _, u := range opt.URLs {
+		c.upstreams = append(c.upstreams, &upstream{url: u, threshold: opt.BreakerFailures, open: opt.BreakerOpen})
+	}
+	return c
+}
+
+// Fetch implements symbolizeapi.Fetcher.
+func (c *Client) Fetch(ctx context.Context, gnu string) (bool, error) {
+	if len(c.upstreams) == 0 {
+		return false, nil
+	}
+	id := strings.ToLower(gnu)
+	if meta.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
+		return false, fmt.Errorf("debuginfod: invalid build ID %q", gnu)
+	}
+	c.mu.Lock()
+	until, negative := c.neg[id]
+	c.mu.Unlock()
+	if negative && time.Now().Before(until) {
+		return false, nil
+	}
+	ch := c.sf.DoChan(id, func() (any, error) {
+		return c.fetch(context.WithoutCancel(ctx), id)
+	})
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case r := <-ch:
+		if r.Err != nil {
+			return false, r.Err
+		}
+		return r.Val.(bool), nil
+	}
+}
+
+var errNotFound = errors.New("not found")
+
+func (c *Client) fetch(ctx context.Context, id string) (bool, error) {
+	var errs []error
+	for _, u := range c.upstreams {
+		if !u.allow() {
+			c.count(u.url, "open_circuit")
+			errs = append(errs, fmt.Errorf("%s: circuit open after repeated failures", u.url))
+			continue
+		}
+		for _, kind := range []struct {
+			path string
+			typ  debuginfov1.DebuginfoType
+		}{{"debuginfo", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO}, {"executable", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE}} {
+			path, err := c.download(ctx, u.url+"/buildid/"+id+"/"+kind.path)
+			if errors.Is(err, errNotFound) {
+				u.result(true)
+				c.count(u.url, "not_found")
+				continue
+			}
+			if err != nil {
+				u.result(false)
+				c.count(u.url, "error")
+				c.opt.Logger.Warn("debuginfod fetch failed", "upstream", u.url, "build_id", id, "err", err)
+				errs = append(errs, err)
+				break
+			}
+			u.result(true)
+			_, err = c.meta.Ingest(ctx, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: id}, path, kind.typ, debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD)
+			os.Remove(path)
+			if err != nil {
+				c.count(u.url, "error")
+				c.opt.Logger.Warn("debuginfod file not stored", "upstream", u.url, "build_id", id, "err", err)
+				errs = append(errs, fmt.Errorf("%s: store fetched file: %w", u.url, err))
+				continue
+			}
+			c.count(u.url, "ok")
+			c.opt.Logger.Info("fetched from debuginfod", "upstream", u.url, "build_id", id, "kind", kind.path)
+			return true, nil
+		}
+	}
+	if len(errs) > 0 {
+		return false, fmt.Errorf("debuginfod: %w", errors.Join(errs...))
+	}
+	c.mu.Lock()
+	if len(c.neg) > 100000 {
+		c.neg = map[string]time.Time{}
+	}
+	c.neg[id] = time.Now().Add(c.opt.NegativeTTL)
+	c.mu.Unlock()
+	return false, nil
+}
+
+func (c *Client) download(ctx context.Context, url string) (string, error) {
+	select {
+	case c.sem <- struct{}{}:
+		defer func() { <-c.sem }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return "", errNotFound
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if c.opt.MaxSize > 0 && resp.ContentLength > c.opt.MaxSize {
+		return "", fmt.Errorf("GET %s: %d bytes is over the size cap of %d", url, resp.ContentLength, c.opt.MaxSize)
+	}
+	f, err := os.CreateTemp(c.opt.TempDir, "debuginfod-*")
+	if err != nil {
+		return "", err
+	}
+	limit := c.opt.MaxSize
+	if limit <= 0 {
+		limit = 1 << 62
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > limit {
+		err = fmt.Errorf("body over the size cap of %d bytes", limit)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	return f.Name(), nil
+}
+
+func (c *Client) count(up, result string) {
+	if c.opt.Count != nil {
+		c.opt.Count(up, result)
+	}
+}
+
+func (u *upstream) allow() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return !time.Now().Before(u.openUntil)
+}
+
+func (u *upstream) result(ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if ok {
+		u.failures = 0
+		return
+	}
+	u.failures++
+	if u.failures >= u.threshold {
+		u.openUntil = time.Now().Add(u.open)
+		u.failures = 0
+	}
+}

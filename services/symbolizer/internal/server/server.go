@@ -1,0 +1,320 @@
+// Package server wires the symbolizer's parts into one HTTP server: the Connect services
+// (Connect, gRPC and gRPC-Web over HTTP/1.1 and h2c, or TLS), gRPC health and reflection,
+// /healthz, /readyz, /metrics, the raw upload endpoint and the debuginfod-compatible paths,
+// all on one port; and it runs that server with graceful shutdown.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
+	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/store"
+	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
+	"github.com/profsym/profsym/services/symbolizer/internal/uploadapi"
+)
+
+// Config is the `symbolizer serve` command line; every flag has a SYMBOLIZER_* variable.
+type Config struct {
+	Listen          string        `default:":7070" env:"SYMBOLIZER_LISTEN" help:"Address to serve every API on."`
+	TLSCert         string        `name:"tls-cert" env:"SYMBOLIZER_TLS_CERT" type:"path" help:"TLS certificate (PEM); serves HTTPS and HTTP/2 with --tls-key."`
+	TLSKey          string        `name:"tls-key" env:"SYMBOLIZER_TLS_KEY" type:"path" help:"TLS private key (PEM)."`
+	PublicURL       string        `name:"public-url" env:"SYMBOLIZER_PUBLIC_URL" help:"Base URL clients reach this server at, used in upload URLs (default: from the request's Host)."`
+	ShutdownTimeout time.Duration `default:"30s" env:"SYMBOLIZER_SHUTDOWN_TIMEOUT" help:"How long in-flight requests may take to finish on shutdown."`
+
+	StoreDir     string        `default:"./profsym-data" env:"SYMBOLIZER_STORE_DIR" type:"path" help:"Folder store (used unless --s3-endpoint is set)."`
+	S3Endpoint   string        `name:"s3-endpoint" env:"SYMBOLIZER_S3_ENDPOINT" help:"S3-compatible endpoint host:port; selects the S3 store."`
+	S3Bucket     string        `name:"s3-bucket" env:"SYMBOLIZER_S3_BUCKET" help:"Bucket (must exist)."`
+	S3Prefix     string        `name:"s3-prefix" env:"SYMBOLIZER_S3_PREFIX" help:"Key prefix inside the bucket."`
+	S3Region     string        `name:"s3-region" env:"SYMBOLIZER_S3_REGION" help:"Bucket region."`
+	S3AccessKey  string        `name:"s3-access-key" env:"SYMBOLIZER_S3_ACCESS_KEY" help:"Access key."`
+	S3AccessFile string        `name:"s3-access-key-file" env:"SYMBOLIZER_S3_ACCESS_KEY_FILE" type:"path" help:"File holding the access key."`
+	S3SecretKey  string        `name:"s3-secret-key" env:"SYMBOLIZER_S3_SECRET_KEY" help:"Secret key."`
+	S3SecretFile string        `name:"s3-secret-key-file" env:"SYMBOLIZER_S3_SECRET_KEY_FILE" type:"path" help:"File holding the secret key."`
+	S3Insecure   bool          `name:"s3-insecure" env:"SYMBOLIZER_S3_INSECURE" help:"Plain HTTP to the S3 endpoint."`
+	MaxUpload    uint64        `name:"max-upload-bytes" default:"4294967296" env:"SYMBOLIZER_MAX_UPLOAD_BYTES" help:"Largest file accepted."`
+	UploadTTL    time.Duration `name:"upload-ttl" default:"15m" env:"SYMBOLIZER_UPLOAD_TTL" help:"How long an initiated upload stays open."`
+	TokensFile   string        `name:"upload-tokens-file" env:"SYMBOLIZER_UPLOAD_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for writes, one per line (reloaded on SIGHUP)."`
+	Tokens       []string      `name:"upload-token" env:"SYMBOLIZER_UPLOAD_TOKENS" help:"A bearer token accepted for writes (repeatable)."`
+	RequireRead  bool          `name:"require-read-token" env:"SYMBOLIZER_REQUIRE_READ_TOKEN" help:"Require a token for reads too (Symbolize, Get, List, debuginfod paths)."`
+
+	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none."`
+	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
+	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results."`
+	NegativeTTL     time.Duration `name:"negative-cache-ttl" default:"1h" env:"SYMBOLIZER_NEGATIVE_CACHE_TTL" help:"Redis TTL of empty results."`
+	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
+	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
+	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
+	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
+
+	DebuginfodURLs     []string      `name:"debuginfod-url" env:"SYMBOLIZER_DEBUGINFOD_URLS" help:"Upstream debuginfod server (repeatable; DEBUGINFOD_URLS, space separated, is used when unset)."`
+	DebuginfodTimeout  time.Duration `name:"debuginfod-timeout" default:"60s" env:"SYMBOLIZER_DEBUGINFOD_TIMEOUT" help:"Timeout of one upstream fetch."`
+	DebuginfodNegTTL   time.Duration `name:"debuginfod-negative-ttl" default:"10m" env:"SYMBOLIZER_DEBUGINFOD_NEGATIVE_TTL" help:"How long a build ID no upstream has is not asked again."`
+	DebuginfodParallel int           `name:"debuginfod-parallel" default:"4" env:"SYMBOLIZER_DEBUGINFOD_PARALLEL" help:"Concurrent upstream fetches."`
+
+	TempDir   string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
+	LogFormat string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
+	LogLevel  string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
+}
+
+// Run serves until SIGINT or SIGTERM.
+func (c *Config) Run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := c.Logger()
+	slog.SetDefault(log)
+	s, err := New(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Serve(ctx)
+}
+
+// Logger builds the configured logger.
+func (c *Config) Logger() *slog.Logger {
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// Server is a wired symbolizer.
+type Server struct {
+	cfg     *Config
+	log     *slog.Logger
+	Metrics *metrics.Metrics
+	Store   store.Store
+	Meta    *meta.Meta
+	Tokens  *auth.Tokens
+	Handler http.Handler
+	closers []func()
+	ready   atomic.Bool
+}
+
+func readSecret(value, file, what string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read %s file: %w", what, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// New builds every part from the configuration.
+func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
+	s := &Server{cfg: c, log: log, Metrics: metrics.New()}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	var err error
+	if c.S3Endpoint != "" {
+		ak, err := readSecret(c.S3AccessKey, c.S3AccessFile, "S3 access key")
+		if err != nil {
+			return nil, err
+		}
+		sk, err := readSecret(c.S3SecretKey, c.S3SecretFile, "S3 secret key")
+		if err != nil {
+			return nil, err
+		}
+		s.Store, err = store.NewS3(store.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Region: c.S3Region,
+			AccessKey: ak, SecretKey: sk, Insecure: c.S3Insecure, Prefix: c.S3Prefix})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		s.Store, err = store.NewFolder(c.StoreDir)
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.Tokens, err = auth.New(c.TokensFile, c.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	if s.Tokens.Count() == 0 {
+		log.Warn("no upload tokens configured (--upload-tokens-file, --upload-token): every write is refused")
+	}
+
+	ixCache := indexcache.New(c.IndexCacheBytes)
+	var sym *symbolizeapi.Service
+	s.Meta = meta.New(s.Store, meta.Options{
+		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
+		OnIndex: func(f *meta.File, ins *meta.Inspection) {
+			ixCache.Add(f.SHA256, &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
+		},
+	})
+
+	var rc *resultcache.Cache
+	rcOpt := resultcache.Options{TTL: c.CacheTTL, NegativeTTL: c.NegativeTTL, Timeout: c.RedisTimeout,
+		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
+	if c.RedisURL != "" {
+		client, err := resultcache.NewRedisClient(c.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { client.Close() })
+		rcOpt.Redis = client
+	}
+	rc = resultcache.New(rcOpt)
+	if err := rc.Ping(ctx); err != nil {
+		log.Warn("redis does not answer yet; symbolizing without it until it does", "err", err)
+	}
+
+	urls := debuginfod.ParseURLs(c.DebuginfodURLs...)
+	if len(c.DebuginfodURLs) == 0 {
+		urls = debuginfod.ParseURLs(os.Getenv("DEBUGINFOD_URLS"))
+	}
+	var fetch symbolizeapi.Fetcher
+	if len(urls) > 0 {
+		fetch = debuginfod.NewClient(s.Meta, debuginfod.ClientOptions{
+			URLs: urls, Timeout: c.DebuginfodTimeout, NegativeTTL: c.DebuginfodNegTTL,
+			MaxParallel: c.DebuginfodParallel, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
+			Logger: log, Count: s.Metrics.DebuginfodFetch,
+		})
+	}
+	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
+		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
+	})
+	up := uploadapi.New(s.Meta, s.Metrics, log)
+	up.PublicURL = c.PublicURL
+	up.Changed = sym.Forget
+
+	var readTokens *auth.Tokens
+	if c.RequireRead {
+		readTokens = s.Tokens
+	}
+	opts := []connect.HandlerOption{connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
+	mux := http.NewServeMux()
+	mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...))
+	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
+	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle("/upload/", up.PutHandler(s.Tokens))
+	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, readTokens))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := s.Store.Ping(ctx); err != nil {
+			http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	s.Handler = uploadapi.WithBaseURL(mux)
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Close releases clients.
+func (s *Server) Close() {
+	for _, c := range s.closers {
+		c()
+	}
+}
+
+// NewHTTPServer returns the http.Server for the handler: HTTP/1.1 and prior-knowledge
+// HTTP/2 without TLS (h2c), HTTP/1.1 and HTTP/2 with TLS.
+func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	p.SetHTTP2(true)
+	return &http.Server{
+		Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 5 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve listens and serves until ctx ends, then finishes in-flight requests.
+func (s *Server) Serve(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	return s.ServeListener(ctx, ln)
+}
+
+// ServeListener serves on ln until ctx ends.
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	srv := NewHTTPServer(s.Handler, s.log)
+	if s.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("load TLS key pair: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := s.Tokens.Reload(); err != nil {
+				s.log.Error("reload tokens", "err", err)
+			} else {
+				s.log.Info("tokens reloaded", "count", s.Tokens.Count())
+			}
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", srv.TLSConfig != nil)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	s.log.Info("shutting down; finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,450 @@
+// Package symbolizeapi implements SymbolizerService: per module it finds the stored file by
+// any of its IDs (fetching from debuginfod on a miss), normalizes the addresses with the
+// file's PT_LOAD segments, answers from the result caches, and looks the rest up in the
+// file's index (in memory, else stored, else built once).
+package symbolizeapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sync/errgroup"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/store"
+)
+
+// Fetcher gets a file from elsewhere (debuginfod) into the store. found is false when no
+// upstream has it.
+type Fetcher interface {
+	Fetch(ctx context.Context, gnuBuildID string) (found bool, err error)
+}
+
+// Options configures the service.
+type Options struct {
+	MaxModules   int
+	MaxAddresses int
+	TempDir      string
+	Limits       elfx.Limits
+	Workers      int
+	// ResolveTTL bounds how long an ID's record is reused without re-reading the store
+	// (uploads on other replicas become visible after at most this long).
+	ResolveTTL time.Duration
+	Logger     *slog.Logger
+}
+
+// Service is the SymbolizerService handler.
+type Service struct {
+	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
+	meta    *meta.Meta
+	indexes *indexcache.Cache
+	results *resultcache.Cache
+	fetch   Fetcher
+	m       *metrics.Metrics
+	opt     Options
+
+	mu       sync.Mutex
+	resolved map[meta.ID]resolved
+}
+
+type resolved struct {
+	rec   *meta.Record
+	until time.Time
+}
+
+// New returns the service. fetch may be nil.
+func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetcher, m *metrics.Metrics, opt Options) *Service {
+	if opt.MaxModules == 0 {
+		opt.MaxModules = 1024
+	}
+	if opt.MaxAddresses == 0 {
+		opt.MaxAddresses = 100000
+	}
+	if opt.ResolveTTL == 0 {
+		opt.ResolveTTL = 5 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
+}
+
+// Forget drops resolved records, after an upload or delete in this process.
+func (s *Service) Forget() {
+	s.mu.Lock()
+	s.resolved = map[meta.ID]resolved{}
+	s.mu.Unlock()
+}
+
+// Symbolize implements the RPC.
+func (s *Service) Symbolize(ctx context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
+	mods := req.Msg.GetModules()
+	if err := s.validate(mods); err != nil {
+		return nil, err
+	}
+	out := make([]*symbolizerv1.ModuleResult, len(mods))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, mod := range mods {
+		g.Go(func() error {
+			out[i] = s.module(gctx, mod)
+			return nil
+		})
+	}
+	g.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, connect.NewError(connect.CodeOf(err), err)
+	}
+	return connect.NewResponse(&symbolizerv1.SymbolizeResponse{Modules: out}), nil
+}
+
+func (s *Service) validate(mods []*symbolizerv1.Module) error {
+	if len(mods) == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("modules: at least one module is required"))
+	}
+	if len(mods) > s.opt.MaxModules {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d modules: the limit is %d per request", len(mods), s.opt.MaxModules))
+	}
+	total := 0
+	for i, m := range mods {
+		total += len(m.GetAddresses())
+		if m.GetGnuBuildId() == "" && m.GetGoBuildId() == "" && m.GetHtlhash() == "" {
+			return invalid("modules[%d]: none of gnu_build_id, go_build_id, htlhash is set", i)
+		}
+		for _, f := range []struct {
+			name string
+			typ  debuginfov1.BuildIDType
+			v    string
+		}{
+			{"gnu_build_id", debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, m.GetGnuBuildId()},
+			{"go_build_id", debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, m.GetGoBuildId()},
+			{"htlhash", debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, m.GetHtlhash()},
+		} {
+			if f.v == "" {
+				continue
+			}
+			if err := meta.ValidateID(f.typ, f.v); err != nil {
+				return invalid("modules[%d].%s: %v", i, f.name, err)
+			}
+		}
+		if len(m.GetFilename()) > 4096 {
+			return invalid("modules[%d].filename: %d bytes, the limit is 4096", i, len(m.GetFilename()))
+		}
+	}
+	if total > s.opt.MaxAddresses {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d addresses: the limit is %d per request", total, s.opt.MaxAddresses))
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+func failed(mod *symbolizerv1.Module, st symbolizerv1.ModuleStatus, msg string) *symbolizerv1.ModuleResult {
+	r := &symbolizerv1.ModuleResult{Status: st, Message: msg, Locations: make([]*symbolizerv1.Location, len(mod.GetAddresses()))}
+	empty := &symbolizerv1.Location{}
+	for i := range r.Locations {
+		r.Locations[i] = empty
+	}
+	return r
+}
+
+func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
+	rec, id, st, msg := s.find(ctx, mod)
+	if st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		return failed(mod, st, msg)
+	}
+	f := rec.Current
+	if f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_INVALID {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, f.Message)
+	}
+	m := addrmap.Mapping{Start: mod.GetMemoryStart(), Limit: mod.GetMemoryLimit(), Offset: mod.GetFileOffset()}
+	if !m.IsZero() {
+		if m.Start == 0 && m.Limit == 0 {
+			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING, "memory_start and memory_limit are zero but file_offset is not")
+		}
+		if m.Limit <= m.Start {
+			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING, fmt.Sprintf("memory_limit %#x is not above memory_start %#x", m.Limit, m.Start))
+		}
+	}
+
+	addrs := mod.GetAddresses()
+	vaddrs := make([]uint64, len(addrs))
+	ok := make([]bool, len(addrs))
+	landed, outside := 0, 0
+	var lastErr error
+	for i, a := range addrs {
+		v, err := addrmap.Normalize(a, m, f.Loads)
+		switch {
+		case err == nil:
+			vaddrs[i], ok[i] = v, true
+			landed++
+		case errors.Is(err, addrmap.ErrOutsideMapping):
+			outside++
+		default:
+			lastErr = err
+		}
+	}
+	if len(addrs) > 0 && landed == 0 && outside < len(addrs) {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING, fmt.Sprintf("no address lands in a PT_LOAD segment of the file (%v)", lastErr))
+	}
+
+	res := &symbolizerv1.ModuleResult{
+		Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: fidelity(f.Fidelity),
+		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type,
+		Locations: make([]*symbolizerv1.Location, len(addrs)),
+	}
+	// Unique addresses, so duplicates cost one lookup.
+	uniq := make(map[uint64]int, landed)
+	var keys []resultcache.Key
+	for i := range addrs {
+		if !ok[i] {
+			continue
+		}
+		if _, seen := uniq[vaddrs[i]]; !seen {
+			uniq[vaddrs[i]] = len(keys)
+			keys = append(keys, resultcache.Key{BuildID: id.ID, Tag: f.SHA256[:16], Addr: vaddrs[i]})
+		}
+	}
+	locs := make([]*symbolizerv1.Location, len(keys))
+	if s.results != nil {
+		s.results.Get(ctx, keys, locs)
+	}
+	var missKeys []resultcache.Key
+	var missIdx []int
+	for j, l := range locs {
+		if l == nil {
+			missIdx = append(missIdx, j)
+			missKeys = append(missKeys, keys[j])
+		}
+	}
+	if len(missIdx) > 0 {
+		e, err := s.entry(ctx, rec)
+		if err != nil {
+			if errors.Is(err, errInvalid) {
+				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
+			}
+			if ctx.Err() != nil {
+				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
+			}
+			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
+		}
+		missVals := make([]*symbolizerv1.Location, len(missIdx))
+		var frames []index.Frame
+		for n, j := range missIdx {
+			frames = e.Index.AppendLookup(frames[:0], keys[j].Addr)
+			loc := &symbolizerv1.Location{}
+			if len(frames) > 0 {
+				loc.Frames = make([]*symbolizerv1.Frame, len(frames))
+				for k, fr := range frames {
+					pf := &symbolizerv1.Frame{FunctionName: fr.Function, File: fr.File, Line: fr.Line, Column: fr.Column, StartLine: fr.StartLine}
+					if fr.LinkageName != fr.Function {
+						pf.LinkageName = fr.LinkageName
+					}
+					loc.Frames[k] = pf
+				}
+			}
+			locs[j], missVals[n] = loc, loc
+		}
+		if s.results != nil {
+			s.results.Put(ctx, missKeys, missVals)
+		}
+	}
+	empty := &symbolizerv1.Location{}
+	for i := range addrs {
+		if ok[i] {
+			res.Locations[i] = locs[uniq[vaddrs[i]]]
+		} else {
+			res.Locations[i] = empty
+		}
+	}
+	return res
+}
+
+func fidelity(f index.Fidelity) symbolizerv1.Fidelity {
+	switch f {
+	case index.FidelitySymbols:
+		return symbolizerv1.Fidelity_FIDELITY_SYMBOLS
+	case index.FidelityLines:
+		return symbolizerv1.Fidelity_FIDELITY_LINES
+	case index.FidelityFullInlines:
+		return symbolizerv1.Fidelity_FIDELITY_FULL
+	}
+	return symbolizerv1.Fidelity_FIDELITY_UNSPECIFIED
+}
+
+// find resolves the module's IDs in the order GNU, Go, htlhash, then asks debuginfod for the
+// GNU build ID.
+func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*meta.Record, meta.ID, symbolizerv1.ModuleStatus, string) {
+	var ids []meta.ID
+	if v := mod.GetGnuBuildId(); v != "" {
+		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: v})
+	}
+	if v := mod.GetGoBuildId(); v != "" {
+		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, ID: v})
+	}
+	if v := mod.GetHtlhash(); v != "" {
+		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, ID: v})
+	}
+	var storeErr error
+	for _, id := range ids {
+		rec, err := s.resolve(ctx, id)
+		if err == nil {
+			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+		}
+		if !errors.Is(err, meta.ErrNotFound) {
+			storeErr = err
+		}
+	}
+	if storeErr != nil {
+		s.opt.Logger.Warn("store lookup failed", "filename", mod.GetFilename(), "err", storeErr)
+		return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, storeErr.Error()
+	}
+	if gnu := mod.GetGnuBuildId(); gnu != "" && s.fetch != nil {
+		found, err := s.fetch.Fetch(ctx, gnu)
+		if err != nil {
+			return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error()
+		}
+		if found {
+			s.Forget()
+			id := meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}
+			if rec, err := s.resolve(ctx, id); err == nil {
+				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+			}
+		}
+	}
+	return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs"
+}
+
+func (s *Service) resolve(ctx context.Context, id meta.ID) (*meta.Record, error) {
+	now := time.Now()
+	s.mu.Lock()
+	r, ok := s.resolved[id]
+	s.mu.Unlock()
+	if ok && now.Before(r.until) {
+		if r.rec == nil {
+			return nil, meta.ErrNotFound
+		}
+		return r.rec, nil
+	}
+	rec, err := s.meta.Resolve(ctx, id)
+	if err != nil && !errors.Is(err, meta.ErrNotFound) {
+		return nil, err
+	}
+	ttl := s.opt.ResolveTTL
+	if rec == nil {
+		ttl /= 5 // a missing file may be uploaded any moment
+	}
+	s.mu.Lock()
+	if len(s.resolved) > 100000 {
+		s.resolved = map[meta.ID]resolved{}
+	}
+	s.resolved[id] = resolved{rec, now.Add(ttl)}
+	s.mu.Unlock()
+	return rec, err
+}
+
+var errInvalid = errors.New("invalid debuginfo")
+
+// entry returns the file's index: memory, else the stored serialized index, else built from
+// the file (and then stored).
+func (s *Service) entry(ctx context.Context, rec *meta.Record) (*indexcache.Entry, error) {
+	f := rec.Current
+	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
+		if ix, err := s.loadStored(ctx, f); err == nil {
+			return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
+		}
+		return s.build(ctx, rec)
+	})
+	if s.m != nil {
+		if hit {
+			s.m.CacheResult("index", 1, 0)
+		} else {
+			s.m.CacheResult("index", 0, 1)
+		}
+		used, _ := s.indexes.Used()
+		s.m.IndexCacheSize.Set(float64(used))
+	}
+	return e, err
+}
+
+func (s *Service) loadStored(ctx context.Context, f *meta.File) (*index.Index, error) {
+	rc, size, err := s.meta.Store().Open(ctx, f.IndexObject())
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	buf.Grow(int(min(size, 1<<30)))
+	if _, err := io.Copy(&buf, io.LimitReader(rc, size)); err != nil {
+		s.countLoad("error")
+		return nil, fmt.Errorf("read index %s: %w", f.IndexObject(), err)
+	}
+	ix, err := index.Unmarshal(buf.Bytes())
+	if err != nil {
+		s.countLoad("error")
+		s.opt.Logger.Warn("stored index unusable; rebuilding", "object", f.IndexObject(), "err", err)
+		return nil, err
+	}
+	s.countLoad("ok")
+	return ix, nil
+}
+
+func (s *Service) countLoad(result string) {
+	if s.m != nil {
+		s.m.IndexLoads.WithLabelValues(result).Inc()
+	}
+}
+
+func (s *Service) build(ctx context.Context, rec *meta.Record) (*indexcache.Entry, error) {
+	f := rec.Current
+	path, cleanup, err := store.LocalCopy(ctx, s.meta.Store(), f.Object, s.opt.TempDir)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", f.Object, err)
+	}
+	defer cleanup()
+	start := time.Now()
+	ix, _, err := debuginfo.OpenIndex(path, debuginfo.Options{Limits: s.opt.Limits, Workers: s.opt.Workers})
+	if s.m != nil {
+		s.m.IndexBuildTime.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		if s.m != nil {
+			s.m.IndexBuilds.WithLabelValues("error").Inc()
+		}
+		msg := fmt.Sprintf("build index: %v", err)
+		if merr := s.meta.MarkInvalid(ctx, rec.Key, f.SHA256, msg); merr != nil {
+			s.opt.Logger.Warn("mark invalid", "record", rec.Key, "err", merr)
+		}
+		s.Forget()
+		return nil, fmt.Errorf("%w: %s", errInvalid, msg)
+	}
+	if s.m != nil {
+		s.m.IndexBuilds.WithLabelValues("ok").Inc()
+	}
+	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
+	if blob, err := ix.MarshalBinary(); err == nil {
+		if err := s.meta.Store().Put(ctx, f.IndexObject(), bytes.NewReader(blob), int64(len(blob))); err != nil {
+			s.opt.Logger.Warn("store index", "object", f.IndexObject(), "err", err)
+		}
+	}
+	return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
+}

@@ -1,0 +1,344 @@
+// Package uploadapi implements DebuginfoService (upload decisions, records, deletion) and the
+// symbolizer's own raw upload endpoint `PUT /upload/<upload_id>`, used when the store cannot
+// presign URLs (the folder store).
+package uploadapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+)
+
+// Service is the DebuginfoService handler.
+type Service struct {
+	debuginfov1connect.UnimplementedDebuginfoServiceHandler
+	meta *meta.Meta
+	m    *metrics.Metrics
+	log  *slog.Logger
+	// PublicURL is the base URL clients reach this server at, for upload URLs; when empty
+	// it is taken from the request.
+	PublicURL string
+	// Changed is called after a file is stored or deleted (to drop cached resolutions).
+	Changed func()
+}
+
+// New returns the service.
+func New(md *meta.Meta, m *metrics.Metrics, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{meta: md, m: m, log: log}
+}
+
+// WriteProcedures are the procedures that always need a token.
+var WriteProcedures = map[string]bool{
+	debuginfov1connect.DebuginfoServiceShouldUploadProcedure:   true,
+	debuginfov1connect.DebuginfoServiceInitiateUploadProcedure: true,
+	debuginfov1connect.DebuginfoServiceFinishUploadProcedure:   true,
+	debuginfov1connect.DebuginfoServiceDeleteProcedure:         true,
+}
+
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+type descReq interface {
+	GetBuildId() string
+	GetBuildIdType() debuginfov1.BuildIDType
+	GetType() debuginfov1.DebuginfoType
+	GetSha256() string
+	GetSize() uint64
+	GetSource() debuginfov1.UploadSource
+}
+
+func desc(r descReq) (meta.Desc, error) {
+	if r.GetBuildIdType() == debuginfov1.BuildIDType_BUILD_ID_TYPE_UNSPECIFIED {
+		return meta.Desc{}, invalid("build_id_type: required")
+	}
+	if err := meta.ValidateID(r.GetBuildIdType(), r.GetBuildId()); err != nil {
+		return meta.Desc{}, invalid("build_id: %v", err)
+	}
+	if _, ok := debuginfov1.DebuginfoType_name[int32(r.GetType())]; !ok || r.GetType() == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_UNSPECIFIED {
+		return meta.Desc{}, invalid("type: required")
+	}
+	if _, ok := debuginfov1.UploadSource_name[int32(r.GetSource())]; !ok || r.GetSource() == debuginfov1.UploadSource_UPLOAD_SOURCE_UNSPECIFIED {
+		return meta.Desc{}, invalid("source: required")
+	}
+	if s := r.GetSha256(); len(s) != 64 || meta.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, s) != nil {
+		return meta.Desc{}, invalid("sha256: not 64 lower-case hex digits")
+	}
+	if r.GetSize() == 0 {
+		return meta.Desc{}, invalid("size: required (greater than zero)")
+	}
+	return meta.Desc{
+		BuildID: meta.ID{Type: r.GetBuildIdType(), ID: r.GetBuildId()},
+		Type:    r.GetType(), SHA256: r.GetSha256(), Size: r.GetSize(), Source: r.GetSource(),
+	}, nil
+}
+
+// storeErr maps a store failure to UNAVAILABLE.
+func storeErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeOf(err), err)
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// ShouldUpload implements the RPC.
+func (s *Service) ShouldUpload(ctx context.Context, req *connect.Request[debuginfov1.ShouldUploadRequest]) (*connect.Response[debuginfov1.ShouldUploadResponse], error) {
+	d, err := desc(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	dec, err := s.meta.ShouldUpload(ctx, d)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return connect.NewResponse(&debuginfov1.ShouldUploadResponse{ShouldUpload: dec.Upload, Reason: dec.Reason, Message: dec.Message}), nil
+}
+
+// InitiateUpload implements the RPC.
+func (s *Service) InitiateUpload(ctx context.Context, req *connect.Request[debuginfov1.InitiateUploadRequest]) (*connect.Response[debuginfov1.InitiateUploadResponse], error) {
+	d, err := desc(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	up, err := s.meta.Initiate(ctx, d)
+	var de *meta.DecisionError
+	if errors.As(err, &de) {
+		code := connect.CodeAlreadyExists
+		switch de.Reason {
+		case debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_UPLOAD_IN_PROGRESS:
+			code = connect.CodeAborted
+		case debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE:
+			code = connect.CodeResourceExhausted
+		}
+		ce := connect.NewError(code, fmt.Errorf("%s: %s", de.Reason, de.Message))
+		return nil, ce
+	}
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	ttl := time.Until(up.ExpiresAt)
+	url, headers, presigned, err := s.meta.Store().PresignPut(ctx, up.Object(), max(ttl, time.Second))
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	if !presigned {
+		url = s.baseURL(ctx) + "/upload/" + up.ID
+		headers = map[string]string{"Content-Type": "application/octet-stream"}
+	}
+	return connect.NewResponse(&debuginfov1.InitiateUploadResponse{
+		UploadId: up.ID, UploadUrl: url, Method: http.MethodPut, RequiredHeaders: headers,
+		ExpiresAt: timestamppb.New(up.ExpiresAt), MaxSize: s.meta.MaxSize(),
+	}), nil
+}
+
+type baseURLKey struct{}
+
+// WithBaseURL wraps h so handlers know the scheme and host the client used, for upload URLs.
+func WithBaseURL(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		ctx := context.WithValue(r.Context(), baseURLKey{}, scheme+"://"+r.Host)
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (s *Service) baseURL(ctx context.Context) string {
+	if s.PublicURL != "" {
+		return strings.TrimSuffix(s.PublicURL, "/")
+	}
+	u, _ := ctx.Value(baseURLKey{}).(string)
+	return u
+}
+
+// FinishUpload implements the RPC.
+func (s *Service) FinishUpload(ctx context.Context, req *connect.Request[debuginfov1.FinishUploadRequest]) (*connect.Response[debuginfov1.FinishUploadResponse], error) {
+	id, err := anyTypedID(req.Msg.GetBuildId())
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.GetUploadId() == "" {
+		return nil, invalid("upload_id: required")
+	}
+	var rec *meta.Record
+	for _, cand := range id {
+		rec, err = s.meta.Finish(ctx, cand, req.Msg.GetUploadId())
+		if !errors.Is(err, meta.ErrNotFound) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, meta.ErrNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, meta.ErrNotUploaded), errors.Is(err, meta.ErrVerification):
+		s.count("rejected")
+		s.log.Warn("upload rejected", "build_id", req.Msg.GetBuildId(), "upload_id", req.Msg.GetUploadId(), "err", err)
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	default:
+		return nil, storeErr(err)
+	}
+	if s.m != nil && rec.Current.UploadID == req.Msg.GetUploadId() {
+		s.m.StoredBytes.Add(float64(rec.Current.Size))
+	}
+	s.count("ok")
+	if s.Changed != nil {
+		s.Changed()
+	}
+	s.log.Info("upload stored", "build_id", rec.Current.BuildID.String(), "type", rec.Current.Type, "source", rec.Current.Source, "size", rec.Current.Size)
+	return connect.NewResponse(&debuginfov1.FinishUploadResponse{Debuginfo: rec.Proto(time.Now())}), nil
+}
+
+func (s *Service) count(result string) {
+	if s.m != nil {
+		s.m.Uploads.WithLabelValues(result).Inc()
+	}
+}
+
+// anyTypedID lists the typed IDs a bare ID string can be (FinishUpload carries no type).
+func anyTypedID(id string) ([]meta.ID, error) {
+	types := meta.CandidateTypes(id)
+	if len(types) == 0 {
+		return nil, invalid("build_id: %q is not a GNU build ID, Go build ID or htlhash", id)
+	}
+	out := make([]meta.ID, len(types))
+	for i, t := range types {
+		out[i] = meta.ID{Type: t, ID: id}
+	}
+	return out, nil
+}
+
+func (s *Service) lookupIDs(id string, typ debuginfov1.BuildIDType) ([]meta.ID, error) {
+	if typ == debuginfov1.BuildIDType_BUILD_ID_TYPE_UNSPECIFIED {
+		return anyTypedID(id)
+	}
+	if err := meta.ValidateID(typ, id); err != nil {
+		return nil, invalid("build_id: %v", err)
+	}
+	return []meta.ID{{Type: typ, ID: id}}, nil
+}
+
+// Get implements the RPC.
+func (s *Service) Get(ctx context.Context, req *connect.Request[debuginfov1.GetRequest]) (*connect.Response[debuginfov1.GetResponse], error) {
+	ids, err := s.lookupIDs(req.Msg.GetBuildId(), req.Msg.GetBuildIdType())
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		rec, err := s.meta.Resolve(ctx, id)
+		if errors.Is(err, meta.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		return connect.NewResponse(&debuginfov1.GetResponse{Debuginfo: rec.Proto(time.Now())}), nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("nothing is stored under %s", req.Msg.GetBuildId()))
+}
+
+// List implements the RPC.
+func (s *Service) List(ctx context.Context, req *connect.Request[debuginfov1.ListRequest]) (*connect.Response[debuginfov1.ListResponse], error) {
+	n := int(req.Msg.GetPageSize())
+	if n == 0 {
+		n = 100
+	}
+	n = min(n, 1000)
+	list, next, err := s.meta.List(ctx, n, req.Msg.GetPageToken())
+	if err != nil {
+		if strings.Contains(err.Error(), "page token") {
+			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		return nil, storeErr(err)
+	}
+	return connect.NewResponse(&debuginfov1.ListResponse{Debuginfos: list, NextPageToken: next}), nil
+}
+
+// Delete implements the RPC.
+func (s *Service) Delete(ctx context.Context, req *connect.Request[debuginfov1.DeleteRequest]) (*connect.Response[debuginfov1.DeleteResponse], error) {
+	ids, err := s.lookupIDs(req.Msg.GetBuildId(), req.Msg.GetBuildIdType())
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		err := s.meta.Delete(ctx, id)
+		if errors.Is(err, meta.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		if s.Changed != nil {
+			s.Changed()
+		}
+		s.log.Info("debuginfo deleted", "build_id", id.String())
+		return connect.NewResponse(&debuginfov1.DeleteResponse{}), nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("nothing is stored under %s", req.Msg.GetBuildId()))
+}
+
+// PutHandler serves `PUT /upload/<upload_id>`: the body becomes the upload's object when it
+// has exactly the declared size. It needs a write token.
+func (s *Service) PutHandler(tokens *auth.Tokens) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut {
+			w.Header().Set("Allow", http.MethodPut)
+			http.Error(w, "use PUT", http.StatusMethodNotAllowed)
+			return
+		}
+		if err := tokens.Check(r.Header.Get("Authorization")); err != nil {
+			http.Error(w, err.Error(), auth.HTTPStatus(err))
+			return
+		}
+		id := strings.TrimPrefix(r.URL.Path, "/upload/")
+		up, err := s.meta.PendingUpload(r.Context(), id)
+		if errors.Is(err, meta.ErrNotFound) {
+			http.Error(w, "unknown or expired upload "+strconv.Quote(id), http.StatusNotFound)
+			return
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if r.ContentLength >= 0 && uint64(r.ContentLength) != up.Size {
+			status := http.StatusBadRequest
+			if uint64(r.ContentLength) > s.meta.MaxSize() {
+				status = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, fmt.Sprintf("body of %d bytes; the upload declared %d", r.ContentLength, up.Size), status)
+			return
+		}
+		// The store writes exactly Size bytes or nothing: a longer body is cut off by the
+		// limit and caught by the size check at the end of Put.
+		body := http.MaxBytesReader(w, r.Body, int64(up.Size))
+		if err := s.meta.Store().Put(r.Context(), up.Object(), body, int64(up.Size)); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				http.Error(w, fmt.Sprintf("body is larger than the declared %d bytes", up.Size), http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "store upload: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}

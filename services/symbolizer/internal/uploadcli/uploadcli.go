@@ -1,0 +1,468 @@
+// Package uploadcli is the client side of the debuginfo store: `symbolizer upload`, which CI
+// pipelines run to send what they built, and `symbolizer debuginfo list|get|delete` against a
+// server.
+package uploadcli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/schollz/progressbar/v3"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+)
+
+// Conn holds the flags shared by every command that talks to a server.
+type Conn struct {
+	Server    string        `required:"" env:"SYMBOLIZER_SERVER" help:"Base URL of the symbolizer, e.g. http://symbolizer:7070."`
+	Token     string        `env:"SYMBOLIZER_TOKEN" help:"Bearer token."`
+	TokenFile string        `name:"token-file" env:"SYMBOLIZER_TOKEN_FILE" type:"path" help:"File holding the bearer token."`
+	Timeout   time.Duration `default:"2m" env:"SYMBOLIZER_CLIENT_TIMEOUT" help:"Timeout of one RPC."`
+}
+
+func (c *Conn) token() (string, error) {
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("read token file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return c.Token, nil
+}
+
+func (c *Conn) client(httpClient *http.Client) (debuginfov1connect.DebuginfoServiceClient, string, error) {
+	tok, err := c.token()
+	if err != nil {
+		return nil, "", err
+	}
+	base := strings.TrimSuffix(c.Server, "/")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		return nil, "", fmt.Errorf("--server %q: want an http:// or https:// URL", c.Server)
+	}
+	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if tok != "" {
+				req.Header().Set("Authorization", "Bearer "+tok)
+			}
+			ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+			defer cancel()
+			return next(ctx, req)
+		}
+	})
+	return debuginfov1connect.NewDebuginfoServiceClient(httpClient, base, connect.WithInterceptors(auth)), tok, nil
+}
+
+// UploadCmd is `symbolizer upload`.
+type UploadCmd struct {
+	Conn
+	Paths    []string `arg:"" type:"path" help:"ELF files or directories (searched recursively for ELF files)."`
+	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once."`
+	Source   string   `default:"ci" enum:"ci,node,debuginfod" env:"SYMBOLIZER_UPLOAD_SOURCE" help:"Where the files come from: ci, node or debuginfod."`
+	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable."`
+	DryRun   bool     `name:"dry-run" help:"Ask the server, upload nothing."`
+	Retries  uint     `default:"5" help:"Attempts per step for transient failures."`
+	Progress string   `default:"auto" enum:"auto,bar,plain" help:"Progress output: a bar on a terminal, plain lines otherwise."`
+
+	// Out receives the summary lines (stdout when nil); Err progress (stderr when nil).
+	Out, Err   io.Writer    `kong:"-"`
+	HTTPClient *http.Client `kong:"-"`
+}
+
+// Result is the outcome for one file.
+type Result struct {
+	Path    string
+	BuildID string
+	Outcome string // uploaded, skipped, would-upload, failed
+	Detail  string
+	Err     error
+}
+
+type candidate struct {
+	path   string
+	size   int64
+	sha    string
+	id     string
+	idType debuginfov1.BuildIDType
+	typ    debuginfov1.DebuginfoType
+}
+
+// Run uploads and prints one line per file; it fails when any file failed.
+func (u *UploadCmd) Run() error {
+	results, err := u.Upload(context.Background())
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range results {
+		if r.Err != nil {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d files failed", failed, len(results))
+	}
+	return nil
+}
+
+// Upload runs the upload and returns the per-file results.
+func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
+	out, errw := u.Out, u.Err
+	if out == nil {
+		out = os.Stdout
+	}
+	if errw == nil {
+		errw = os.Stderr
+	}
+	hc := u.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	client, tok, err := u.client(hc)
+	if err != nil {
+		return nil, err
+	}
+	files, err := collect(u.Paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, errors.New("no ELF files found")
+	}
+	var bar *progressbar.ProgressBar
+	useBar := u.Progress == "bar" || (u.Progress == "auto" && isTerminal(errw))
+	if useBar {
+		var total int64
+		for _, f := range files {
+			if st, err := os.Stat(f.path); err == nil {
+				total += st.Size()
+			}
+		}
+		bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(errw), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("uploading"), progressbar.OptionThrottle(100*time.Millisecond))
+	}
+	results := make([]Result, len(files))
+	var mu sync.Mutex
+	sem := make(chan struct{}, max(u.Parallel, 1))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r := u.one(ctx, client, hc, tok, f, bar)
+			mu.Lock()
+			defer mu.Unlock()
+			results[i] = r
+			if !useBar {
+				fmt.Fprintf(errw, "%s: %s\n", f.path, r.Outcome)
+			}
+		}()
+	}
+	wg.Wait()
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(errw)
+	}
+	for _, r := range results {
+		line := fmt.Sprintf("%-8s %s %s", r.Outcome, r.Path, r.BuildID)
+		if r.Err != nil {
+			line += ": " + r.Err.Error()
+		} else if r.Detail != "" {
+			line += " (" + r.Detail + ")"
+		}
+		fmt.Fprintln(out, line)
+	}
+	return results, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+type fileRef struct {
+	path     string
+	explicit bool
+}
+
+// collect expands directories into the ELF files they hold.
+func collect(paths []string) ([]fileRef, error) {
+	var out []fileRef
+	seen := map[string]bool{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("upload %s: %w", p, err)
+		}
+		if !st.IsDir() {
+			if !seen[p] {
+				out = append(out, fileRef{p, true})
+				seen[p] = true
+			}
+			continue
+		}
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.Type().IsRegular() || seen[path] {
+				return nil
+			}
+			if isELF(path) {
+				out = append(out, fileRef{path, false})
+				seen[path] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("walk %s: %w", p, err)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out, nil
+}
+
+func isELF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var m [4]byte
+	_, err = io.ReadFull(f, m[:])
+	return err == nil && string(m[:]) == "\x7fELF"
+}
+
+func (u *UploadCmd) describe(ref fileRef) (*candidate, error) {
+	ef, closer, err := elfx.OpenPath(ref.path, elfx.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("not a readable ELF file: %w", err)
+	}
+	defer closer.Close()
+	ids, err := buildid.Compute(ef.ReaderAt(), ef.Size())
+	if err != nil {
+		return nil, err
+	}
+	c := &candidate{path: ref.path, size: ef.Size()}
+	switch {
+	case ids.GNU != "":
+		c.id, c.idType = ids.GNU, debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU
+	case ids.Go != "":
+		c.id, c.idType = ids.Go, debuginfov1.BuildIDType_BUILD_ID_TYPE_GO
+	default:
+		c.id, c.idType = ids.HTLHash, debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH
+	}
+	switch u.Type {
+	case "debuginfo":
+		c.typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO
+	case "executable":
+		c.typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE
+	default:
+		c.typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE
+		if ef.HasDWARF() {
+			c.typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO
+		}
+	}
+	f, err := os.Open(ref.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("hash: %w", err)
+	}
+	c.sha = hex.EncodeToString(h.Sum(nil))
+	return c, nil
+}
+
+func (u *UploadCmd) source() debuginfov1.UploadSource {
+	switch u.Source {
+	case "node":
+		return debuginfov1.UploadSource_UPLOAD_SOURCE_NODE
+	case "debuginfod":
+		return debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD
+	}
+	return debuginfov1.UploadSource_UPLOAD_SOURCE_CI
+}
+
+// retry runs op with exponential backoff for transient failures only.
+func retry[T any](ctx context.Context, tries uint, op func() (T, error)) (T, error) {
+	return backoff.Retry(ctx, func() (T, error) {
+		v, err := op()
+		if err != nil && !transient(err) {
+			return v, backoff.Permanent(err)
+		}
+		return v, err
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond, RandomizationFactor: 0.3, Multiplier: 2, MaxInterval: 10 * time.Second}),
+		backoff.WithMaxTries(max(tries, 1)))
+}
+
+type httpStatusError struct {
+	status int
+	msg    string
+}
+
+func (e *httpStatusError) Error() string { return fmt.Sprintf("PUT: HTTP %d: %s", e.status, e.msg) }
+
+func transient(err error) bool {
+	var he *httpStatusError
+	if errors.As(err, &he) {
+		return he.status >= 500 || he.status == http.StatusTooManyRequests
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeInternal, connect.CodeUnknown:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.DebuginfoServiceClient, hc *http.Client, tok string, ref fileRef, bar *progressbar.ProgressBar) Result {
+	res := Result{Path: ref.path}
+	c, err := u.describe(ref)
+	if err != nil {
+		res.Outcome, res.Err = "failed", err
+		return res
+	}
+	res.BuildID = c.id
+	src := u.source()
+	should, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.ShouldUploadResponse], error) {
+		return client.ShouldUpload(ctx, connect.NewRequest(&debuginfov1.ShouldUploadRequest{
+			BuildId: c.id, BuildIdType: c.idType, Type: c.typ, Sha256: c.sha, Size: uint64(c.size), Source: src}))
+	})
+	if err != nil {
+		res.Outcome, res.Err = "failed", fmt.Errorf("ShouldUpload: %w", err)
+		return res
+	}
+	reason := should.Msg.GetReason()
+	res.Detail = strings.TrimPrefix(reason.String(), "SHOULD_UPLOAD_REASON_")
+	// An upload in progress may be this client's own, cut off earlier: InitiateUpload hands
+	// back the same upload for the same file, and refuses a different one.
+	if !should.Msg.GetShouldUpload() && reason != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_UPLOAD_IN_PROGRESS {
+		res.Outcome = "skipped"
+		if reason == debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE {
+			res.Outcome, res.Err = "failed", errors.New(should.Msg.GetMessage())
+		}
+		if bar != nil {
+			bar.Add64(c.size)
+		}
+		return res
+	}
+	if u.DryRun {
+		res.Outcome = "would-upload"
+		if bar != nil {
+			bar.Add64(c.size)
+		}
+		return res
+	}
+	init, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.InitiateUploadResponse], error) {
+		return client.InitiateUpload(ctx, connect.NewRequest(&debuginfov1.InitiateUploadRequest{
+			BuildId: c.id, BuildIdType: c.idType, Type: c.typ, Sha256: c.sha, Size: uint64(c.size), Source: src}))
+	})
+	if err != nil {
+		if code := connect.CodeOf(err); code == connect.CodeAlreadyExists {
+			res.Outcome, res.Detail = "skipped", err.Error()
+			return res
+		}
+		res.Outcome, res.Err = "failed", fmt.Errorf("InitiateUpload: %w", err)
+		return res
+	}
+	_, err = retry(ctx, u.Retries, func() (struct{}, error) {
+		return struct{}{}, u.put(ctx, hc, tok, init.Msg, c, bar)
+	})
+	if err != nil {
+		res.Outcome, res.Err = "failed", err
+		return res
+	}
+	fin, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.FinishUploadResponse], error) {
+		return client.FinishUpload(ctx, connect.NewRequest(&debuginfov1.FinishUploadRequest{BuildId: c.id, UploadId: init.Msg.GetUploadId()}))
+	})
+	if err != nil {
+		res.Outcome, res.Err = "failed", fmt.Errorf("FinishUpload: %w", err)
+		return res
+	}
+	q := fin.Msg.GetDebuginfo().GetQuality()
+	res.Outcome = "uploaded"
+	res.Detail = fmt.Sprintf("%s, %d bytes, dwarf=%v inlines=%v", res.Detail, c.size, q.GetHasDwarf(), q.GetHasInlineInfo())
+	return res
+}
+
+func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *debuginfov1.InitiateUploadResponse, c *candidate, bar *progressbar.ProgressBar) error {
+	f, err := os.Open(c.path)
+	if err != nil {
+		return backoff.Permanent(err)
+	}
+	defer f.Close()
+	var body io.Reader = f
+	counted := int64(0)
+	if bar != nil {
+		body = io.TeeReader(f, writerFunc(func(p []byte) (int, error) {
+			counted += int64(len(p))
+			bar.Add(len(p))
+			return len(p), nil
+		}))
+	}
+	method := init.GetMethod()
+	if method == "" {
+		method = http.MethodPut
+	}
+	req, err := http.NewRequestWithContext(ctx, method, init.GetUploadUrl(), body)
+	if err != nil {
+		return backoff.Permanent(fmt.Errorf("upload URL: %w", err))
+	}
+	req.ContentLength = c.size
+	for k, v := range init.GetRequiredHeaders() {
+		req.Header.Set(k, v)
+	}
+	// The token goes only to the symbolizer itself, never to a presigned object-store URL.
+	if tok != "" && strings.HasPrefix(init.GetUploadUrl(), strings.TrimSuffix(u.Server, "/")+"/") {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := hc.Do(req)
+	if bar != nil && err != nil {
+		bar.Add64(-counted)
+	}
+	if err != nil {
+		return fmt.Errorf("PUT: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		if bar != nil {
+			bar.Add64(-counted)
+		}
+		return &httpStatusError{resp.StatusCode, strings.TrimSpace(string(msg))}
+	}
+	return nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
