@@ -1,9 +1,10 @@
 // Package demangle turns C++ (Itanium) and Rust (legacy and v0) linkage names into the
 // readable names profiles show, matching what llvm-symbolizer 14 prints for the same symbol.
 //
-// The parsing is github.com/ianlancetaylor/demangle's; this package chooses its LLVM-style
-// printing and adjusts the few spellings where LLVM 14 prints differently, so that a name
-// resolved from DWARF, from the symbol table or by llvm-symbolizer reads the same.
+// The parsing is a fork of github.com/ianlancetaylor/demangle (internal/itanium, with parser
+// fixes); this package chooses its LLVM-style printing and adjusts the few spellings where
+// LLVM 14 prints differently, so that a name resolved from DWARF, from the symbol table or
+// by llvm-symbolizer reads the same. Legacy Rust names are decoded here.
 //
 // Deliberate differences from LLVM 14 (testdata/cases.tsv lists each case with its reason):
 //   - Legacy Rust names (_ZN...17h<hash>E): LLVM demangles them as plain Itanium names and
@@ -18,7 +19,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/ianlancetaylor/demangle"
+	demangle "github.com/profsym/profsym/pkg/debuginfo/demangle/internal/itanium"
 )
 
 // maxOutput bounds the demangled length: hostile names can expand exponentially through
@@ -34,7 +35,7 @@ func Name(name string) string {
 	case itanium:
 		return itaniumName(name)
 	case rustV0Name:
-		if out, ok := rustV0(name, maxOutput); ok {
+		if out, err := demangle.ToString(name, opts...); err == nil {
 			return out
 		}
 	}

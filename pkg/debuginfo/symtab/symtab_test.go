@@ -600,25 +600,57 @@ func TestMinimalELF(t *testing.T) {
 	}
 }
 
-// BenchmarkLoad loads the symbol table of the test binary itself (a Go binary with tens of
-// thousands of symbols).
-func BenchmarkLoad(b *testing.B) {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Skip(err)
+// systemLibraries are large stripped C++ shared libraries Debian installs with the project's
+// tools: real names from real builds, with .dynsym only.
+var systemLibraries = []string{
+	"/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+	"/usr/lib/llvm-14/lib/libLLVM-14.so.1",
+}
+
+// TestSystemLibraries compares with llvm-symbolizer on installed libraries, sampling a few
+// thousand code addresses of each.
+func TestSystemLibraries(t *testing.T) {
+	need(t, "llvm-symbolizer")
+	if testing.Short() {
+		t.Skip("short")
 	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		b.Skip(err)
-	}
-	defer f.Close()
-	b.ReportAllocs()
-	var st Stats
-	for i := 0; i < b.N; i++ {
-		bld := index.NewBuilder()
-		if st, err = Load(f, bld); err != nil {
-			b.Fatal(err)
+	for _, path := range systemLibraries {
+		if _, err := os.Stat(path); err != nil {
+			continue
 		}
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			ix, st := load(t, path)
+			t.Logf("%+v", st)
+			all := sampleAddrs(t, path, 64)
+			// A fixed stride through the sample keeps llvm-symbolizer's run short.
+			step := max(1, len(all)/6000)
+			var addrs []uint64
+			for i := 0; i < len(all); i += step {
+				addrs = append(addrs, all[i])
+			}
+			compare(t, path, ix, addrs, 0.999)
+		})
 	}
-	b.ReportMetric(float64(st.Symbols), "symbols")
+}
+
+// BenchmarkLoad loads the .dynsym of installed C++ libraries (libLLVM-14 has about 45,000
+// symbols): demangling dominates.
+func BenchmarkLoad(b *testing.B) {
+	for _, path := range systemLibraries {
+		f, err := elf.Open(path)
+		if err != nil {
+			continue
+		}
+		b.Run(filepath.Base(path), func(b *testing.B) {
+			b.ReportAllocs()
+			var st Stats
+			for i := 0; i < b.N; i++ {
+				if st, err = Load(f, index.NewBuilder()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(st.Symbols), "symbols")
+		})
+		f.Close()
+	}
 }

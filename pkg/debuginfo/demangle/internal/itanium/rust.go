@@ -1,60 +1,30 @@
-// This file is derived from rust.go of github.com/ianlancetaylor/demangle
-// (v0.0.0-20260724033716-83e58baca724), whose copyright and license follow:
-//
-// Copyright (c) 2015 The Go Authors. All rights reserved.
-//
-// Redistribution and use in source and binary forms, with or without
-// modification, are permitted provided that the following conditions are
-// met:
-//
-//    * Redistributions of source code must retain the above copyright
-// notice, this list of conditions and the following disclaimer.
-//    * Redistributions in binary form must reproduce the above
-// copyright notice, this list of conditions and the following disclaimer
-// in the documentation and/or other materials provided with the
-// distribution.
-//    * Neither the name of Google Inc. nor the names of its
-// contributors may be used to endorse or promote products derived from
-// this software without specific prior written permission.
-//
-// THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS
-// "AS IS" AND ANY EXPRESS OR IMPLIED WARRANTIES, INCLUDING, BUT NOT
-// LIMITED TO, THE IMPLIED WARRANTIES OF MERCHANTABILITY AND FITNESS FOR
-// A PARTICULAR PURPOSE ARE DISCLAIMED. IN NO EVENT SHALL THE COPYRIGHT
-// OWNER OR CONTRIBUTORS BE LIABLE FOR ANY DIRECT, INDIRECT, INCIDENTAL,
-// SPECIAL, EXEMPLARY, OR CONSEQUENTIAL DAMAGES (INCLUDING, BUT NOT
-// LIMITED TO, PROCUREMENT OF SUBSTITUTE GOODS OR SERVICES; LOSS OF USE,
-// DATA, OR PROFITS; OR BUSINESS INTERRUPTION) HOWEVER CAUSED AND ON ANY
-// THEORY OF LIABILITY, WHETHER IN CONTRACT, STRICT LIABILITY, OR TORT
-// (INCLUDING NEGLIGENCE OR OTHERWISE) ARISING IN ANY WAY OUT OF THE USE
-// OF THIS SOFTWARE, EVEN IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE.
-//
-// Changes for profsym: only the v0 scheme is kept (legacy names are decoded in
-// demangle.go); a <decimal-number> no longer swallows the digits after a leading '0', which
-// misparsed consecutive empty closure identifiers ("...00s_0"); the number of backref
-// expansions is bounded; options are reduced to the output limit.
+// Copyright 2021 The Go Authors. All rights reserved.
+// Use of this source code is governed by a BSD-style
+// license that can be found in the LICENSE file.
 
-package demangle
+package itanium
 
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 )
 
-// rustV0 demangles a Rust v0 symbol ("_R..."). A suffix from the first '.' on is printed
-// in parentheses, as LLVM prints it.
-func rustV0(name string, max int) (ret string, ok bool) {
+// rustToString demangles a Rust symbol.
+func rustToString(name string, options []Option) (ret string, err error) {
 	if !strings.HasPrefix(name, "_R") {
-		return "", false
+		return "", ErrNotMangledName
 	}
 
-	// The parsing routines report errors by panicking with a rustErr.
+	// When the demangling routines encounter an error, they panic
+	// with a value of type demangleErr.
 	defer func() {
 		if r := recover(); r != nil {
-			if _, isErr := r.(rustErr); isErr {
-				ret, ok = "", false
+			if de, ok := r.(demangleErr); ok {
+				ret = ""
+				err = de
 				return
 			}
 			panic(r)
@@ -69,7 +39,15 @@ func rustV0(name string, max int) (ret string, ok bool) {
 	}
 
 	name = name[2:]
-	rst := &rustState{orig: name, str: name, max: max}
+	rst := &rustState{orig: name, str: name}
+
+	for _, o := range options {
+		if o == NoTemplateParams {
+			rst.noGenericArgs = true
+		} else if isMaxLength(o) {
+			rst.max = maxLength(o)
+		}
+	}
 
 	rst.symbolName()
 
@@ -78,32 +56,27 @@ func rustV0(name string, max int) (ret string, ok bool) {
 	}
 
 	if suffix != "" {
-		rst.skip = false
-		rst.writeString(" (")
-		rst.writeString(suffix)
-		rst.writeByte(')')
+		llvmStyle := false
+		for _, o := range options {
+			if o == LLVMStyle {
+				llvmStyle = true
+				break
+			}
+		}
+		if llvmStyle {
+			rst.skip = false
+			rst.writeString(" (")
+			rst.writeString(suffix)
+			rst.writeByte(')')
+		}
 	}
 
 	s := rst.buf.String()
 	if rst.max > 0 && len(s) > rst.max {
 		s = s[:rst.max]
 	}
-	return s, true
+	return s, nil
 }
-
-// rustErr is the panic value of a parse error.
-type rustErr struct {
-	err string
-	off int
-}
-
-// maxBackrefs bounds backref expansions: each re-parses an earlier part of the name, and
-// nested ones multiply, so a short hostile name could otherwise take exponential time.
-const maxBackrefs = 1 << 14
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
-func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
 // A rustState holds the current state of demangling a Rust string.
 type rustState struct {
@@ -116,12 +89,15 @@ type rustState struct {
 	last          byte            // last byte written to buffer
 	noGenericArgs bool            // don't demangle generic arguments
 	max           int             // maximum output length
-	backrefs      int             // backref expansions so far
+	backrefs      int             // backref expansions so far (profsym)
 }
+
+// maxBackrefs bounds backref expansions per name (profsym).
+const maxBackrefs = 1 << 14
 
 // fail panics with demangleErr, to be caught in rustToString.
 func (rst *rustState) fail(err string) {
-	panic(rustErr{err: err, off: rst.off})
+	panic(demangleErr{err: err, off: rst.off})
 }
 
 // advance advances the current string offset.
@@ -1004,6 +980,8 @@ func (rst *rustState) backref(demangle func()) {
 		return
 	}
 
+	// profsym: each expansion re-parses an earlier part of the name and nested ones
+	// multiply; bound them so a short hostile name cannot take exponential time.
 	rst.backrefs++
 	if rst.backrefs > maxBackrefs {
 		rst.fail("too many backrefs")
@@ -1034,7 +1012,8 @@ func (rst *rustState) decimalNumber() int {
 		rst.fail("expected number")
 	}
 
-	// <decimal-number> = "0" | <[1-9]> {<[0-9]>}: a leading '0' is the whole number.
+	// profsym: <decimal-number> = "0" | <[1-9]> {<[0-9]>}: a leading '0' is the whole
+	// number, so an empty identifier can be followed by one that starts with its length.
 	if rst.str[0] == '0' {
 		rst.advance(1)
 		return 0
@@ -1050,4 +1029,158 @@ func (rst *rustState) decimalNumber() int {
 		rst.advance(1)
 	}
 	return val
+}
+
+// oldRustToString demangles a Rust symbol using the old demangling.
+// The second result reports whether this is a valid Rust mangled name.
+func oldRustToString(name string, options []Option) (string, bool) {
+	max := 0
+	for _, o := range options {
+		if isMaxLength(o) {
+			max = maxLength(o)
+		}
+	}
+
+	// We know that the string starts with _ZN.
+	name = name[3:]
+
+	hexDigit := func(c byte) (byte, bool) {
+		switch {
+		case c >= '0' && c <= '9':
+			return c - '0', true
+		case c >= 'a' && c <= 'f':
+			return c - 'a' + 10, true
+		default:
+			return 0, false
+		}
+	}
+
+	// We know that the strings end with "17h" followed by 16 characters
+	// followed by "E". We check that the 16 characters are all hex digits.
+	// Also the hex digits must contain at least 5 distinct digits.
+	seen := uint16(0)
+	for i := len(name) - 17; i < len(name)-1; i++ {
+		digit, ok := hexDigit(name[i])
+		if !ok {
+			return "", false
+		}
+		seen |= 1 << digit
+	}
+	if bits.OnesCount16(seen) < 5 {
+		return "", false
+	}
+	name = name[:len(name)-20]
+
+	// The name is a sequence of length-preceded identifiers.
+	var sb strings.Builder
+	for len(name) > 0 {
+		if max > 0 && sb.Len() > max {
+			break
+		}
+
+		if !isDigit(name[0]) {
+			return "", false
+		}
+
+		val := 0
+		for len(name) > 0 && isDigit(name[0]) {
+			add := int(name[0] - '0')
+			if val >= math.MaxInt32/10-add {
+				return "", false
+			}
+			val *= 10
+			val += add
+			name = name[1:]
+		}
+
+		if val == 0 {
+			return "", false
+		}
+
+		// An optional trailing underscore can separate the
+		// length from the identifier.
+		if len(name) > 0 && name[0] == '_' {
+			name = name[1:]
+			val--
+		}
+
+		if len(name) < val {
+			return "", false
+		}
+
+		id := name[:val]
+		name = name[val:]
+
+		if sb.Len() > 0 {
+			sb.WriteString("::")
+		}
+
+		// Ignore leading underscores preceding escape sequences.
+		if strings.HasPrefix(id, "_$") {
+			id = id[1:]
+		}
+
+		// The identifier can have escape sequences.
+	escape:
+		for len(id) > 0 {
+			switch c := id[0]; c {
+			case '$':
+				codes := map[string]byte{
+					"SP": '@',
+					"BP": '*',
+					"RF": '&',
+					"LT": '<',
+					"GT": '>',
+					"LP": '(',
+					"RP": ')',
+				}
+
+				valid := true
+				if len(id) > 2 && id[1] == 'C' && id[2] == '$' {
+					sb.WriteByte(',')
+					id = id[3:]
+				} else if len(id) > 4 && id[1] == 'u' && id[4] == '$' {
+					dig1, ok1 := hexDigit(id[2])
+					dig2, ok2 := hexDigit(id[3])
+					val := (dig1 << 4) | dig2
+					if !ok1 || !ok2 || dig1 > 7 || val < ' ' {
+						valid = false
+					} else {
+						sb.WriteByte(val)
+						id = id[5:]
+					}
+				} else if len(id) > 3 && id[3] == '$' {
+					if code, ok := codes[id[1:3]]; !ok {
+						valid = false
+					} else {
+						sb.WriteByte(code)
+						id = id[4:]
+					}
+				} else {
+					valid = false
+				}
+				if !valid {
+					sb.WriteString(id)
+					break escape
+				}
+			case '.':
+				if strings.HasPrefix(id, "..") {
+					sb.WriteString("::")
+					id = id[2:]
+				} else {
+					sb.WriteByte(c)
+					id = id[1:]
+				}
+			default:
+				sb.WriteByte(c)
+				id = id[1:]
+			}
+		}
+	}
+
+	s := sb.String()
+	if max > 0 && len(s) > max {
+		s = s[:max]
+	}
+	return s, true
 }

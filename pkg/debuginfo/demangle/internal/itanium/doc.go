@@ -1,0 +1,13 @@
+// Package itanium is a fork of github.com/ianlancetaylor/demangle
+// (v0.0.0-20260724033716-83e58baca724; BSD license in LICENSE beside this file), kept so
+// that profsym can fix parser bugs that make it print other names than LLVM and GNU c++filt.
+// Changes, each marked "profsym" in the code:
+//   - unresolvedName: a <simple-id> qualifier after "sr" is no substitution candidate, as in
+//     LLVM and libiberty (GCC's enable_if<... sr 21has_ScalarTraitsIT_E E 5value ...>
+//     signatures numbered every later substitution wrongly).
+//   - Rust v0 decimalNumber: a leading '0' is the whole number, so an empty identifier can
+//     be followed by one that starts with its length (nested closures, "...00s_0").
+//   - Rust v0 backrefs: expansions per name are bounded.
+//   - The upstream test cases that encoded the old substitution numbering are left out, as
+//     is the 5 MB LLVM case file.
+package itanium
