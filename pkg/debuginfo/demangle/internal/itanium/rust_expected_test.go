@@ -95,7 +95,7 @@ func skipExpectedRustTest(t testing.TB, format, input string, report int) bool {
 	return false
 }
 
-const rustCheckFilename = "testdata/rust.test"
+const rustCheckFilename = "testdata/rust-check.txt"
 
 func TestRustCheck(t *testing.T) {
 	t.Parallel()
