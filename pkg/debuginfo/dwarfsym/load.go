@@ -95,9 +95,9 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dec := newDecoder(d, sections, order)
+			dec := newDecoder(d, sections, order, units)
 			for i := range jobs {
-				results[i] <- dec.unit(units[i])
+				results[i] <- dec.unit(i)
 			}
 		}()
 	}
@@ -298,34 +298,57 @@ type funcNames struct {
 	hasDeclLine   bool
 }
 
+// refDIE is the part of an entry that name resolution reads.
 type refDIE struct {
 	funcNames
-	origin, spec dwarf.Offset
-	hasOrigin    bool
-	hasSpec      bool
+	origin, spec       uint64
+	hasOrigin, hasSpec bool
+}
+
+// funcDIE is a subprogram or inlined subroutine as the walk reads it.
+type funcDIE struct {
+	refDIE
+	off                  uint64
+	lowPC, highPC        attrVal
+	rangesAttr           attrVal
+	hasLow, hasHigh      bool
+	hasRanges            bool
+	callFile             int64
+	hasCallFile          bool
+	callLine, callColumn uint32
 }
 
 type decoder struct {
 	d     *dwarf.Data
-	order binary.ByteOrder
+	s     *dieSecs
 	sec   map[string][]byte
+	units []unitHeader
 	r     *dwarf.Reader
-	ref   *dwarf.Reader
 	// refs caches the attributes of referenced DIEs across the units this worker decodes;
 	// -flto and C++ specifications point many DIEs at the same few.
-	refs map[dwarf.Offset]*refDIE
+	refs     map[uint64]*refDIE
+	abbrevs  map[uint64]*abbrevTable
+	unitCtxs map[int]*unitCtx
 
-	res     *unitResult
-	strIdx  map[string]uint32
-	display map[string]string
+	res      *unitResult
+	strIdx   map[string]uint32
+	display  map[string]string
+	rangeBuf [][2]uint64
 }
 
-func newDecoder(d *dwarf.Data, sec map[string][]byte, order binary.ByteOrder) *decoder {
+func newDecoder(d *dwarf.Data, sec map[string][]byte, order binary.ByteOrder, units []unitHeader) *decoder {
 	return &decoder{
-		d: d, order: order, sec: sec,
-		r: d.Reader(), ref: d.Reader(),
-		refs:    make(map[dwarf.Offset]*refDIE),
-		display: make(map[string]string),
+		d: d, sec: sec, units: units,
+		s: &dieSecs{
+			info: sec["info"], abbrev: sec["abbrev"], str: sec["str"], lineStr: sec["line_str"],
+			strOffsets: sec["str_offsets"], addr: sec["addr"], ranges: sec["ranges"], rnglists: sec["rnglists"],
+			order: order,
+		},
+		r:        d.Reader(),
+		refs:     make(map[uint64]*refDIE),
+		abbrevs:  make(map[uint64]*abbrevTable),
+		unitCtxs: make(map[int]*unitCtx),
+		display:  make(map[string]string),
 	}
 }
 
@@ -340,7 +363,7 @@ func (dc *decoder) str(s string) uint32 {
 }
 
 // unit decodes one unit; a panic inside debug/dwarf on hostile input becomes the unit's error.
-func (dc *decoder) unit(u unitHeader) (res *unitResult) {
+func (dc *decoder) unit(i int) (res *unitResult) {
 	dc.res = &unitResult{strs: []string{""}}
 	dc.strIdx = map[string]uint32{"": 0}
 	defer func() {
@@ -348,7 +371,7 @@ func (dc *decoder) unit(u unitHeader) (res *unitResult) {
 			res = &unitResult{err: fmt.Errorf("malformed DWARF: %v", r)}
 		}
 	}()
-	if err := dc.decodeUnit(u); err != nil {
+	if err := dc.decodeUnit(i); err != nil {
 		return &unitResult{err: err}
 	}
 	return dc.res
@@ -360,37 +383,52 @@ func isTombstone(lo uint64) bool {
 	return lo == 0 || lo >= ^uint64(1)
 }
 
-func (dc *decoder) decodeUnit(u unitHeader) error {
-	dc.r.Seek(dwarf.Offset(u.dieOff))
-	cu, err := dc.r.Next()
-	if err != nil {
-		return fmt.Errorf("read unit entry: %w", err)
+func (dc *decoder) unitCtx(i int) (*unitCtx, error) {
+	if u, ok := dc.unitCtxs[i]; ok {
+		return u, nil
 	}
-	if cu == nil || (cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit) {
+	u, err := dc.s.openUnit(dc.units[i], dc.abbrevs)
+	if err != nil {
+		return nil, err
+	}
+	dc.unitCtxs[i] = u
+	return u, nil
+}
+
+func (dc *decoder) decodeUnit(i int) error {
+	u, err := dc.unitCtx(i)
+	if err != nil {
+		return err
+	}
+	// Units are visited once each; only references need a unit's context again.
+	delete(dc.unitCtxs, i)
+	if u.tag != tagCompileUnit && u.tag != tagPartialUnit {
 		return nil
 	}
 	dc.res.compile = true
-	compDir, _ := cu.Val(dwarf.AttrCompDir).(string)
 
 	var files *lineFiles
-	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok {
-		us := &unitStrings{str: dc.sec["str"], lineStr: dc.sec["line_str"], strOffsets: dc.sec["str_offsets"]}
-		if base, ok := cu.Val(dwarf.AttrStrOffsetsBase).(int64); ok && base >= 0 {
-			us.strOffsetsBase = uint64(base)
-		}
-		if off < 0 {
-			return fmt.Errorf("negative line table offset %d", off)
-		}
-		files, err = parseLineFiles(dc.sec["line"], uint64(off), dc.order, compDir, us)
+	if u.stmtList >= 0 {
+		us := &unitStrings{str: dc.sec["str"], lineStr: dc.sec["line_str"], strOffsets: dc.sec["str_offsets"], strOffsetsBase: u.strOffsetsBase}
+		files, err = parseLineFiles(dc.sec["line"], uint64(u.stmtList), dc.s.order, u.compDir, us)
 		if err != nil {
 			return err
+		}
+		// debug/dwarf's line program decoder needs its own view of the root entry.
+		dc.r.Seek(dwarf.Offset(u.hdr.dieOff))
+		cu, err := dc.r.Next()
+		if err != nil {
+			return fmt.Errorf("read unit entry: %w", err)
+		}
+		if cu == nil {
+			return fmt.Errorf("unit entry missing")
 		}
 		if err := dc.lines(cu, files); err != nil {
 			return err
 		}
 	}
-	if cu.Children {
-		return dc.walk(files, dwarf.Offset(u.end))
+	if u.rootChildren {
+		return dc.walk(u, files)
 	}
 	return nil
 }
@@ -466,86 +504,178 @@ type frameCtx struct {
 	dead bool  // inside a function whose code was discarded by the linker
 }
 
-func (dc *decoder) walk(files *lineFiles, end dwarf.Offset) error {
-	stack := []frameCtx{{node: -1}}
-	for len(stack) > 0 {
-		e, err := dc.r.Next()
+// readFunc decodes the attributes of a subprogram or inlined subroutine.
+func (dc *decoder) readFunc(r *secReader, u *unitCtx, a *abbrev, fd *funcDIE) error {
+	for _, sp := range a.attrs {
+		want := false
+		switch sp.attr {
+		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atAbstractOrigin, atSpecification,
+			atLowPC, atHighPC, atRanges, atCallFile, atCallLine, atCallColumn:
+			want = true
+		}
+		v, err := dc.s.readAttr(r, u, sp.form, sp.implicit, want)
 		if err != nil {
-			return fmt.Errorf("read entries: %w", err)
+			return fmt.Errorf("entry at %#x: %w", fd.off, err)
 		}
-		// Producers may leave out the null entries that close the last open levels of a
-		// unit; the reader then moves on into the next unit, which is not ours.
-		if e == nil || e.Offset >= end {
-			return nil
+		if !want {
+			continue
 		}
-		if e.Tag == 0 {
+		applyRef(&fd.refDIE, sp.attr, v)
+		switch sp.attr {
+		case atLowPC:
+			fd.lowPC, fd.hasLow = v, v.class == clsAddr
+		case atHighPC:
+			fd.highPC, fd.hasHigh = v, v.class == clsAddr || v.class == clsConst
+		case atRanges:
+			fd.rangesAttr, fd.hasRanges = v, true
+		case atCallFile:
+			if v.class == clsConst {
+				fd.callFile, fd.hasCallFile = int64(v.u), true
+			}
+		case atCallLine:
+			if v.class == clsConst {
+				fd.callLine = uint32(v.u)
+			}
+		case atCallColumn:
+			if v.class == clsConst {
+				fd.callColumn = uint32(v.u)
+			}
+		}
+	}
+	return nil
+}
+
+func applyRef(rd *refDIE, attr uint64, v attrVal) {
+	switch attr {
+	case atName:
+		if v.isStr {
+			rd.name, rd.hasName = v.s, true
+		}
+	case atLinkageName, atMIPSLinkage:
+		if v.isStr && !rd.hasLinkage {
+			rd.linkage, rd.hasLinkage = v.s, true
+		}
+	case atDeclLine:
+		if v.class == clsConst {
+			rd.declLine, rd.hasDeclLine = uint32(v.u), true
+		}
+	case atAbstractOrigin:
+		if v.class == clsRef {
+			rd.origin, rd.hasOrigin = v.u, true
+		}
+	case atSpecification:
+		if v.class == clsRef {
+			rd.spec, rd.hasSpec = v.u, true
+		}
+	}
+}
+
+func (dc *decoder) funcRanges(u *unitCtx, fd *funcDIE) ([][2]uint64, error) {
+	out := dc.rangeBuf[:0]
+	if fd.hasLow && fd.hasHigh {
+		hi := fd.highPC.u
+		if fd.highPC.class == clsConst {
+			hi += fd.lowPC.u
+		}
+		out = append(out, [2]uint64{fd.lowPC.u, hi})
+	}
+	if fd.hasRanges {
+		var err error
+		if out, err = dc.s.rangeList(u, fd.rangesAttr, out); err != nil {
+			return nil, fmt.Errorf("entry at %#x: %w", fd.off, err)
+		}
+	}
+	dc.rangeBuf = out
+	return out, nil
+}
+
+func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
+	r := &secReader{data: dc.s.info[:u.hdr.end], off: int(u.rootOff), order: dc.s.order}
+	stack := []frameCtx{{node: -1}}
+	var fd funcDIE
+	// Producers may leave out the null entries that close the last open levels of a unit.
+	for len(stack) > 0 && r.off < len(r.data) {
+		off := uint64(r.off)
+		code := r.uleb()
+		if r.err != nil {
+			return fmt.Errorf("entry at %#x: %w", off, r.err)
+		}
+		if code == 0 {
 			stack = stack[:len(stack)-1]
 			continue
 		}
-		ctx := stack[len(stack)-1]
-		switch e.Tag {
-		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
-			if ctx.dead {
-				break
-			}
-			inl := e.Tag == dwarf.TagInlinedSubroutine
-			if inl && ctx.node < 0 {
-				break
-			}
-			rs, err := dc.d.Ranges(e)
-			if err != nil {
-				return fmt.Errorf("ranges of entry at %#x: %w", e.Offset, err)
-			}
-			live := rs[:0]
-			for _, r := range rs {
-				if !isTombstone(r[0]) && r[1] > r[0] {
-					live = append(live, r)
-				}
-			}
-			if len(live) == 0 {
-				if len(rs) > 0 {
-					ctx = frameCtx{node: -1, dead: true}
-				} else if !inl {
-					ctx = frameCtx{node: -1}
-				}
-				break
-			}
-			n, err := dc.names(e)
-			if err != nil {
-				return err
-			}
-			ln := localNode{
-				name:      dc.str(dc.displayName(n)),
-				linkage:   dc.str(n.linkage),
-				startLine: n.declLine,
-				parent:    -1,
-			}
-			if inl {
-				ln.parent = ctx.node
-				if f, ok := e.Val(dwarf.AttrCallFile).(int64); ok {
-					if s, ok := files.name(f); ok {
-						ln.callFile = dc.str(s)
-					}
-				}
-				if l, ok := e.Val(dwarf.AttrCallLine).(int64); ok && l > 0 {
-					ln.callLine = uint32(l)
-				}
-				if c, ok := e.Val(dwarf.AttrCallColumn).(int64); ok && c > 0 {
-					ln.callColumn = uint32(c)
-				}
-				dc.res.inlined++
-			} else {
-				dc.res.funcs++
-			}
-			id := int32(len(dc.res.nodes))
-			dc.res.nodes = append(dc.res.nodes, ln)
-			for _, r := range live {
-				dc.res.ranges = append(dc.res.ranges, localRange{lo: r[0], hi: r[1], node: id})
-			}
-			ctx = frameCtx{node: id}
+		a := u.abbrevs.get(code)
+		if a == nil {
+			return fmt.Errorf("entry at %#x: unknown abbreviation %d", off, code)
 		}
-		if e.Children {
-			stack = append(stack, ctx)
+		ctx := stack[len(stack)-1]
+		isFunc := a.tag == tagSubprogram || a.tag == tagInlinedSubroutine
+		inl := a.tag == tagInlinedSubroutine
+		if !isFunc || ctx.dead || (inl && ctx.node < 0) {
+			for _, sp := range a.attrs {
+				if _, err := dc.s.readAttr(r, u, sp.form, sp.implicit, false); err != nil {
+					return fmt.Errorf("entry at %#x: %w", off, err)
+				}
+			}
+			if a.children {
+				stack = append(stack, ctx)
+			}
+			continue
+		}
+		fd = funcDIE{off: off}
+		if err := dc.readFunc(r, u, a, &fd); err != nil {
+			return err
+		}
+		rs, err := dc.funcRanges(u, &fd)
+		if err != nil {
+			return err
+		}
+		live := rs[:0]
+		for _, rg := range rs {
+			if !isTombstone(rg[0]) && rg[1] > rg[0] {
+				live = append(live, rg)
+			}
+		}
+		if len(live) == 0 {
+			if len(rs) > 0 {
+				ctx = frameCtx{node: -1, dead: true}
+			} else if !inl {
+				ctx = frameCtx{node: -1}
+			}
+			if a.children {
+				stack = append(stack, ctx)
+			}
+			continue
+		}
+		n, err := dc.names(&fd)
+		if err != nil {
+			return err
+		}
+		ln := localNode{
+			name:      dc.str(dc.displayName(n)),
+			linkage:   dc.str(n.linkage),
+			startLine: n.declLine,
+			parent:    -1,
+		}
+		if inl {
+			ln.parent = ctx.node
+			if fd.hasCallFile {
+				if s, ok := files.name(fd.callFile); ok {
+					ln.callFile = dc.str(s)
+				}
+			}
+			ln.callLine, ln.callColumn = fd.callLine, fd.callColumn
+			dc.res.inlined++
+		} else {
+			dc.res.funcs++
+		}
+		id := int32(len(dc.res.nodes))
+		dc.res.nodes = append(dc.res.nodes, ln)
+		for _, rg := range live {
+			dc.res.ranges = append(dc.res.ranges, localRange{lo: rg[0], hi: rg[1], node: id})
+		}
+		if a.children {
+			stack = append(stack, frameCtx{node: id})
 		}
 	}
 	return nil
@@ -564,67 +694,61 @@ func (dc *decoder) displayName(n funcNames) string {
 	return s
 }
 
-func attrsOf(e *dwarf.Entry) refDIE {
-	var r refDIE
-	for _, f := range e.Field {
-		switch f.Attr {
-		case dwarf.AttrName:
-			if s, ok := f.Val.(string); ok {
-				r.name, r.hasName = s, true
-			}
-		case dwarf.AttrLinkageName, attrMIPSLinkageName:
-			if s, ok := f.Val.(string); ok && !r.hasLinkage {
-				r.linkage, r.hasLinkage = s, true
-			}
-		case dwarf.AttrDeclLine:
-			if v, ok := f.Val.(int64); ok {
-				r.declLine, r.hasDeclLine = uint32(v), true
-			}
-		case dwarf.AttrAbstractOrigin:
-			if o, ok := f.Val.(dwarf.Offset); ok {
-				r.origin, r.hasOrigin = o, true
-			}
-		case dwarf.AttrSpecification:
-			if o, ok := f.Val.(dwarf.Offset); ok {
-				r.spec, r.hasSpec = o, true
-			}
-		}
-	}
-	return r
-}
-
-func (dc *decoder) refAt(off dwarf.Offset) (*refDIE, error) {
+// refAt reads the entry at an absolute .debug_info offset, in whichever unit holds it.
+func (dc *decoder) refAt(off uint64) (*refDIE, error) {
 	if r, ok := dc.refs[off]; ok {
 		return r, nil
 	}
-	dc.ref.Seek(off)
-	e, err := dc.ref.Next()
+	ui := unitIndexOf(dc.units, off)
+	if ui < 0 {
+		return nil, fmt.Errorf("reference %#x is outside every unit", off)
+	}
+	u, err := dc.unitCtx(ui)
 	if err != nil {
-		return nil, fmt.Errorf("referenced entry at %#x: %w", off, err)
+		return nil, fmt.Errorf("reference %#x: %w", off, err)
 	}
-	if e == nil {
-		return nil, fmt.Errorf("referenced entry at %#x: beyond the last unit", off)
+	r := &secReader{data: dc.s.info[:u.hdr.end], off: int(off), order: dc.s.order}
+	code := r.uleb()
+	if r.err != nil || code == 0 {
+		return nil, fmt.Errorf("reference %#x: no entry there", off)
 	}
-	r := attrsOf(e)
-	dc.refs[off] = &r
-	return &r, nil
+	a := u.abbrevs.get(code)
+	if a == nil {
+		return nil, fmt.Errorf("reference %#x: unknown abbreviation %d", off, code)
+	}
+	rd := &refDIE{}
+	for _, sp := range a.attrs {
+		want := false
+		switch sp.attr {
+		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atAbstractOrigin, atSpecification:
+			want = true
+		}
+		v, err := dc.s.readAttr(r, u, sp.form, sp.implicit, want)
+		if err != nil {
+			return nil, fmt.Errorf("reference %#x: %w", off, err)
+		}
+		if want {
+			applyRef(rd, sp.attr, v)
+		}
+	}
+	dc.refs[off] = rd
+	return rd, nil
 }
 
 // names resolves name, linkage name and declaration line the way llvm's findRecursively does:
 // depth-first over abstract_origin and specification, specification first, each DIE once.
-func (dc *decoder) names(e *dwarf.Entry) (funcNames, error) {
-	self := attrsOf(e)
-	out := self.funcNames
+func (dc *decoder) names(fd *funcDIE) (funcNames, error) {
+	out := fd.funcNames
 	if out.hasName && out.hasLinkage && out.hasDeclLine {
 		return out, nil
 	}
-	var work [8]dwarf.Offset
+	var work [8]uint64
 	stack := work[:0]
-	var seenBuf [8]dwarf.Offset
-	seen := append(seenBuf[:0], e.Offset)
+	var seenBuf [8]uint64
+	seen := append(seenBuf[:0], fd.off)
 	push := func(r *refDIE) {
 		for _, o := range [2]struct {
-			off dwarf.Offset
+			off uint64
 			ok  bool
 		}{{r.origin, r.hasOrigin}, {r.spec, r.hasSpec}} {
 			if !o.ok {
@@ -643,16 +767,16 @@ func (dc *decoder) names(e *dwarf.Entry) (funcNames, error) {
 			}
 		}
 	}
-	push(&self)
+	push(&fd.refDIE)
 	for hops := 0; len(stack) > 0; hops++ {
 		if hops >= maxRefChain {
-			return out, fmt.Errorf("entry at %#x: abstract_origin/specification chain longer than %d", e.Offset, maxRefChain)
+			return out, fmt.Errorf("entry at %#x: abstract_origin/specification chain longer than %d", fd.off, maxRefChain)
 		}
 		off := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		r, err := dc.refAt(off)
 		if err != nil {
-			return out, fmt.Errorf("entry at %#x: %w", e.Offset, err)
+			return out, fmt.Errorf("entry at %#x: %w", fd.off, err)
 		}
 		if !out.hasName && r.hasName {
 			out.name, out.hasName = r.name, true
@@ -670,7 +794,3 @@ func (dc *decoder) names(e *dwarf.Entry) (funcNames, error) {
 	}
 	return out, nil
 }
-
-// attrMIPSLinkageName is the pre-DWARF 4 vendor attribute older compilers use for the
-// linkage name.
-const attrMIPSLinkageName dwarf.Attr = 0x2007

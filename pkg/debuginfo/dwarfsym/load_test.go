@@ -7,8 +7,10 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
@@ -169,4 +171,87 @@ func FuzzLoad(f *testing.F) {
 			ix.Lookup(0x1000)
 		}
 	})
+}
+
+// measureLoad runs Load and Build once and reports wall time, allocated bytes and allocation
+// count.
+func measureLoad(t testing.TB, secs map[string][]byte, order binary.ByteOrder, opts Options) (*index.Index, Stats, time.Duration, uint64, uint64) {
+	t.Helper()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	b := index.NewBuilder()
+	st, err := Load(secs, order, b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return ix, st, el, after.TotalAlloc - before.TotalAlloc, after.Mallocs - before.Mallocs
+}
+
+// TestLoadVsLLVM times Load + Build against llvm-symbolizer on the same 10,000 addresses and
+// checks agreement, on the largest test binary and on any binaries listed (colon separated) in
+// PROFSYM_BENCH_BINS, such as a separate debug file of a real library.
+func TestLoadVsLLVM(t *testing.T) {
+	needTools(t, "llvm-symbolizer")
+	bins := filepath.SplitList(os.Getenv("PROFSYM_BENCH_BINS"))
+	if len(bins) == 0 {
+		if testing.Short() {
+			t.Skip("short")
+		}
+		bins = []string{binaryNamed(t, "gcc-cxx-O3-dwarf4-nopie").build(t, t.TempDir())}
+	}
+	for _, bin := range bins {
+		secs, f, dwarfBytes := elfSections(t, bin)
+		funcs := funcSymbols(t, f)
+		order := f.ByteOrder
+		f.Close()
+		ix, st, el, bytes, allocs := measureLoad(t, secs, order, Options{})
+		addrs := sampleAddrs(funcs, 10000)
+		if len(addrs) > 10000 {
+			addrs = addrs[:10000]
+		}
+		start := time.Now()
+		for _, a := range addrs {
+			ix.Lookup(a)
+		}
+		lookups := time.Since(start)
+		start = time.Now()
+		llvmSymbolize(t, bin, addrs)
+		llvmTime := time.Since(start)
+		ag := compareWithLLVM(t, bin, ix, funcs, addrs)
+		t.Logf("%s: DWARF %.1f MiB, v%d, %d units, %d functions, %d inlined, %d rows\n  Load+Build %v (%.1f MiB allocated, %d allocations), %d lookups %v; llvm-symbolizer on the same addresses %v\n  %s",
+			filepath.Base(bin), float64(dwarfBytes)/(1<<20), st.Version, st.Units, st.Functions, st.InlinedInstances, st.LineRows,
+			el, float64(bytes)/(1<<20), allocs, len(addrs), lookups, llvmTime, ag)
+		for _, ex := range ag.examples {
+			t.Logf("  differs at %s", ex)
+		}
+	}
+}
+
+func BenchmarkLoad(b *testing.B) {
+	bin := binaryNamed(b, "gcc-cxx-O3-dwarf4-nopie").build(b, b.TempDir())
+	if p := os.Getenv("PROFSYM_BENCH_BINS"); p != "" {
+		bin = filepath.SplitList(p)[0]
+	}
+	secs, f, n := elfSections(b, bin)
+	f.Close()
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bl := index.NewBuilder()
+		if _, err := Load(secs, binary.LittleEndian, bl, Options{Workers: envInt("PROFSYM_BENCH_WORKERS", 0)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bl.Build(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
