@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -113,18 +114,46 @@ func main() {
 }
 `
 
-// buildTestProgram compiles testProgram once with DWARF and symbols and once stripped.
+var (
+	buildOnce                sync.Once
+	builtFull, builtStripped string
+	buildErr                 error
+	buildDir                 string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// buildTestProgram compiles testProgram once per test process with DWARF and symbols and once
+// stripped.
 func buildTestProgram(t testing.TB) (full, stripped string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go toolchain not found")
 	}
-	dir := t.TempDir()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "gopclntab-test-")
+		if buildErr == nil {
+			builtFull, builtStripped, buildErr = compileTestProgram(buildDir)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtFull, builtStripped
+}
+
+func compileTestProgram(dir string) (full, stripped string, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(testProgram), 0o644); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/pcltest\n\ngo 1.22\n"), 0o644); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	full, stripped = filepath.Join(dir, "full"), filepath.Join(dir, "stripped")
 	for _, c := range []struct {
@@ -136,10 +165,10 @@ func buildTestProgram(t testing.TB) (full, stripped string) {
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
+			return "", "", fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	}
-	return full, stripped
+	return full, stripped, nil
 }
 
 func loadIndex(t testing.TB, path string) (*index.Index, Stats) {

@@ -141,6 +141,12 @@ type table struct {
 	funcdata    []byte // _func records: functab offsets are relative to this
 	functab     []byte
 	textStart   uint64
+
+	// steps bounds the pc-value decoding of the whole table. The linker shares identical
+	// tables between functions, so one table may be decoded many times, but a table whose
+	// offsets were made to point at the same long run from every function must not turn
+	// into quadratic work.
+	steps int64
 }
 
 func (t *table) uintptr(b []byte) uint64 {
@@ -163,7 +169,8 @@ func parseHeader(data []byte, addr uint64) (*table, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &table{ver: ver, bo: bo, quantum: uint32(data[6]), ptrSize: int(data[7]), addr: addr, data: data}
+	t := &table{ver: ver, bo: bo, quantum: uint32(data[6]), ptrSize: int(data[7]), addr: addr, data: data,
+		steps: 4*int64(len(data)) + 1<<20}
 	word := func(i int) (uint64, error) {
 		off := 8 + i*t.ptrSize
 		if off+t.ptrSize > len(data) {
@@ -400,6 +407,9 @@ func (t *table) decodePCValue(dst []run, off uint32, entry, limit uint64) ([]run
 		p = p[n:]
 		if uv == 0 && !first {
 			return dst, pc, nil
+		}
+		if t.steps--; t.steps < 0 {
+			return dst, 0, fmt.Errorf("%w: pc-value tables decode to more steps than the table has bytes", ErrCorrupt)
 		}
 		d := uint32(uv)
 		if d&1 != 0 {

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,7 +90,7 @@ func TestDecodePCValue(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tb := &table{quantum: 1, pctab: tc.tab}
+			tb := &table{quantum: 1, pctab: tc.tab, steps: 1 << 20}
 			got, end, err := tb.decodePCValue(nil, 0, 0x1000, tc.limit)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error %v", err, tc.wantErr)
@@ -202,20 +203,34 @@ func TestLinkModes(t *testing.T) {
 	}
 	haveCC := exec.Command("cc", "--version").Run() == nil
 	tests := []struct {
-		name  string
-		flags []string
-		cgo   bool
+		name      string
+		flags     []string
+		cgo       bool
+		toolchain string
 	}{
-		{"pie internal", []string{"-buildmode=pie"}, false},
-		{"exe external", []string{"-ldflags=-linkmode=external"}, true},
-		{"pie external", []string{"-buildmode=pie", "-ldflags=-linkmode=external"}, true},
+		{"pie internal", []string{"-buildmode=pie"}, false, ""},
+		{"exe external", []string{"-ldflags=-linkmode=external"}, true, ""},
+		{"pie external", []string{"-buildmode=pie", "-ldflags=-linkmode=external"}, true, ""},
+		// Releases before 1.26 keep moduledata in .noptrdata and textStart in the header.
+		{"go1.24 exe", nil, false, "go1.24.0"},
+		{"go1.24 pie", []string{"-buildmode=pie"}, false, "go1.24.0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cgo && !haveCC {
 				t.Skip("no C compiler for external linking")
 			}
-			full, stripped := buildVariant(t, tc.flags, tc.cgo)
+			var env []string
+			if tc.toolchain != "" {
+				// Only a toolchain already in the module cache: tests do not download.
+				env = []string{"GOTOOLCHAIN=" + tc.toolchain, "GOPROXY=off"}
+				cmd := exec.Command("go", "version")
+				cmd.Env = append(os.Environ(), env...)
+				if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), tc.toolchain+" ") {
+					t.Skipf("toolchain %s not in the module cache", tc.toolchain)
+				}
+			}
+			full, stripped := buildVariant(t, tc.flags, tc.cgo, env...)
 			chainRate, lineRate := compareBinaries(t, full, stripped, 2000, "main.")
 			if chainRate < 0.999 || lineRate < 0.995 {
 				t.Errorf("agreement %.4f chains, %.4f file:line", chainRate, lineRate)
@@ -226,7 +241,7 @@ func TestLinkModes(t *testing.T) {
 
 // buildVariant builds testProgram with flags, once as is and once with -s -w added to the
 // linker flags.
-func buildVariant(t *testing.T, flags []string, cgo bool) (full, stripped string) {
+func buildVariant(t *testing.T, flags []string, cgo bool, env ...string) (full, stripped string) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(testProgram), 0o644); err != nil {
@@ -257,7 +272,7 @@ func buildVariant(t *testing.T, flags []string, cgo bool) (full, stripped string
 		}
 		cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), ".")...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", cgoEnv)
+		cmd.Env = append(append(os.Environ(), "GOWORK=off", cgoEnv), env...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build %v: %v\n%s", args, err, b)
 		}
@@ -293,4 +308,62 @@ func TestLargeBinaryCost(t *testing.T) {
 		filepath.Base(stripped), fi.Size()>>20, st, elapsed.Round(time.Millisecond),
 		(after.TotalAlloc-before.TotalAlloc)>>20, int64(kept.HeapAlloc-before.HeapAlloc)>>20, is)
 	runtime.KeepAlive(ix)
+}
+
+// TestRandomPatches overwrites a few bytes at random places of the structures Load reads,
+// with a fixed seed: every result is an error or an index that builds, in bounded time.
+func TestRandomPatches(t *testing.T) {
+	_, stripped := buildTestProgram(t)
+	raw, err := os.ReadFile(stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regions [][2]uint64
+	for _, name := range []string{".gopclntab", ".go.module", ".rodata"} {
+		if s := ef.Section(name); s != nil {
+			regions = append(regions, [2]uint64{s.Offset, s.Size})
+		}
+	}
+	iterations := 300
+	if testing.Short() {
+		iterations = 30
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var failed int
+	for i := 0; i < iterations; i++ {
+		reg := regions[r.IntN(len(regions))]
+		at := reg[0] + r.Uint64N(reg[1])
+		patch := make([]byte, 1+r.IntN(8))
+		for j := range patch {
+			switch r.IntN(3) {
+			case 0:
+				patch[j] = 0xff
+			case 1:
+				patch[j] = 0
+			default:
+				patch[j] = byte(r.Uint32())
+			}
+		}
+		buf := bytes.Clone(raw)
+		copy(buf[at:], patch)
+		pf, err := elf.NewFile(bytes.NewReader(buf))
+		if err != nil {
+			continue
+		}
+		start := time.Now()
+		b := index.NewBuilder()
+		if _, err := Load(pf, b); err != nil {
+			failed++
+		} else if _, err := b.Build(); err != nil {
+			t.Errorf("patch %x at %#x: Build after a successful Load: %v", patch, at, err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("patch %x at %#x: Load took %v", patch, at, d)
+		}
+	}
+	t.Logf("%d of %d patched binaries were rejected", failed, iterations)
 }

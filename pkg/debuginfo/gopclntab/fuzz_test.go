@@ -1,0 +1,81 @@
+package gopclntab
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"testing"
+
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+)
+
+// FuzzLoad patches bytes of a real stripped Go binary and loads it. The input selects a region
+// (byte 0: the pclntab, moduledata, .rodata where the inline trees live, the section headers,
+// or the whole file), an offset in it (bytes 1-4) and the bytes to write there (the rest).
+// Load may fail, but must not panic, hang or allocate without bound, and what it adds must
+// build into an index that answers lookups.
+func FuzzLoad(f *testing.F) {
+	_, stripped := buildTestProgram(f)
+	raw, err := os.ReadFile(stripped)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(raw))
+	if err != nil {
+		f.Fatal(err)
+	}
+	type region struct{ off, size uint64 }
+	var regions []region
+	for _, name := range []string{".gopclntab", ".go.module", ".rodata"} {
+		if s := ef.Section(name); s != nil {
+			regions = append(regions, region{s.Offset, s.Size})
+		}
+	}
+	shoff := binary.LittleEndian.Uint64(raw[0x28:])
+	regions = append(regions, region{shoff, uint64(len(raw)) - shoff}, region{0, uint64(len(raw))})
+	text := ef.Section(".text")
+	ef.Close()
+
+	seed := func(r byte, off uint32, patch ...byte) []byte {
+		b := []byte{r, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(b[1:], off)
+		return append(b, patch...)
+	}
+	f.Add(seed(0, 0))
+	f.Add(seed(0, 8, 0xff, 0xff, 0xff, 0x7f))        // function count
+	f.Add(seed(0, 7*8, 0x10))                        // a pclntab offset
+	f.Add(seed(0, 0x200000, 0xff, 0xff, 0xff, 0xff)) // deep inside: functab, _func or pc tables
+	f.Add(seed(1, 0, 0, 0, 0, 0))                    // moduledata's pcHeader pointer
+	f.Add(seed(1, 40*8, 0xff, 0xff))                 // moduledata.gofunc
+	f.Add(seed(2, 0x1000, 0xff, 0xff, 0xff, 0xff, 0x80, 0x80))
+	f.Add(seed(3, 8*64+0x20, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0)) // a section's size
+
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) < 5 || len(in) > 5+64 {
+			return
+		}
+		r := regions[int(in[0])%len(regions)]
+		if r.size == 0 {
+			return
+		}
+		at := r.off + uint64(binary.LittleEndian.Uint32(in[1:]))%r.size
+		buf := bytes.Clone(raw)
+		copy(buf[at:], in[5:])
+		ef, err := elf.NewFile(bytes.NewReader(buf))
+		if err != nil {
+			return
+		}
+		b := index.NewBuilder()
+		if _, err := Load(ef, b); err != nil {
+			return
+		}
+		ix, err := b.Build()
+		if err != nil {
+			t.Fatalf("Build after a successful Load: %v", err)
+		}
+		for pc := text.Addr; pc < text.Addr+text.Size; pc += text.Size / 512 {
+			ix.Lookup(pc)
+		}
+	})
+}
