@@ -1,0 +1,260 @@
+//go:build linux
+
+// Package app is the collector's command line: flags (each with an environment variable),
+// logging, the metrics endpoint, and the wiring of agent, exporter and output file with a
+// graceful shutdown.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/collector/internal/agent"
+	"github.com/profsym/profsym/services/collector/internal/bpfprog"
+	"github.com/profsym/profsym/services/collector/internal/exporter"
+)
+
+// CLI holds the collector's flags.
+type CLI struct {
+	Frequency int           `default:"19" env:"PROFSYM_FREQUENCY" help:"Sampling frequency per CPU, in Hz."`
+	Interval  time.Duration `default:"10s" env:"PROFSYM_INTERVAL" help:"How often a profiles request is reported."`
+
+	Gateway                   string        `env:"PROFSYM_GATEWAY" help:"Gateway OTLP/gRPC endpoint (host:port). Empty: no export (use --output-file)."`
+	GatewayInsecure           bool          `env:"PROFSYM_GATEWAY_INSECURE" help:"Talk to the gateway in plain text instead of TLS."`
+	GatewayCAFile             string        `name:"gateway-ca-file" env:"PROFSYM_GATEWAY_CA_FILE" help:"PEM CA bundle that signs the gateway's certificate (default: system roots)."`
+	GatewayCertFile           string        `env:"PROFSYM_GATEWAY_CERT_FILE" help:"Client certificate (PEM) for mutual TLS."`
+	GatewayKeyFile            string        `env:"PROFSYM_GATEWAY_KEY_FILE" help:"Client private key (PEM) for mutual TLS."`
+	GatewayServerName         string        `env:"PROFSYM_GATEWAY_SERVER_NAME" help:"Name to verify in the gateway's certificate."`
+	GatewayInsecureSkipVerify bool          `env:"PROFSYM_GATEWAY_INSECURE_SKIP_VERIFY" help:"Do not verify the gateway's certificate (testing only)."`
+	GatewayTimeout            time.Duration `default:"10s" env:"PROFSYM_GATEWAY_TIMEOUT" help:"Timeout of one export attempt."`
+	BufferBytes               int           `default:"8388608" env:"PROFSYM_BUFFER_BYTES" help:"Encoded bytes of requests held while the gateway is away; the oldest are dropped beyond it."`
+	BufferRequests            int           `default:"60" env:"PROFSYM_BUFFER_REQUESTS" help:"Requests held while the gateway is away; the oldest are dropped beyond it."`
+
+	PID    []uint32 `name:"pid" sep:"," env:"PROFSYM_PIDS" help:"Profile only these processes (comma-separated pids)."`
+	Cgroup []string `name:"cgroup" sep:"," env:"PROFSYM_CGROUPS" help:"Profile only tasks in these cgroup v2 directories and their children (absolute, or relative to /sys/fs/cgroup)."`
+
+	OutputFile string `env:"PROFSYM_OUTPUT_FILE" help:"Also append each request to this file as a length-delimited OTLP ExportProfilesServiceRequest."`
+
+	MetricsAddr string `default:":9464" env:"PROFSYM_METRICS_ADDR" help:"Address of the /metrics, /healthz and /readyz endpoint. Empty: none."`
+	LogLevel    string `default:"info" enum:"debug,info,warn,error" env:"PROFSYM_LOG_LEVEL" help:"Log level (debug, info, warn, error)."`
+	LogFormat   string `default:"text" enum:"text,json" env:"PROFSYM_LOG_FORMAT" help:"Log format (text, json)."`
+
+	HostName     string `env:"PROFSYM_HOST_NAME" help:"host.name resource attribute (default: the node's hostname)."`
+	K8sNodeName  string `name:"k8s-node-name" env:"K8S_NODE_NAME" help:"k8s.node.name resource attribute (downward API: spec.nodeName)."`
+	K8sPodName   string `name:"k8s-pod-name" env:"K8S_POD_NAME" help:"k8s.pod.name resource attribute, for a collector that profiles its own pod (a sidecar with shareProcessNamespace)."`
+	K8sNamespace string `name:"k8s-namespace" env:"K8S_NAMESPACE" help:"k8s.namespace.name resource attribute, with --k8s-pod-name."`
+
+	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
+}
+
+// Validate checks flag combinations kong cannot.
+func (c *CLI) Validate() error {
+	if c.Frequency < 1 || c.Frequency > 10000 {
+		return fmt.Errorf("--frequency %d out of range 1..10000", c.Frequency)
+	}
+	if c.Interval < time.Second {
+		return fmt.Errorf("--interval %v below 1s", c.Interval)
+	}
+	if c.Gateway == "" && c.OutputFile == "" {
+		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")
+	}
+	return nil
+}
+
+// Logger builds the slog logger the flags ask for.
+func (c *CLI) Logger() *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// Run runs the collector until ctx ends.
+func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	cgroupIDs := make([]uint64, 0, len(c.Cgroup))
+	for _, p := range c.Cgroup {
+		id, err := CgroupID(p)
+		if err != nil {
+			return err
+		}
+		cgroupIDs = append(cgroupIDs, id)
+	}
+	host := c.HostName
+	if host == "" {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var sinks []func([]byte)
+	var exp *exporter.Exporter
+	if c.Gateway != "" {
+		var err error
+		exp, err = exporter.New(exporter.Options{
+			Endpoint: c.Gateway, Insecure: c.GatewayInsecure, CAFile: c.GatewayCAFile,
+			CertFile: c.GatewayCertFile, KeyFile: c.GatewayKeyFile, ServerName: c.GatewayServerName,
+			InsecureSkipVerify: c.GatewayInsecureSkipVerify, Timeout: c.GatewayTimeout,
+			MaxBufferBytes: c.BufferBytes, MaxBufferRequests: c.BufferRequests,
+		}, exporter.NewMetrics(reg), log)
+		if err != nil {
+			return err
+		}
+		sinks = append(sinks, exp.Enqueue)
+	}
+	if c.OutputFile != "" {
+		fw, err := exporter.NewFileWriter(c.OutputFile)
+		if err != nil {
+			return err
+		}
+		defer fw.Close()
+		sinks = append(sinks, func(b []byte) {
+			if err := fw.Write(b); err != nil {
+				log.Error("write output file", "err", err)
+			}
+		})
+	}
+
+	var ready readiness
+	var srv *http.Server
+	if c.MetricsAddr != "" {
+		lis, err := net.Listen("tcp", c.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics endpoint: %w", err)
+		}
+		srv = &http.Server{Handler: handler(reg, &ready), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics endpoint", "err", err)
+			}
+		}()
+		log.Info("metrics endpoint listening", "addr", lis.Addr().String())
+	}
+
+	a, err := agent.New(agent.Config{
+		FrequencyHz: c.Frequency, Interval: c.Interval, PIDs: c.PID, CgroupIDs: cgroupIDs,
+		HostAttributes: map[string]string{
+			otlpattr.HostName: host, otlpattr.K8sNodeName: c.K8sNodeName,
+			otlpattr.K8sPodName: c.K8sPodName, otlpattr.K8sNamespaceName: c.K8sNamespace,
+		},
+		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
+		Sinks:                 sinks, Registerer: reg, Version: version,
+	}, log)
+	if err != nil {
+		if srv != nil {
+			srv.Close()
+		}
+		return err
+	}
+	ready.set()
+
+	expCtx, expCancel := context.WithCancel(context.Background())
+	expDone := make(chan struct{})
+	if exp != nil {
+		go func() { exp.Run(expCtx); close(expDone) }()
+	} else {
+		close(expDone)
+	}
+	runErr := a.Run(ctx)
+	log.Info("shutting down")
+	expCancel()
+	<-expDone
+	if exp != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		exp.Shutdown(sctx)
+		cancel()
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		srv.Shutdown(sctx)
+		cancel()
+	}
+	return runErr
+}
+
+type readiness struct{ ch chan struct{} }
+
+func (r *readiness) set() {
+	if r.ch != nil {
+		close(r.ch)
+	}
+}
+
+func handler(reg *prometheus.Registry, ready *readiness) http.Handler {
+	ready.ch = make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ready.ch:
+			w.Write([]byte("ok\n"))
+		default:
+			http.Error(w, "eBPF programs not attached yet", http.StatusServiceUnavailable)
+		}
+	})
+	return mux
+}
+
+// cgroup2Magic is CGROUP2_SUPER_MAGIC.
+const cgroup2Magic = 0x63677270
+
+// CgroupID returns the cgroup v2 ID (the directory's inode) of a cgroup path, absolute or
+// relative to the cgroup v2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid
+// hosts).
+func CgroupID(path string) (uint64, error) {
+	candidates := []string{path}
+	if !filepath.IsAbs(path) {
+		rel := strings.TrimPrefix(path, "/")
+		candidates = []string{filepath.Join("/sys/fs/cgroup", rel), filepath.Join("/sys/fs/cgroup/unified", rel)}
+	}
+	var lastErr error
+	for _, p := range candidates {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(p, &fs); err != nil {
+			lastErr = fmt.Errorf("cgroup %s: %w", p, err)
+			continue
+		}
+		if fs.Type != cgroup2Magic {
+			lastErr = fmt.Errorf("cgroup %s: not on a cgroup v2 file system", p)
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			lastErr = fmt.Errorf("cgroup %s: %w", p, err)
+			continue
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			lastErr = fmt.Errorf("cgroup %s: not a directory", p)
+			continue
+		}
+		return st.Ino, nil
+	}
+	return 0, lastErr
+}
+
+// IsPrivilegeError reports whether err comes from missing privileges.
+func IsPrivilegeError(err error) bool { return errors.Is(err, bpfprog.ErrPrivileges) }
