@@ -9,10 +9,10 @@
 package index
 
 import (
-	"container/heap"
+	"cmp"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // NodeID names a function node inside one Builder or Index.
@@ -200,13 +200,23 @@ func (b *Builder) Build() (*Index, error) {
 	ix.ivStart, ix.ivEnd, ix.ivNode = flatten(b.ranges, depth)
 
 	lines := b.lines
-	sort.SliceStable(lines, func(i, j int) bool {
-		if lines[i].addr != lines[j].addr {
-			return lines[i].addr < lines[j].addr
+	// An end marker and a row at one address: the row starts the next sequence and wins.
+	// Sources add sequences mostly in address order, so check before sorting.
+	lineCmp := func(a, b lineRow) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
 		}
-		// An end marker and a row at one address: the row starts the next sequence and wins.
-		return lines[i].end && !lines[j].end
-	})
+		switch {
+		case a.end && !b.end:
+			return -1
+		case !a.end && b.end:
+			return 1
+		}
+		return 0
+	}
+	if !slices.IsSortedFunc(lines, lineCmp) {
+		slices.SortStableFunc(lines, lineCmp)
+	}
 	ix.lnAddr = make([]uint64, len(lines))
 	ix.lnFile = make([]uint32, len(lines))
 	ix.lnLine = make([]uint32, len(lines))
@@ -240,24 +250,57 @@ func (b *Builder) depths() ([]uint32, error) {
 	return d, nil
 }
 
+// active is a range that covers the sweep position; the flatten sweep keeps them in a binary
+// max-heap by priority.
 type active struct {
-	end   uint64
-	prio  uint64 // fallback < debug; then depth; then insertion order
-	node  NodeID
-	index int
+	end  uint64
+	prio uint64 // fallback < debug; then depth; then insertion order
+	node NodeID
 }
 
-type activeHeap []*active
+type activeHeap []active
 
-func (h activeHeap) Len() int           { return len(h) }
-func (h activeHeap) Less(i, j int) bool { return h[i].prio > h[j].prio }
-func (h activeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *activeHeap) Push(x any)        { a := x.(*active); a.index = len(*h); *h = append(*h, a) }
-func (h *activeHeap) Pop() any {
+func (h activeHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if h[i].prio >= h[j].prio {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h activeHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h[r].prio > h[l].prio {
+			j = r
+		}
+		if h[i].prio >= h[j].prio {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (h *activeHeap) push(a active) {
+	*h = append(*h, a)
+	h.up(len(*h) - 1)
+}
+
+func (h *activeHeap) pop() {
 	old := *h
-	a := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return a
+	n := len(old) - 1
+	old[0] = old[n]
+	*h = old[:n]
+	h.down(0)
 }
 
 // flatten turns possibly nested or overlapping ranges into disjoint sorted intervals, each owned
@@ -268,7 +311,10 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 	}
 	rs := make([]rangeEntry, len(ranges))
 	copy(rs, ranges)
-	sort.Slice(rs, func(i, j int) bool { return rs[i].lo < rs[j].lo })
+	byLo := func(a, b rangeEntry) int { return cmp.Compare(a.lo, b.lo) }
+	if !slices.IsSortedFunc(rs, byLo) {
+		slices.SortFunc(rs, byLo)
+	}
 
 	prio := func(r rangeEntry) uint64 {
 		var p uint64
@@ -293,12 +339,12 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 	h := &activeHeap{}
 	i := 0
 	var pos uint64
-	for i < len(rs) || h.Len() > 0 {
+	for i < len(rs) || len(*h) > 0 {
 		// Drop finished ranges from the top; the ones buried below are dropped when they surface.
-		for h.Len() > 0 && (*h)[0].end <= pos {
-			heap.Pop(h)
+		for len(*h) > 0 && (*h)[0].end <= pos {
+			h.pop()
 		}
-		if h.Len() == 0 {
+		if len(*h) == 0 {
 			if i >= len(rs) {
 				break
 			}
@@ -306,14 +352,14 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 		}
 		for i < len(rs) && rs[i].lo <= pos {
 			if rs[i].hi > pos {
-				heap.Push(h, &active{end: rs[i].hi, prio: prio(rs[i]), node: rs[i].node})
+				h.push(active{end: rs[i].hi, prio: prio(rs[i]), node: rs[i].node})
 			}
 			i++
 		}
-		for h.Len() > 0 && (*h)[0].end <= pos {
-			heap.Pop(h)
+		for len(*h) > 0 && (*h)[0].end <= pos {
+			h.pop()
 		}
-		if h.Len() == 0 {
+		if len(*h) == 0 {
 			continue
 		}
 		top := (*h)[0]
@@ -369,7 +415,7 @@ func (ix *Index) Lookup(addr uint64) []Frame {
 // AppendLookup is Lookup appending to dst, to spare allocations in batch loops.
 func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 	file, line, col, hasLine := ix.lineAt(addr)
-	i := sort.Search(len(ix.ivStart), func(i int) bool { return ix.ivStart[i] > addr }) - 1
+	i := upperBound(ix.ivStart, addr) - 1
 	if i < 0 || addr >= ix.ivEnd[i] {
 		if !hasLine {
 			return dst
@@ -399,11 +445,25 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 }
 
 func (ix *Index) lineAt(addr uint64) (file, line, col uint32, ok bool) {
-	j := sort.Search(len(ix.lnAddr), func(i int) bool { return ix.lnAddr[i] > addr }) - 1
+	j := upperBound(ix.lnAddr, addr) - 1
 	if j < 0 || ix.lnFile[j] == endFile {
 		return 0, 0, 0, false
 	}
 	return ix.lnFile[j], ix.lnLine[j], ix.lnCol[j], true
+}
+
+// upperBound returns the index of the first element of sorted s greater than v, or len(s).
+func upperBound(s []uint64, v uint64) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] <= v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // Stats describes an index's size.
