@@ -1,0 +1,259 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/services/gateway/internal/queue"
+)
+
+// writeAtomic writes data to dir/name through a temporary file and a rename, so readers never
+// see half a file.
+func writeAtomic(dir, name string, write func(f *os.File) error) error {
+	f, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
+	if err != nil {
+		return fmt.Errorf("create temp file in %s: %w", dir, err)
+	}
+	tmp := f.Name()
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// File writes every request as one OTLP ExportProfilesServiceRequest protobuf file named
+// profiles-<unix nanos>-<sequence>.otlp.pb.
+type File struct {
+	dir string
+	seq atomic.Uint64
+}
+
+// NewFile creates dir if needed.
+func NewFile(dir string) (*File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("output dir: %w", err)
+	}
+	return &File{dir: dir}, nil
+}
+
+func (e *File) Name() string { return "file" }
+
+func (e *File) Export(_ context.Context, pd pprofile.Profiles) error {
+	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		return queue.Permanent(fmt.Errorf("marshal profiles: %w", err))
+	}
+	name := fmt.Sprintf("profiles-%d-%06d.otlp.pb", time.Now().UnixNano(), e.seq.Add(1))
+	return writeAtomic(e.dir, name, func(f *os.File) error {
+		if _, err := f.Write(body); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+func (e *File) Close() error { return nil }
+
+// Pprof writes every profile of a request as a gzipped pprof file named
+// profile-<unix nanos>-<sequence>-<resource>.<scope>.<profile>.pb.gz.
+type Pprof struct {
+	dir string
+	seq atomic.Uint64
+}
+
+// NewPprof creates dir if needed.
+func NewPprof(dir string) (*Pprof, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pprof dir: %w", err)
+	}
+	return &Pprof{dir: dir}, nil
+}
+
+func (e *Pprof) Name() string { return "pprof" }
+
+func (e *Pprof) Export(_ context.Context, pd pprofile.Profiles) error {
+	seq := e.seq.Add(1)
+	now := time.Now().UnixNano()
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		sps := rps.At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			ps := sps.At(j).Profiles()
+			for k := 0; k < ps.Len(); k++ {
+				p, err := ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
+				if err != nil {
+					return queue.Permanent(fmt.Errorf("resource %d scope %d profile %d: %w", i, j, k, err))
+				}
+				name := fmt.Sprintf("profile-%d-%06d-%d.%d.%d.pb.gz", now, seq, i, j, k)
+				if err := writeAtomic(e.dir, name, func(f *os.File) error { return p.Write(f) }); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Pprof) Close() error { return nil }
+
+func boolAttr(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice, key string) bool {
+	v := false
+	dict.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
+		if k == key && kv.Value().Type() == pcommon.ValueTypeBool && kv.Value().Bool() {
+			v = true
+		}
+	})
+	return v
+}
+
+// ToPprof converts one OTLP profile to pprof. Inline frames keep their order (OTLP and pprof
+// both list the innermost function first); a mapping's build ID is its GNU build ID, else its
+// Go build ID, else its htlhash. A sample without values counts its timestamps (the OTel eBPF
+// profiler sends one timestamp per event and no values). The dictionary must have passed
+// validation.
+func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Profile) (*profile.Profile, error) {
+	out := &profile.Profile{
+		SampleType:    []*profile.ValueType{{Type: dict.Str(d, p.SampleType().TypeStrindex()), Unit: dict.Str(d, p.SampleType().UnitStrindex())}},
+		TimeNanos:     int64(p.Time()),
+		DurationNanos: int64(p.DurationNano()),
+		Period:        p.Period(),
+	}
+	if pt := p.PeriodType(); pt.TypeStrindex() != 0 || pt.UnitStrindex() != 0 {
+		out.PeriodType = &profile.ValueType{Type: dict.Str(d, pt.TypeStrindex()), Unit: dict.Str(d, pt.UnitStrindex())}
+	}
+	for k, v := range res.Attributes().All() {
+		out.Comments = append(out.Comments, k+"="+v.AsString())
+	}
+
+	mappings := map[int32]*profile.Mapping{}
+	functions := map[int32]*profile.Function{}
+	locations := map[int32]*profile.Location{}
+	mapping := func(mi int32) *profile.Mapping {
+		if mi == 0 {
+			return nil
+		}
+		if m, ok := mappings[mi]; ok {
+			return m
+		}
+		om, ok := dict.Mapping(d, mi)
+		if !ok {
+			return nil
+		}
+		ai := om.AttributeIndices()
+		bid := dict.AttrStr(d, ai, otlpattr.BuildIDGNU)
+		if bid == "" {
+			bid = dict.AttrStr(d, ai, otlpattr.BuildIDGo)
+		}
+		if bid == "" {
+			bid = dict.AttrStr(d, ai, otlpattr.BuildIDHTLHash)
+		}
+		m := &profile.Mapping{
+			ID:              uint64(len(out.Mapping) + 1),
+			Start:           om.MemoryStart(),
+			Limit:           om.MemoryLimit(),
+			Offset:          om.FileOffset(),
+			File:            dict.Str(d, om.FilenameStrindex()),
+			BuildID:         bid,
+			HasFunctions:    boolAttr(d, ai, otlpattr.MappingHasFunctions),
+			HasFilenames:    boolAttr(d, ai, otlpattr.MappingHasFilenames),
+			HasLineNumbers:  boolAttr(d, ai, otlpattr.MappingHasLineNumbers),
+			HasInlineFrames: boolAttr(d, ai, otlpattr.MappingHasInlineFrames),
+		}
+		mappings[mi] = m
+		out.Mapping = append(out.Mapping, m)
+		return m
+	}
+	function := func(fi int32) *profile.Function {
+		if f, ok := functions[fi]; ok {
+			return f
+		}
+		f := &profile.Function{ID: uint64(len(out.Function) + 1)}
+		if of, ok := dict.Function(d, fi); ok {
+			f.Name = dict.Str(d, of.NameStrindex())
+			f.SystemName = dict.Str(d, of.SystemNameStrindex())
+			f.Filename = dict.Str(d, of.FilenameStrindex())
+			f.StartLine = of.StartLine()
+		}
+		functions[fi] = f
+		out.Function = append(out.Function, f)
+		return f
+	}
+	location := func(li int32) *profile.Location {
+		if l, ok := locations[li]; ok {
+			return l
+		}
+		l := &profile.Location{ID: uint64(len(out.Location) + 1)}
+		if ol, ok := dict.Location(d, li); ok {
+			l.Mapping = mapping(ol.MappingIndex())
+			l.Address = ol.Address()
+			l.IsFolded = boolAttr(d, ol.AttributeIndices(), otlpattr.LocationIsFolded)
+			lines := ol.Lines()
+			for i := 0; i < lines.Len(); i++ {
+				ln := lines.At(i)
+				l.Line = append(l.Line, profile.Line{Function: function(ln.FunctionIndex()), Line: ln.Line(), Column: ln.Column()})
+			}
+		}
+		locations[li] = l
+		out.Location = append(out.Location, l)
+		return l
+	}
+
+	ss := p.Samples()
+	for i := 0; i < ss.Len(); i++ {
+		s := ss.At(i)
+		var v int64
+		switch {
+		case s.Values().Len() > 0:
+			v = s.Values().At(0)
+		case s.TimestampsUnixNano().Len() > 0:
+			v = int64(s.TimestampsUnixNano().Len())
+		default:
+			v = 1
+		}
+		ps := &profile.Sample{Value: []int64{v}}
+		for _, li := range dict.Stack(d, s.StackIndex()) {
+			ps.Location = append(ps.Location, location(li))
+		}
+		dict.Attr(d, s.AttributeIndices(), func(k string, kv pprofile.KeyValueAndUnit) {
+			switch kv.Value().Type() {
+			case pcommon.ValueTypeInt:
+				if ps.NumLabel == nil {
+					ps.NumLabel, ps.NumUnit = map[string][]int64{}, map[string][]string{}
+				}
+				ps.NumLabel[k] = append(ps.NumLabel[k], kv.Value().Int())
+				ps.NumUnit[k] = append(ps.NumUnit[k], dict.Str(d, kv.UnitStrindex()))
+			case pcommon.ValueTypeEmpty:
+			default:
+				if ps.Label == nil {
+					ps.Label = map[string][]string{}
+				}
+				ps.Label[k] = append(ps.Label[k], kv.Value().AsString())
+			}
+		})
+		out.Sample = append(out.Sample, ps)
+	}
+	if err := out.CheckValid(); err != nil {
+		return nil, fmt.Errorf("pprof conversion: %w", err)
+	}
+	return out, nil
+}

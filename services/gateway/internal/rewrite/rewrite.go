@@ -1,0 +1,205 @@
+// Package rewrite adds symbolization results to an OTLP profiles dictionary: functions and
+// strings are interned with the package's own maps (pdata's Set* helpers scan the whole table
+// per call), lines go onto the locations innermost first, and symbolized mappings get the
+// pprof.mapping.has_* attributes. Nothing that was in the request is modified or moved, so
+// every existing index keeps its meaning.
+package rewrite
+
+import (
+	"slices"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/dict"
+)
+
+// Stats says what Apply added.
+type Stats struct {
+	Locations, Lines, Functions, Strings, MappingAttributes int
+}
+
+type fnKey struct {
+	name, system, file int32
+	start              int64
+}
+
+type attrKey struct {
+	key int32
+	val bool
+}
+
+type interner struct {
+	d       pprofile.ProfilesDictionary
+	strings map[string]int32
+	funcs   map[fnKey]int32
+	attrs   map[attrKey]int32
+	stats   *Stats
+}
+
+func (in *interner) str(s string) int32 {
+	if s == "" {
+		return 0
+	}
+	st := in.d.StringTable()
+	if in.strings == nil {
+		in.strings = make(map[string]int32, st.Len())
+		for i := 1; i < st.Len(); i++ {
+			if _, ok := in.strings[st.At(i)]; !ok {
+				in.strings[st.At(i)] = int32(i)
+			}
+		}
+	}
+	if i, ok := in.strings[s]; ok {
+		return i
+	}
+	i := int32(st.Len())
+	st.Append(s)
+	in.strings[s] = i
+	in.stats.Strings++
+	return i
+}
+
+func (in *interner) function(f *symbolizerv1.Frame) int32 {
+	system := f.GetLinkageName()
+	if system == "" {
+		system = f.GetFunctionName()
+	}
+	k := fnKey{in.str(f.GetFunctionName()), in.str(system), in.str(f.GetFile()), int64(f.GetStartLine())}
+	ft := in.d.FunctionTable()
+	if in.funcs == nil {
+		in.funcs = make(map[fnKey]int32, ft.Len())
+		for i := 1; i < ft.Len(); i++ {
+			e := ft.At(i)
+			ek := fnKey{e.NameStrindex(), e.SystemNameStrindex(), e.FilenameStrindex(), e.StartLine()}
+			if _, ok := in.funcs[ek]; !ok {
+				in.funcs[ek] = int32(i)
+			}
+		}
+	}
+	if i, ok := in.funcs[k]; ok {
+		return i
+	}
+	i := int32(ft.Len())
+	e := ft.AppendEmpty()
+	e.SetNameStrindex(k.name)
+	e.SetSystemNameStrindex(k.system)
+	e.SetFilenameStrindex(k.file)
+	e.SetStartLine(k.start)
+	in.funcs[k] = i
+	in.stats.Functions++
+	return i
+}
+
+func (in *interner) boolAttr(key string) int32 {
+	k := attrKey{in.str(key), true}
+	at := in.d.AttributeTable()
+	if in.attrs == nil {
+		in.attrs = make(map[attrKey]int32)
+		for i := 1; i < at.Len(); i++ {
+			e := at.At(i)
+			if e.Value().Type() == pcommon.ValueTypeBool && e.UnitStrindex() == 0 {
+				ek := attrKey{e.KeyStrindex(), e.Value().Bool()}
+				if _, ok := in.attrs[ek]; !ok {
+					in.attrs[ek] = int32(i)
+				}
+			}
+		}
+	}
+	if i, ok := in.attrs[k]; ok {
+		return i
+	}
+	i := int32(at.Len())
+	e := at.AppendEmpty()
+	e.SetKeyStrindex(k.key)
+	e.Value().SetBool(true)
+	in.attrs[k] = i
+	return i
+}
+
+// seed gives every table the zero entry at index 0 that OTLP requires before anything is
+// appended: a table that was empty gets one, so appended entries never land on index 0.
+func seed(d pprofile.ProfilesDictionary) {
+	if d.StringTable().Len() == 0 {
+		d.StringTable().Append("")
+	}
+	if d.FunctionTable().Len() == 0 {
+		d.FunctionTable().AppendEmpty()
+	}
+	if d.AttributeTable().Len() == 0 {
+		d.AttributeTable().AppendEmpty()
+	}
+}
+
+// Apply gives each location in locs (location_table index -> frames, innermost first) its
+// lines, and each mapping in mappings (mapping_table index -> fidelity reached) the
+// pprof.mapping.has_* attributes that fidelity makes true. Locations that already have lines,
+// or indices outside the tables, are left alone. The request must have passed validation.
+func Apply(pd pprofile.Profiles, locs map[int32][]*symbolizerv1.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
+	var stats Stats
+	if len(locs) == 0 && len(mappings) == 0 {
+		return stats
+	}
+	d := pd.Dictionary()
+	seed(d)
+	in := &interner{d: d, stats: &stats}
+
+	// Sorted so the same request always yields the same dictionary.
+	keys := make([]int32, 0, len(locs))
+	for k := range locs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, li := range keys {
+		frames := locs[li]
+		loc, ok := dict.Location(d, li)
+		if !ok || len(frames) == 0 || loc.Lines().Len() > 0 {
+			continue
+		}
+		lines := loc.Lines()
+		lines.EnsureCapacity(len(frames))
+		for _, f := range frames {
+			l := lines.AppendEmpty()
+			l.SetFunctionIndex(in.function(f))
+			l.SetLine(int64(f.GetLine()))
+			l.SetColumn(int64(f.GetColumn()))
+		}
+		stats.Locations++
+		stats.Lines += len(frames)
+	}
+
+	mkeys := make([]int32, 0, len(mappings))
+	for k := range mappings {
+		mkeys = append(mkeys, k)
+	}
+	slices.Sort(mkeys)
+	for _, mi := range mkeys {
+		m, ok := dict.Mapping(d, mi)
+		if !ok || mi == 0 {
+			continue
+		}
+		for _, key := range HasKeys(mappings[mi]) {
+			if dict.HasAttr(d, m.AttributeIndices(), key) {
+				continue
+			}
+			m.AttributeIndices().Append(in.boolAttr(key))
+			stats.MappingAttributes++
+		}
+	}
+	return stats
+}
+
+// HasKeys lists the pprof.mapping.has_* attributes that are true at a fidelity.
+func HasKeys(f symbolizerv1.Fidelity) []string {
+	switch f {
+	case symbolizerv1.Fidelity_FIDELITY_FULL:
+		return []string{otlpattr.MappingHasFunctions, otlpattr.MappingHasFilenames, otlpattr.MappingHasLineNumbers, otlpattr.MappingHasInlineFrames}
+	case symbolizerv1.Fidelity_FIDELITY_LINES:
+		return []string{otlpattr.MappingHasFunctions, otlpattr.MappingHasFilenames, otlpattr.MappingHasLineNumbers}
+	case symbolizerv1.Fidelity_FIDELITY_SYMBOLS:
+		return []string{otlpattr.MappingHasFunctions}
+	}
+	return nil
+}

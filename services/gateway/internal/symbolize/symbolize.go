@@ -1,0 +1,401 @@
+// Package symbolize finds the locations of an OTLP profiles request that need symbols, asks
+// the symbolizer service for them (deduplicated, in bounded batches, with bounded concurrency
+// and a deadline, through a small result cache) and hands the answers to package rewrite.
+//
+// Addresses and mappings go to the symbolizer exactly as they stand in the request: the
+// symbolizer holds the ELF headers and normalizes, and producers have already subtracted one
+// from return addresses.
+package symbolize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/services/gateway/internal/rewrite"
+)
+
+// Reasons a location that needed symbols did not get them (label values of the unresolved
+// metric).
+const (
+	ReasonNoBuildID        = "no_build_id"
+	ReasonDisabled         = "disabled"
+	ReasonNotFound         = "not_found"
+	ReasonInvalidDebuginfo = "invalid_debuginfo"
+	ReasonUnavailable      = "unavailable"
+	ReasonInvalidMapping   = "invalid_mapping"
+	ReasonNoFrames         = "no_frames"
+	ReasonDeadline         = "deadline"
+	ReasonSymbolizerError  = "symbolizer_error"
+	ReasonBadResponse      = "bad_response"
+)
+
+// Server limits documented in symbolizer.proto; batches never exceed them.
+const (
+	maxModulesPerCall   = 1024
+	maxAddressesPerCall = 100_000
+	maxFilename         = 4096
+	maxGNUBuildID       = 2048
+)
+
+// Config configures a Symbolizer. Zero values take the defaults noted.
+type Config struct {
+	// Client reaches the symbolizer; nil disables symbolization (data passes through).
+	Client symbolizerv1connect.SymbolizerServiceClient
+	// Timeout bounds symbolization per request (default 5s); what is not answered by then
+	// goes out unsymbolized.
+	Timeout time.Duration
+	// BatchAddresses is the most addresses per call (default 8192).
+	BatchAddresses int
+	// BatchModules is the most modules per call (default 256).
+	BatchModules int
+	// Concurrency is the most calls in flight per request (default 4).
+	Concurrency int
+	// CacheEntries bounds the result cache (default 262144; negative disables it).
+	CacheEntries int
+	// OnCall, if set, is told the duration and outcome of every symbolizer call.
+	OnCall func(d time.Duration, err error)
+}
+
+// Symbolizer symbolizes requests. It is safe for concurrent use.
+type Symbolizer struct {
+	cfg   Config
+	cache *lru
+}
+
+// New returns a Symbolizer with cfg's defaults filled in.
+func New(cfg Config) *Symbolizer {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.BatchAddresses <= 0 {
+		cfg.BatchAddresses = 8192
+	}
+	cfg.BatchAddresses = min(cfg.BatchAddresses, maxAddressesPerCall)
+	if cfg.BatchModules <= 0 {
+		cfg.BatchModules = 256
+	}
+	cfg.BatchModules = min(cfg.BatchModules, maxModulesPerCall)
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.CacheEntries == 0 {
+		cfg.CacheEntries = 1 << 18
+	}
+	return &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries)}
+}
+
+// Report says what happened to the locations of one request.
+type Report struct {
+	// Seen counts locations that needed symbols: native (or no frame type), without lines.
+	Seen int
+	// Symbolized counts those that got lines.
+	Symbolized int
+	// CacheHits counts distinct (binary, address) pairs answered from the cache.
+	CacheHits int
+	// Calls counts symbolizer calls made.
+	Calls int
+	// Unresolved counts the rest by reason.
+	Unresolved map[string]int
+	// Rewrite is what was added to the dictionary.
+	Rewrite rewrite.Stats
+}
+
+// modKey names one binary under one mapping: the unit the symbolizer normalizes addresses in.
+type modKey struct {
+	gnu, goID, htl       string
+	start, limit, offset uint64
+}
+
+type module struct {
+	key      modKey
+	filename string
+	addrs    []uint64
+	mappings []int32
+}
+
+// IDs returns the binary IDs a mapping carries, in the form the symbolizer accepts; IDs that
+// could not be valid (wrong length, not hex) are left out rather than failing the whole
+// batch with INVALID_ARGUMENT.
+func IDs(d pprofile.ProfilesDictionary, m pprofile.Mapping) (gnu, goID, htl string) {
+	gnu = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGNU))
+	if !buildid.ValidHex(gnu) || len(gnu) > maxGNUBuildID {
+		gnu = ""
+	}
+	goID = dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGo)
+	if !buildid.ValidGo(goID) {
+		goID = ""
+	}
+	htl = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDHTLHash))
+	if len(htl) != 32 || !buildid.ValidHex(htl) {
+		htl = ""
+	}
+	return gnu, goID, htl
+}
+
+// needsSymbols reports whether a location is one the gateway symbolizes: frame type native
+// or absent, and no lines yet.
+func needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+	if loc.Lines().Len() > 0 {
+		return false
+	}
+	ft := dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType)
+	return ft == "" || ft == otlpattr.FrameTypeNative
+}
+
+type outcome struct {
+	entry  cacheEntry
+	reason string // empty when entry is a symbolizer answer
+}
+
+// Process symbolizes pd in place. It never fails: whatever cannot be symbolized in time is
+// left as it was and counted in the report. pd must have passed validation.
+func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
+	rep := Report{Unresolved: map[string]int{}}
+	d := pd.Dictionary()
+	lt := d.LocationTable()
+
+	type modInfo struct {
+		key modKey
+		ok  bool
+	}
+	mapInfo := map[int32]modInfo{}
+	modules := map[modKey]*module{}
+	pending := map[cacheKey][]int32{} // (binary, address) -> locations waiting for it
+	results := map[cacheKey]outcome{}
+
+	for i := 1; i < lt.Len(); i++ {
+		loc := lt.At(i)
+		if !needsSymbols(d, loc) {
+			continue
+		}
+		rep.Seen++
+		mi := loc.MappingIndex()
+		info, seen := mapInfo[mi]
+		if !seen {
+			if m, ok := dict.Mapping(d, mi); ok && mi != 0 {
+				gnu, goID, htl := IDs(d, m)
+				if gnu != "" || goID != "" || htl != "" {
+					info = modInfo{key: modKey{gnu, goID, htl, m.MemoryStart(), m.MemoryLimit(), m.FileOffset()}, ok: true}
+				}
+			}
+			mapInfo[mi] = info
+		}
+		if !info.ok {
+			rep.Unresolved[ReasonNoBuildID]++
+			continue
+		}
+		ck := cacheKey{info.key, loc.Address()}
+		if _, dup := pending[ck]; !dup {
+			if e, hit := s.cache.get(ck); hit {
+				results[ck] = outcome{entry: e}
+				rep.CacheHits++
+			} else {
+				mod := modules[info.key]
+				if mod == nil {
+					m, _ := dict.Mapping(d, mi)
+					name := dict.Str(d, m.FilenameStrindex())
+					if len(name) > maxFilename {
+						name = ""
+					}
+					mod = &module{key: info.key, filename: name}
+					modules[info.key] = mod
+				}
+				mod.addrs = append(mod.addrs, loc.Address())
+			}
+		}
+		pending[ck] = append(pending[ck], int32(i))
+	}
+
+	if len(modules) > 0 {
+		if s.cfg.Client == nil {
+			for _, mod := range modules {
+				for _, a := range mod.addrs {
+					results[cacheKey{mod.key, a}] = outcome{reason: ReasonDisabled}
+				}
+			}
+		} else {
+			rep.Calls = s.resolve(ctx, modules, results)
+		}
+	}
+
+	locs := make(map[int32][]*symbolizerv1.Frame)
+	symbolizedMaps := map[modKey]symbolizerv1.Fidelity{}
+	for ck, li := range pending {
+		o := results[ck]
+		switch {
+		case o.reason != "":
+			rep.Unresolved[o.reason] += len(li)
+		case len(o.entry.frames) == 0:
+			rep.Unresolved[ReasonNoFrames] += len(li)
+		default:
+			for _, l := range li {
+				locs[l] = o.entry.frames
+			}
+			rep.Symbolized += len(li)
+			if o.entry.fidelity > symbolizedMaps[ck.mod] {
+				symbolizedMaps[ck.mod] = o.entry.fidelity
+			}
+		}
+	}
+	mappings := map[int32]symbolizerv1.Fidelity{}
+	for mi, info := range mapInfo {
+		if f, ok := symbolizedMaps[info.key]; ok && info.ok {
+			mappings[mi] = f
+		}
+	}
+	rep.Rewrite = rewrite.Apply(pd, locs, mappings)
+	return rep
+}
+
+type batch struct {
+	mods  []*module // each with the slice of addresses this batch carries
+	addrs int
+}
+
+// plan cuts modules into batches of at most BatchAddresses addresses and BatchModules
+// modules; a module with more addresses than a batch holds is split over several (the API
+// answers each entry on its own).
+func (s *Symbolizer) plan(modules map[modKey]*module) []*batch {
+	keys := make([]*module, 0, len(modules))
+	for _, m := range modules {
+		keys = append(keys, m)
+	}
+	// Deterministic batches make calls reproducible in logs and tests.
+	slices.SortFunc(keys, func(a, b *module) int {
+		return strings.Compare(fmt.Sprint(a.key), fmt.Sprint(b.key))
+	})
+	var out []*batch
+	cur := &batch{}
+	for _, m := range keys {
+		addrs := m.addrs
+		for len(addrs) > 0 {
+			room := s.cfg.BatchAddresses - cur.addrs
+			if room == 0 || len(cur.mods) == s.cfg.BatchModules {
+				out = append(out, cur)
+				cur = &batch{}
+				room = s.cfg.BatchAddresses
+			}
+			n := min(room, len(addrs))
+			cur.mods = append(cur.mods, &module{key: m.key, filename: m.filename, addrs: addrs[:n]})
+			cur.addrs += n
+			addrs = addrs[n:]
+		}
+	}
+	if len(cur.mods) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (s *Symbolizer) resolve(ctx context.Context, modules map[modKey]*module, results map[cacheKey]outcome) int {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	batches := s.plan(modules)
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, s.cfg.Concurrency)
+	)
+	for _, b := range batches {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out := s.call(ctx, b)
+			mu.Lock()
+			for k, v := range out {
+				results[k] = v
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return len(batches)
+}
+
+func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
+	req := &symbolizerv1.SymbolizeRequest{Modules: make([]*symbolizerv1.Module, len(b.mods))}
+	for i, m := range b.mods {
+		req.Modules[i] = &symbolizerv1.Module{
+			GnuBuildId:  m.key.gnu,
+			GoBuildId:   m.key.goID,
+			Htlhash:     m.key.htl,
+			MemoryStart: m.key.start,
+			MemoryLimit: m.key.limit,
+			FileOffset:  m.key.offset,
+			Filename:    m.filename,
+			Addresses:   m.addrs,
+		}
+	}
+	out := make(map[cacheKey]outcome, b.addrs)
+	failAll := func(reason string) map[cacheKey]outcome {
+		for _, m := range b.mods {
+			for _, a := range m.addrs {
+				out[cacheKey{m.key, a}] = outcome{reason: reason}
+			}
+		}
+		return out
+	}
+	start := time.Now()
+	resp, err := s.cfg.Client.Symbolize(ctx, connect.NewRequest(req))
+	if s.cfg.OnCall != nil {
+		s.cfg.OnCall(time.Since(start), err)
+	}
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
+			return failAll(ReasonDeadline)
+		}
+		return failAll(ReasonSymbolizerError)
+	}
+	if len(resp.Msg.GetModules()) != len(req.Modules) {
+		return failAll(ReasonBadResponse)
+	}
+	for i, m := range b.mods {
+		r := resp.Msg.GetModules()[i]
+		reason := ""
+		switch r.GetStatus() {
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_OK:
+			if len(r.GetLocations()) != len(m.addrs) {
+				reason = ReasonBadResponse
+			}
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND:
+			reason = ReasonNotFound
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO:
+			reason = ReasonInvalidDebuginfo
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING:
+			reason = ReasonInvalidMapping
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE:
+			reason = ReasonUnavailable
+		default:
+			reason = ReasonBadResponse
+		}
+		for j, a := range m.addrs {
+			k := cacheKey{m.key, a}
+			if reason != "" {
+				out[k] = outcome{reason: reason}
+				continue
+			}
+			e := cacheEntry{frames: r.GetLocations()[j].GetFrames(), fidelity: r.GetFidelity()}
+			out[k] = outcome{entry: e}
+			s.cache.put(k, e)
+		}
+	}
+	return out
+}
+
+// CacheLen returns the number of cached (binary, mapping, address) answers.
+func (s *Symbolizer) CacheLen() int { return s.cache.len() }

@@ -1,0 +1,254 @@
+package symbolize_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/otlptest"
+	"github.com/profsym/profsym/services/gateway/internal/symbolize"
+	"github.com/profsym/profsym/services/gateway/internal/validate"
+)
+
+// synthetic answers every address with frames derived from it, so the property test can check
+// what was added without real binaries: address%5==0 resolves to nothing, GNU build IDs
+// starting with "f" are not found, and everything else gets 1 to 3 inline frames.
+type synthetic struct {
+	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
+	calls     atomic.Int64
+	addresses atomic.Int64
+	delay     time.Duration
+	mu        sync.Mutex
+	maxAddrs  int
+}
+
+func frames(addr uint64) []*symbolizerv1.Frame {
+	if addr%5 == 0 {
+		return nil
+	}
+	var out []*symbolizerv1.Frame
+	for k := range 1 + int(addr%3) {
+		out = append(out, &symbolizerv1.Frame{
+			FunctionName: fmt.Sprintf("fn_%x_%d", addr, k),
+			File:         fmt.Sprintf("src/f%d.c", addr%4),
+			Line:         uint32(addr%97) + uint32(k),
+			Column:       uint32(k),
+			StartLine:    7,
+		})
+	}
+	return out
+}
+
+func (s *synthetic) Symbolize(ctx context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
+	s.calls.Add(1)
+	if s.delay > 0 {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
+	}
+	resp := &symbolizerv1.SymbolizeResponse{}
+	n := 0
+	for _, m := range req.Msg.GetModules() {
+		n += len(m.GetAddresses())
+		if strings.HasPrefix(m.GetGnuBuildId(), "f") {
+			resp.Modules = append(resp.Modules, &symbolizerv1.ModuleResult{
+				Status: symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, Locations: make([]*symbolizerv1.Location, len(m.GetAddresses()))})
+			continue
+		}
+		r := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: symbolizerv1.Fidelity_FIDELITY_FULL}
+		for _, a := range m.GetAddresses() {
+			r.Locations = append(r.Locations, &symbolizerv1.Location{Frames: frames(a)})
+		}
+		resp.Modules = append(resp.Modules, r)
+	}
+	s.addresses.Add(int64(n))
+	s.mu.Lock()
+	s.maxAddrs = max(s.maxAddrs, n)
+	s.mu.Unlock()
+	return connect.NewResponse(resp), nil
+}
+
+func start(t *testing.T, h *synthetic) symbolizerv1connect.SymbolizerServiceClient {
+	t.Helper()
+	path, handler := symbolizerv1connect.NewSymbolizerServiceHandler(h)
+	mux := http.NewServeMux()
+	mux.Handle(path, handler)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return symbolizerv1connect.NewSymbolizerServiceClient(srv.Client(), srv.URL)
+}
+
+func copyOf(pd pprofile.Profiles) pprofile.Profiles {
+	c := pprofile.NewProfiles()
+	pd.CopyTo(c)
+	return c
+}
+
+// TestProcessProperty: over generated requests, the output equals the input except for added
+// lines, functions, strings and has_* attributes; lines appear exactly where a native location
+// with a build ID and no lines got frames, and they are the frames the symbolizer gave.
+func TestProcessProperty(t *testing.T) {
+	h := &synthetic{}
+	client := start(t, h)
+	s := symbolize.New(symbolize.Config{Client: client, BatchAddresses: 7, BatchModules: 3, Concurrency: 3, CacheEntries: 64})
+	r := rand.New(rand.NewPCG(1, 2))
+	var symbolized, unresolved int
+	for iter := range 300 {
+		pd := otlptest.Generate(r)
+		if err := validate.Profiles(pd); err != nil {
+			t.Fatalf("iter %d: generated request invalid: %v", iter, err)
+		}
+		in := otlptest.Resolve(copyOf(pd))
+		rep := s.Process(context.Background(), pd)
+		if err := validate.Profiles(pd); err != nil {
+			t.Fatalf("iter %d: output invalid: %v", iter, err)
+		}
+		// And it survives the wire.
+		b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(copyOf(pd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := otlptest.Resolve(back)
+		if err := otlptest.Compare(in, out); err != nil {
+			t.Fatalf("iter %d: %v", iter, err)
+		}
+		for i := range in {
+			for j, fin := range in[i].Stack {
+				fout := out[i].Stack[j]
+				if len(fin.Lines) > 0 {
+					continue
+				}
+				native := !strings.Contains(fmt.Sprint(fin.Attrs), otlpattr.FrameType) ||
+					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeNative+")")
+				ids := strings.Contains(fmt.Sprint(fin.MappingAttrs), "build_id")
+				notFound := strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDGNU+"=Str(f") &&
+					!strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDHTLHash)
+				want := frames(fin.Address)
+				if !native || !ids || notFound {
+					want = nil
+				}
+				if len(want) != len(fout.Lines) {
+					t.Fatalf("iter %d sample %d frame %d (addr %#x attrs %v mapping %v): %d lines, want %d",
+						iter, i, j, fin.Address, fin.Attrs, fin.MappingAttrs, len(fout.Lines), len(want))
+				}
+				for k, w := range want {
+					got := fout.Lines[k]
+					if got.Function != w.FunctionName || got.SystemName != w.FunctionName || got.File != w.File ||
+						got.Line != int64(w.Line) || got.Column != int64(w.Column) || got.StartLine != 7 {
+						t.Fatalf("iter %d: line %d = %+v, want %+v", iter, k, got, w)
+					}
+				}
+				if len(want) > 0 && !strings.Contains(fmt.Sprint(fout.MappingAttrs), otlpattr.MappingHasInlineFrames) {
+					t.Fatalf("iter %d: symbolized mapping lacks has_inline_frames: %v", iter, fout.MappingAttrs)
+				}
+			}
+		}
+		if rep.Seen < rep.Symbolized {
+			t.Fatalf("report %+v", rep)
+		}
+		symbolized += rep.Symbolized
+		for _, n := range rep.Unresolved {
+			unresolved += n
+		}
+	}
+	if symbolized < 1000 || unresolved < 100 {
+		t.Fatalf("generator too narrow: %d locations symbolized, %d unresolved", symbolized, unresolved)
+	}
+	t.Logf("%d locations symbolized, %d unresolved, %d calls", symbolized, unresolved, h.calls.Load())
+	if h.maxAddrs > 7 {
+		t.Fatalf("a call carried %d addresses, batch is 7", h.maxAddrs)
+	}
+}
+
+func request(addrs ...uint64) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	d := pd.Dictionary()
+	d.StringTable().Append("", otlpattr.BuildIDGNU, "abcdef01")
+	d.AttributeTable().AppendEmpty()
+	kv := d.AttributeTable().AppendEmpty()
+	kv.SetKeyStrindex(1)
+	kv.Value().SetStr("abcdef01")
+	d.MappingTable().AppendEmpty()
+	m := d.MappingTable().AppendEmpty()
+	m.AttributeIndices().Append(1)
+	d.LocationTable().AppendEmpty()
+	st := d.StackTable()
+	st.AppendEmpty()
+	stack := st.AppendEmpty()
+	for _, a := range addrs {
+		l := d.LocationTable().AppendEmpty()
+		l.SetMappingIndex(1)
+		l.SetAddress(a)
+		stack.LocationIndices().Append(int32(d.LocationTable().Len() - 1))
+	}
+	p := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	p.Samples().AppendEmpty().SetStackIndex(1)
+	return pd
+}
+
+func TestDedupeAndCache(t *testing.T) {
+	h := &synthetic{}
+	s := symbolize.New(symbolize.Config{Client: start(t, h)})
+	rep := s.Process(context.Background(), request(0x11, 0x12, 0x11, 0x11, 0x13, 0x12))
+	if rep.Seen != 6 || rep.Symbolized != 6 || h.addresses.Load() != 3 || h.calls.Load() != 1 {
+		t.Fatalf("report %+v, %d addresses sent in %d calls; want 6 seen, 6 symbolized, 3 addresses, 1 call", rep, h.addresses.Load(), h.calls.Load())
+	}
+	rep = s.Process(context.Background(), request(0x11, 0x12, 0x13))
+	if rep.CacheHits != 3 || rep.Symbolized != 3 || h.calls.Load() != 1 {
+		t.Fatalf("second request: report %+v after %d calls; want 3 cache hits and no call", rep, h.calls.Load())
+	}
+}
+
+func TestFailuresLeaveDataAlone(t *testing.T) {
+	slow := &synthetic{delay: 2 * time.Second}
+	tests := []struct {
+		name   string
+		client symbolizerv1connect.SymbolizerServiceClient
+		reason string
+	}{
+		{"slow", start(t, slow), symbolize.ReasonDeadline},
+		{"down", symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, "http://127.0.0.1:1"), symbolize.ReasonSymbolizerError},
+		{"disabled", nil, symbolize.ReasonDisabled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := symbolize.New(symbolize.Config{Client: tc.client, Timeout: 200 * time.Millisecond})
+			pd := request(0x21, 0x22)
+			in := otlptest.Resolve(copyOf(pd))
+			t0 := time.Now()
+			rep := s.Process(context.Background(), pd)
+			if el := time.Since(t0); el > time.Second {
+				t.Fatalf("took %v, deadline is 200ms", el)
+			}
+			if rep.Unresolved[tc.reason] != 2 || rep.Symbolized != 0 {
+				t.Fatalf("report %+v, want 2 unresolved for %s", rep, tc.reason)
+			}
+			out := otlptest.Resolve(pd)
+			if err := otlptest.Compare(in, out); err != nil {
+				t.Fatal(err)
+			}
+			if len(out[0].Stack[0].Lines) != 0 {
+				t.Fatal("lines added although nothing was symbolized")
+			}
+		})
+	}
+}

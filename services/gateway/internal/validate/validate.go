@@ -1,0 +1,184 @@
+// Package validate checks every index of an OTLP profiles request before anything reads it:
+// pdata decodes indices without checking them and panics on the first bad one.
+package validate
+
+import (
+	"fmt"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// Profiles returns nil when every index in pd lands inside its table, or an error naming the
+// first one that does not (for example
+// "dictionary.location_table[3].mapping_index: 9 outside mapping_table of 4 entries").
+//
+// Index 0 is accepted on an empty table: OTLP defines it as the zero value and producers
+// often leave unused tables empty.
+func Profiles(pd pprofile.Profiles) error {
+	d := pd.Dictionary()
+	v := checker{
+		strings:   d.StringTable().Len(),
+		attrs:     d.AttributeTable().Len(),
+		mappings:  d.MappingTable().Len(),
+		locations: d.LocationTable().Len(),
+		functions: d.FunctionTable().Len(),
+		links:     d.LinkTable().Len(),
+		stacks:    d.StackTable().Len(),
+	}
+	if err := v.dictionary(d); err != nil {
+		return err
+	}
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		sps := rps.At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			ps := sps.At(j).Profiles()
+			for k := 0; k < ps.Len(); k++ {
+				where := pos("resource_profiles[%d].scope_profiles[%d].profiles[%d]", i, j, k)
+				if err := v.profile(where, ps.At(k)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+type checker struct {
+	strings, attrs, mappings, locations, functions, links, stacks int
+}
+
+// loc names a position in the request; it is only formatted when there is an error to report,
+// so valid requests pay no formatting cost.
+type loc struct {
+	format string
+	args   []any
+}
+
+func pos(format string, args ...any) loc { return loc{format, args} }
+
+func (l loc) String() string { return fmt.Sprintf(l.format, l.args...) }
+
+func check(where loc, field string, idx int32, table string, n int) error {
+	if idx == 0 || (idx > 0 && int(idx) < n) {
+		return nil
+	}
+	return fmt.Errorf("%s.%s: %d outside %s of %d entries", where, field, idx, table, n)
+}
+
+func checkAt(where loc, field string, j int, idx int32, table string, n int) error {
+	if idx == 0 || (idx > 0 && int(idx) < n) {
+		return nil
+	}
+	return fmt.Errorf("%s.%s[%d]: %d outside %s of %d entries", where, field, j, idx, table, n)
+}
+
+func (v *checker) attrIndices(where loc, s pcommon.Int32Slice) error {
+	for i := 0; i < s.Len(); i++ {
+		if err := checkAt(where, "attribute_indices", i, s.At(i), "attribute_table", v.attrs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
+	at := d.AttributeTable()
+	for i := 0; i < at.Len(); i++ {
+		where := pos("dictionary.attribute_table[%d]", i)
+		kv := at.At(i)
+		if err := check(where, "key_strindex", kv.KeyStrindex(), "string_table", v.strings); err != nil {
+			return err
+		}
+		if err := check(where, "unit_strindex", kv.UnitStrindex(), "string_table", v.strings); err != nil {
+			return err
+		}
+	}
+	mt := d.MappingTable()
+	for i := 0; i < mt.Len(); i++ {
+		where := pos("dictionary.mapping_table[%d]", i)
+		m := mt.At(i)
+		if err := check(where, "filename_strindex", m.FilenameStrindex(), "string_table", v.strings); err != nil {
+			return err
+		}
+		if err := v.attrIndices(where, m.AttributeIndices()); err != nil {
+			return err
+		}
+	}
+	ft := d.FunctionTable()
+	for i := 0; i < ft.Len(); i++ {
+		where := pos("dictionary.function_table[%d]", i)
+		f := ft.At(i)
+		for _, c := range []struct {
+			field string
+			idx   int32
+		}{{"name_strindex", f.NameStrindex()}, {"system_name_strindex", f.SystemNameStrindex()}, {"filename_strindex", f.FilenameStrindex()}} {
+			if err := check(where, c.field, c.idx, "string_table", v.strings); err != nil {
+				return err
+			}
+		}
+	}
+	lt := d.LocationTable()
+	for i := 0; i < lt.Len(); i++ {
+		where := pos("dictionary.location_table[%d]", i)
+		l := lt.At(i)
+		if err := check(where, "mapping_index", l.MappingIndex(), "mapping_table", v.mappings); err != nil {
+			return err
+		}
+		if err := v.attrIndices(where, l.AttributeIndices()); err != nil {
+			return err
+		}
+		lines := l.Lines()
+		for j := 0; j < lines.Len(); j++ {
+			if err := check(pos("%s.lines[%d]", where, j), "function_index", lines.At(j).FunctionIndex(), "function_table", v.functions); err != nil {
+				return err
+			}
+		}
+	}
+	st := d.StackTable()
+	for i := 0; i < st.Len(); i++ {
+		where := pos("dictionary.stack_table[%d]", i)
+		li := st.At(i).LocationIndices()
+		for j := 0; j < li.Len(); j++ {
+			if err := checkAt(where, "location_indices", j, li.At(j), "location_table", v.locations); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (v *checker) valueType(where loc, vt pprofile.ValueType) error {
+	if err := check(where, "type_strindex", vt.TypeStrindex(), "string_table", v.strings); err != nil {
+		return err
+	}
+	return check(where, "unit_strindex", vt.UnitStrindex(), "string_table", v.strings)
+}
+
+func (v *checker) profile(where loc, p pprofile.Profile) error {
+	if err := v.valueType(pos("%s.sample_type", where), p.SampleType()); err != nil {
+		return err
+	}
+	if err := v.valueType(pos("%s.period_type", where), p.PeriodType()); err != nil {
+		return err
+	}
+	if err := v.attrIndices(where, p.AttributeIndices()); err != nil {
+		return err
+	}
+	ss := p.Samples()
+	for i := 0; i < ss.Len(); i++ {
+		sw := pos("%s.samples[%d]", where, i)
+		s := ss.At(i)
+		if err := check(sw, "stack_index", s.StackIndex(), "stack_table", v.stacks); err != nil {
+			return err
+		}
+		if err := check(sw, "link_index", s.LinkIndex(), "link_table", v.links); err != nil {
+			return err
+		}
+		if err := v.attrIndices(sw, s.AttributeIndices()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
