@@ -30,8 +30,18 @@ var opts = []demangle.Option{demangle.LLVMStyle, demangle.MaxLength(16)}
 
 // Name returns the demangled form of a linkage name, or name itself when it is not mangled
 // or cannot be demangled. It allocates nothing for names that are not mangled.
-func Name(name string) string {
-	switch kind(name) {
+func Name(name string) (out string) {
+	k := kind(name)
+	if k == plain {
+		return name
+	}
+	// Names come from untrusted files; a parser bug must cost one name, not the process.
+	defer func() {
+		if recover() != nil {
+			out = name
+		}
+	}()
+	switch k {
 	case itanium:
 		return itaniumName(name)
 	case rustV0Name:

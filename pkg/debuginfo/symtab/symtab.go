@@ -23,7 +23,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/profsym/profsym/pkg/debuginfo/demangle"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -77,7 +79,13 @@ func Load(f *elf.File, b *index.Builder) (st Stats, err error) {
 		return Stats{Source: source}, nil
 	}
 
-	n := 0
+	// First the ranges each symbol owns in code, then the names of the symbols that own any,
+	// demangled in parallel (the dominant cost on C++ binaries), then the nodes in order.
+	type owned struct {
+		cand   int
+		ranges []span
+	}
+	var keep []owned
 	for i, c := range cands {
 		hi := uint64(math.MaxUint64)
 		if i+1 < len(cands) {
@@ -99,15 +107,24 @@ func Load(f *elf.File, b *index.Builder) (st Stats, err error) {
 			// it resolves to no function.
 			continue
 		}
-		node := index.NoParent
-		for _, r := range clip(code, c.addr, hi) {
-			if node == index.NoParent {
-				node = addNode(b, c.name)
-				n++
-			}
+		if rs := clip(code, c.addr, hi); len(rs) > 0 {
+			keep = append(keep, owned{i, rs})
+		}
+	}
+	names := make([]string, len(keep))
+	parallel(len(keep), func(k int) { names[k] = demangle.Name(cands[keep[k].cand].name) })
+	for k, o := range keep {
+		sym := cands[o.cand].name
+		n := index.Node{Name: b.String(names[k]), Parent: index.NoParent}
+		if names[k] != sym {
+			n.LinkageName = b.String(sym)
+		}
+		node := b.AddNode(n)
+		for _, r := range o.ranges {
 			b.AddSymbolRange(r.lo, r.hi, node)
 		}
 	}
+	n := len(keep)
 	if n > 0 {
 		b.RaiseFidelity(index.FidelitySymbols)
 	}
@@ -253,11 +270,26 @@ func clip(code []span, lo, hi uint64) []span {
 	return out
 }
 
-func addNode(b *index.Builder, sym string) index.NodeID {
-	name := demangle.Name(sym)
-	n := index.Node{Name: b.String(name), Parent: index.NoParent}
-	if name != sym {
-		n.LinkageName = b.String(sym)
+// parallel runs fn(0..n-1) on GOMAXPROCS goroutines, each taking a contiguous share.
+func parallel(n int, fn func(int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/256+1)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
 	}
-	return b.AddNode(n)
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }

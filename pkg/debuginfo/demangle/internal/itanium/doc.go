@@ -9,5 +9,6 @@
 //     be followed by one that starts with its length (nested closures, "...00s_0").
 //   - Rust v0 backrefs: expansions per name are bounded.
 //   - The upstream test cases that encoded the old substitution numbering are left out, as
-//     is the 5 MB LLVM case file.
+//     is the 5 MB LLVM case file; testdata/rust.test is shipped as rust-check.txt, since the
+//     repository ignores *.test files.
 package itanium
