@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -296,16 +297,20 @@ func TestLargeBinaryCost(t *testing.T) {
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	ix, st := loadIndex(t, stripped)
 	elapsed := time.Since(start)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 	runtime.ReadMemStats(&after)
 	runtime.GC()
 	var kept runtime.MemStats
 	runtime.ReadMemStats(&kept)
 	is := ix.Stats()
-	t.Logf("%s (%d MB): %+v; Load+Build %v, allocated %d MB, heap kept with the index %d MB; index %+v",
-		filepath.Base(stripped), fi.Size()>>20, st, elapsed.Round(time.Millisecond),
+	t.Logf("%s (%d MB): %+v; Load+Build %v wall, %v CPU (GC included), allocated %d MB, heap kept with the index %d MB; index %+v",
+		filepath.Base(stripped), fi.Size()>>20, st, elapsed.Round(time.Millisecond), cpu.Round(time.Millisecond),
 		(after.TotalAlloc-before.TotalAlloc)>>20, int64(kept.HeapAlloc-before.HeapAlloc)>>20, is)
 	runtime.KeepAlive(ix)
 }

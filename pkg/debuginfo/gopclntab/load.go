@@ -130,7 +130,7 @@ func (s *stage) commit(b *index.Builder) {
 	}
 	base := index.NodeID(b.NumNodes())
 	for _, n := range s.nodes {
-		n.Name, n.LinkageName, n.CallFile = ids[n.Name], ids[n.LinkageName], ids[n.CallFile]
+		n.Name, n.LinkageName, n.CallFile, n.DeclFile = ids[n.Name], ids[n.LinkageName], ids[n.CallFile], ids[n.DeclFile]
 		if n.Parent != index.NoParent {
 			n.Parent += base
 		}
@@ -252,7 +252,15 @@ func (s *stage) loadFunc(t *table, mem *memory, inl *inlineLayout, fi *funcInfo,
 	if startLine < 0 {
 		startLine = 0
 	}
-	s.nodes = append(s.nodes, index.Node{Name: s.str(name), StartLine: uint32(startLine), Parent: index.NoParent})
+	// A Go function lies in one file, and its entry instruction belongs to it.
+	var declFile uint32
+	if fv := valueAt(fs.files, fs.filesEnd, fi.entry); fv >= 0 {
+		if declFile, err = s.fileName(t, fi, fv); err != nil {
+			return err
+		}
+	}
+	s.nodes = append(s.nodes, index.Node{Name: s.str(name), StartLine: uint32(startLine), DeclFile: declFile,
+		StartAddress: fi.entry, Parent: index.NoParent})
 	s.ranges.add(stRange{lo: fi.entry, hi: end, node: outer})
 	stats.Functions++
 
@@ -395,7 +403,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		n := uint32(len(s.nodes))
 		s.nodes = append(s.nodes, index.Node{
 			Name: s.str(name), StartLine: uint32(startLine), Parent: index.NodeID(parent),
-			CallFile: callFile, CallLine: callLine,
+			CallFile: callFile, CallLine: callLine, StartAddress: ^uint64(0),
 		})
 		fs.memo[idx] = n
 		stats.InlinedCalls++
@@ -414,6 +422,22 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 			return err
 		}
 		s.ranges.add(stRange{lo: r.pc, hi: hi, node: n})
+		// Instructions whose innermost inline index is this entry are the inlined function's
+		// own code: their file is its declaration file.
+		if s.nodes[n].DeclFile == 0 {
+			if fv := valueAt(fs.files, fs.filesEnd, r.pc); fv >= 0 {
+				if s.nodes[n].DeclFile, err = s.fileName(t, fi, fv); err != nil {
+					return err
+				}
+			}
+		}
+		// An inlined instance starts at the lowest address of its own code or of what is
+		// inlined into it, as DWARF's low_pc of the inlined subroutine does.
+		for m := n; m != outer; m = uint32(s.nodes[m].Parent) {
+			if r.pc < s.nodes[m].StartAddress {
+				s.nodes[m].StartAddress = r.pc
+			}
+		}
 	}
 	return nil
 }
