@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench/symbolize: runs profsym's `symbolizer symbolize` and llvm-symbolizer on the same
+# address files of the same binaries, in the same run, and prints one table of ratios.
+#
+#   cold   wall time to open the binary, build what the tool needs and resolve the first
+#          10,000 addresses (one process, addresses on stdin, JSON output to /dev/null)
+#   warm   addresses per second once the index exists: the marginal rate between a 10,000-
+#          and a $BIG-address batch, (BIG - 10000) / (t_BIG - t_10k), the same for both tools
+#   rss    peak resident set size of the $BIG batch (/usr/bin/time -f %M)
+#
+# Binaries: MinIO (a Go binary over 100 MB with DWARF, from .ci/install-deps), the zstd CLI
+# from Debian's source package and a C++ corpus binary (both from testdata/build.sh).
+# Each measurement is the best of $REPEAT runs (default 3) to damp noise from a shared machine.
+#
+# Usage: bench/symbolize/run.sh [BINARY...]    (default: the three above)
+# Env:   BIG (default 200000), REPEAT (default 3), PROFSYM_TOOLS (where MinIO is).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIG=${BIG:-200000}
+REPEAT=${REPEAT:-3}
+SMALL=10000
+tools=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}
+work=$(mktemp -d "${TMPDIR:-/tmp}/bench-symbolize.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+log() { printf 'bench/symbolize: %s\n' "$*" >&2; }
+
+for tool in llvm-symbolizer /usr/bin/time go; do
+	command -v "$tool" >/dev/null || { log "missing $tool (apt-get install -y llvm time)"; exit 1; }
+done
+
+if (($# > 0)); then
+	bins=("$@")
+else
+	bins=()
+	if [[ -x $tools/minio ]]; then
+		bins+=("$tools/minio")
+	else
+		log "MinIO not found at $tools/minio: run .ci/install-deps; benchmarking without it"
+	fi
+	if [[ ! -x $root/testdata/build/bin/zstd-deb || ! -x $root/testdata/build/bin/cxx-gcc-O2-dw5-pie ]]; then
+		log "building the corpus (testdata/build.sh)"
+		"$root/testdata/build.sh"
+	fi
+	bins+=("$root/testdata/build/bin/zstd-deb" "$root/testdata/build/bin/cxx-gcc-O2-dw5-pie")
+fi
+
+log "building the symbolizer CLI and the address sampler"
+(cd "$root" && go build -o "$work/symbolizer" ./services/symbolizer && go build -o "$work/sample" ./bench/symbolize/sample)
+
+ours() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON; }
+llvm() { llvm-symbolizer --obj="$1" --output-style=JSON; }
+
+# measure TOOL BIN ADDRS -> "wall_seconds max_rss_kb" (best wall and best RSS of REPEAT runs);
+# checks that the tool answered every address.
+measure() {
+	local tool=$1 bin=$2 addrs=$3 best_t= best_m= i t m lines want
+	want=$(wc -l <"$addrs")
+	for ((i = 0; i < REPEAT; i++)); do
+		/usr/bin/time -f '%e %M' -o "$work/time" bash -c "$(declare -f ours llvm); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
+		lines=$(wc -l <"$work/out")
+		if ((lines != want)); then
+			log "$tool on $(basename "$bin"): $lines answers for $want addresses"
+			exit 1
+		fi
+		read -r t m <"$work/time"
+		if [[ -z $best_t ]] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t; fi
+		if [[ -z $best_m ]] || ((m < best_m)); then best_m=$m; fi
+	done
+	echo "$best_t $best_m"
+}
+
+rows=()
+for bin in "${bins[@]}"; do
+	name=$(basename "$bin")
+	size=$(du -m "$bin" | cut -f1)
+	if ! readelf -S -W "$bin" | grep -q -E '\.(z)?debug_info'; then
+		log "$name has no DWARF (.debug_info): llvm-symbolizer would answer from symbols only"
+	fi
+	"$work/sample" -bin "$bin" -n "$SMALL" -seed 1 -o "$work/$name.small"
+	"$work/sample" -bin "$bin" -n "$BIG" -seed 2 -o "$work/$name.big"
+	log "$name (${size} MB): ours"
+	read -r os_t os_m < <(measure ours "$bin" "$work/$name.small")
+	read -r ob_t ob_m < <(measure ours "$bin" "$work/$name.big")
+	log "$name (${size} MB): llvm-symbolizer"
+	read -r ls_t ls_m < <(measure llvm "$bin" "$work/$name.small")
+	read -r lb_t lb_m < <(measure llvm "$bin" "$work/$name.big")
+	rows+=("$(awk -v n="$name" -v sz="$size" -v big="$BIG" -v small="$SMALL" \
+		-v ost="$os_t" -v obt="$ob_t" -v obm="$ob_m" -v lst="$ls_t" -v lbt="$lb_t" -v lbm="$lb_m" 'BEGIN {
+		dow = obt - ost; dlw = lbt - lst
+		ow = dow > 0 ? (big - small) / dow : 0
+		lw = dlw > 0 ? (big - small) / dlw : 0
+		printf "%-22s %5d | %7.2f %7.2f %6.2fx | %10.0f %10.0f %6.2fx | %7.1f %7.1f %6.2fx\n",
+			n, sz, ost, lst, (ost > 0 ? lst / ost : 0), ow, lw, (lw > 0 ? ow / lw : 0),
+			obm / 1024, lbm / 1024, (lbm > 0 ? obm / lbm : 0)
+	}')")
+done
+
+printf '\n%-22s %5s | %-23s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "warm (addresses/s)" "peak RSS, ${BIG} addrs (MB)"
+printf '%-22s %5s | %7s %7s %7s | %10s %10s %7s | %7s %7s %7s\n' binary MB ours llvm "llvm/us" ours llvm "us/llvm" ours llvm "us/llvm"
+printf '%s\n' "${rows[@]}"
+printf '\ncold ratio > 1: we are faster; warm ratio: our throughput over llvm-symbolizer'"'"'s; RSS ratio <= 1: we use no more memory. Best of %d runs each.\n' "$REPEAT"
