@@ -3,7 +3,7 @@
 # testdata/build (git-ignored), plus one Debian source package compiled with -O2 -g.
 #
 # Idempotent: every output is rebuilt only when it is missing or older than its inputs
-# (sources and this script), and written under a temporary name first so an interrupted run
+# (its sources), and written under a temporary name first so an interrupted run
 # never leaves a half-written binary behind. At most two compiler jobs run at once.
 #
 # Needs: gcc/g++, clang/clang++ and ld.lld (LLVM 14), binutils objcopy/nm, xz, go, rustc,
@@ -31,17 +31,25 @@ DEB_PKG=libzstd
 DEB_VERSION=1.5.4+dfsg2-5
 DEB_DIR=libzstd-1.5.4+dfsg2
 
-script=$here/build.sh
 mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link" "$out/tmp"
 
 log() { printf 'testdata/build.sh: %s\n' "$*" >&2; }
 
-# uptodate OUT DEP... : OUT exists and is newer than every DEP and than this script.
+# Bump CORPUS_VERSION when a change to this script must rebuild every binary (new flags, say);
+# other edits leave existing outputs alone, so adding a variant does not rebuild the rest.
+CORPUS_VERSION=1
+if [[ $(cat "$out/.corpus-version" 2>/dev/null) != "$CORPUS_VERSION" ]]; then
+	rm -rf "$out/bin" "$out/debug-buildid" "$out/debug-link"
+	mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link"
+	echo "$CORPUS_VERSION" >"$out/.corpus-version"
+fi
+
+# uptodate OUT DEP... : OUT exists and is newer than every DEP.
 uptodate() {
 	local target=$1 dep
 	shift
 	[[ -e $target ]] || return 1
-	for dep in "$script" "$@"; do
+	for dep in "$@"; do
 		[[ $dep -nt $target ]] && return 1
 	done
 	return 0
@@ -140,16 +148,16 @@ spawn build_go go
 spawn build_go go-stripped -ldflags='-s -w'
 
 # Rust 1.95 mangles with v0 by default; legacy mangling is still an unstable option, which a
-# stable rustc accepts only with RUSTC_BOOTSTRAP=1.
+# stable rustc accepts only with RUSTC_BOOTSTRAP=1 (second argument non-empty).
 build_rust() {
 	local target=$out/bin/$1 bootstrap=$2
 	shift 2
 	uptodate "$target" "$src/rust/main.rs" && return 0
 	log "rustc $(basename "$target")"
-	RUSTC_BOOTSTRAP=$bootstrap rustc --edition 2021 -C opt-level=2 -C debuginfo=2 "$@" -o "$target.tmp" "$src/rust/main.rs"
+	env ${bootstrap:+RUSTC_BOOTSTRAP=1} rustc --edition 2021 -C opt-level=2 -C debuginfo=2 "$@" -o "$target.tmp" "$src/rust/main.rs"
 	mv -f "$target.tmp" "$target"
 }
-spawn build_rust rust-v0 0 -C symbol-mangling-version=v0
+spawn build_rust rust-v0 "" -C symbol-mangling-version=v0
 spawn build_rust rust-legacy 1 -Z unstable-options -C symbol-mangling-version=legacy
 
 # The Debian package: fetched with a private apt configuration (deb-src entries mirroring the
@@ -157,9 +165,7 @@ spawn build_rust rust-legacy 1 -Z unstable-options -C symbol-mangling-version=le
 build_debian() {
 	local target=$out/bin/zstd-deb deb=$out/debian
 	local tree=$deb/src/$DEB_DIR
-	if [[ -e $target && ! $script -nt $target ]]; then
-		return 0
-	fi
+	[[ -e $target ]] && return 0
 	if [[ ! -d $tree ]]; then
 		log "fetch Debian source $DEB_PKG=$DEB_VERSION"
 		rm -rf "$deb"
