@@ -1,0 +1,157 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/testsupport"
+)
+
+// The symbolizer fetches what it lacks from a real Debian debuginfod and stores it.
+func TestDebuginfodUpstream(t *testing.T) {
+	dir := t.TempDir()
+	bin := compile(t, "-g", "-O1")
+	data, _ := os.ReadFile(bin.path)
+	os.WriteFile(filepath.Join(dir, "prog"), data, 0o755)
+	up := testsupport.StartDebuginfod(t, dir)
+	up.WaitForBuildID(t, bin.ids.GNU, 30*time.Second)
+
+	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
+	client := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
+	req := &symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{
+		{GnuBuildId: bin.ids.GNU, Addresses: bin.addrs},
+		{GnuBuildId: strings.Repeat("cd", 20), Addresses: []uint64{1}},
+	}}
+	resp, err := client.Symbolize(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Msg.Modules
+	if m[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		t.Fatalf("fetched module = %v %s", m[0].Status, m[0].Message)
+	}
+	sameLocations(t, "via debuginfod", m[0].Locations, engineFrames(t, bin.path, bin.addrs))
+	if m[1].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND {
+		t.Fatalf("unknown module = %v %s", m[1].Status, m[1].Message)
+	}
+	dc := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)
+	g, err := dc.Get(context.Background(), connect.NewRequest(&debuginfov1.GetRequest{BuildId: bin.ids.GNU}))
+	if err != nil || g.Msg.Debuginfo.Source != debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD {
+		t.Fatalf("stored record = %v, %v", g, err)
+	}
+
+	// The upstream goes away: a missing module is reported UNAVAILABLE (not known to be
+	// missing), the stored one still works.
+	up.Stop()
+	req.Modules[1].GnuBuildId = strings.Repeat("ef", 20)
+	resp, err = client.Symbolize(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.Msg.Modules[1].Status; s != symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE {
+		t.Fatalf("with the upstream down: %v", s)
+	}
+	if s := resp.Msg.Modules[0].Status; s != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		t.Fatalf("stored module with the upstream down: %v", s)
+	}
+}
+
+// Our debuginfod paths, read by the real debuginfod-find.
+func TestDebuginfodServer(t *testing.T) {
+	find, err := exec.LookPath("debuginfod-find")
+	if err != nil {
+		t.Fatalf("debuginfod-find is required: apt-get install -y debuginfod (%v)", err)
+	}
+	r := start(t)
+	full := compile(t, "-g")
+	debugOnly := filepath.Join(t.TempDir(), "prog.debug")
+	if out, err := exec.Command("objcopy", "--only-keep-debug", full.path, debugOnly).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v %s", err, out)
+	}
+	other := compile(t, "-g", "-DX=1", "-O1")
+	upload(t, r.url, debugOnly, other.path)
+
+	run := func(kind, id string) ([]byte, error) {
+		cache := t.TempDir()
+		cmd := exec.Command(find, kind, id)
+		cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+r.url, "DEBUGINFOD_CACHE_PATH="+cache, "DEBUGINFOD_TIMEOUT=10")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, err
+		}
+		return os.ReadFile(strings.TrimSpace(string(out)))
+	}
+	want, _ := os.ReadFile(debugOnly)
+	got, err := run("debuginfo", full.ids.GNU)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("debuginfod-find debuginfo: %v (%d bytes, want %d)", err, len(got), len(want))
+	}
+	// A separate debug file is not runnable: no executable.
+	if _, err := run("executable", full.ids.GNU); err == nil {
+		t.Fatal("a debug-only file was served as an executable")
+	}
+	want, _ = os.ReadFile(other.path)
+	got, err = run("executable", other.ids.GNU)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("debuginfod-find executable: %v", err)
+	}
+	if _, err := run("debuginfo", strings.Repeat("12", 20)); err == nil {
+		t.Fatal("an unknown build ID was found")
+	}
+	for path, code := range map[string]int{
+		"/buildid/" + other.ids.GNU + "/source/x.c":     404,
+		"/buildid/" + other.ids.HTLHash + "/executable": 200,
+		"/buildid/ABCD/debuginfo":                       404,
+		"/buildid/..%2f..%2fetc/debuginfo":              404,
+	} {
+		resp, err := http.Get(r.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, code)
+		}
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	r := start(t)
+	bin := compile(t, "-g")
+	upload(t, r.url, bin.path)
+	client := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
+	// Requests in flight when shutdown starts complete.
+	errc := make(chan error, 8)
+	for i := 0; i < cap(errc); i++ {
+		go func() {
+			_, err := client.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: bin.ids.GNU, Addresses: bin.addrs}}}))
+			errc <- err
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	r.cancel()
+	for i := 0; i < cap(errc); i++ {
+		if err := <-errc; err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("in-flight request: %v", err)
+		}
+	}
+	if err := <-r.done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	r.done <- nil // for the cleanup
+}
