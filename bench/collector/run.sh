@@ -49,7 +49,7 @@ done
 
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {print $2}'; }
+metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {printf "%d", $2}'; }
 
 declare -A CPU RSS SAMPLES REQS BYTES
 PORT=19464
@@ -78,6 +78,6 @@ echo
 echo "collector overhead: $CPUS CPUs busy, ${DURATION}s per run, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-8s %12s %14s %10s %10s %14s\n" "freq" "cpu (%core)" "peak RSS (MB)" "samples" "requests" "request bytes"
 for f in $FREQS; do
-	printf "%-8s %12s %14s %10s %10s %14s\n" "${f} Hz" "${CPU[$f]}" "${RSS[$f]}" "${SAMPLES[$f]}" "${REQS[$f]%.*}" "${BYTES[$f]%.*}"
+	printf "%-8s %12s %14s %10s %10s %14s\n" "${f} Hz" "${CPU[$f]}" "${RSS[$f]}" "${SAMPLES[$f]}" "${REQS[$f]}" "${BYTES[$f]}"
 done
 echo "targets at 19 Hz: < 1% of one core, < 50 MB RSS"

@@ -77,6 +77,10 @@ type Process struct {
 	Comm     string
 	Cgroup   string
 	Mappings []Mapping // executable file mappings, sorted by Start
+	// Anonymous holds executable mappings without a file ([vdso], JIT code), sorted by
+	// start: an address in them is known to have no file, so it does not make the maps be
+	// read again.
+	Anonymous []Range
 	// Err is why the maps could not be read (the process may have exited already).
 	Err error
 
@@ -85,6 +89,15 @@ type Process struct {
 	exited      bool // ended; its knowledge stays until Sweep
 	stale       bool // exec'd since the maps were read
 	refreshedAt time.Time
+}
+
+// Range is an address range [Start, End).
+type Range struct{ Start, End uint64 }
+
+// inAnonymous reports whether pc lies in an executable mapping without a file.
+func (p *Process) inAnonymous(pc uint64) bool {
+	i := sort.Search(len(p.Anonymous), func(i int) bool { return p.Anonymous[i].End > pc })
+	return i < len(p.Anonymous) && p.Anonymous[i].Start <= pc
 }
 
 // Find returns the mapping holding pc, or nil.
@@ -154,6 +167,9 @@ func (t *Table) Resolve(pid uint32, pc uint64) (*Process, *Mapping) {
 	p := t.Process(pid)
 	if m := p.Find(pc); m != nil {
 		return p, m
+	}
+	if p.inAnonymous(pc) {
+		return p, nil
 	}
 	// The process may have mapped a new file since the last read.
 	t.mu.Lock()
@@ -269,7 +285,11 @@ func (t *Table) read(pid uint32) *Process {
 		return p
 	}
 	for _, e := range entries {
-		if !e.Exec || !e.FileBacked() {
+		if !e.Exec {
+			continue
+		}
+		if !e.FileBacked() {
+			p.Anonymous = append(p.Anonymous, Range{e.Start, e.End})
 			continue
 		}
 		fi := t.fileOf(dir, e)
@@ -281,6 +301,7 @@ func (t *Table) read(pid uint32) *Process {
 		p.Mappings = append(p.Mappings, Mapping{Start: e.Start, End: e.End, Offset: e.Offset, Path: e.Path, Bias: bias, File: fi})
 	}
 	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
+	sort.Slice(p.Anonymous, func(i, j int) bool { return p.Anonymous[i].Start < p.Anonymous[j].Start })
 	return p
 }
 

@@ -292,6 +292,16 @@ func TestResolveRealProcess(t *testing.T) {
 				}
 			}
 			p := tab.Process(pid)
+			if len(p.Anonymous) == 0 {
+				t.Errorf("no anonymous executable mapping ([vdso]) recorded")
+			} else {
+				reads := tab.MapsReads()
+				tab.minRefresh = 0
+				if _, m := tab.Resolve(pid, p.Anonymous[0].Start); m != nil || tab.MapsReads() != reads {
+					t.Errorf("an address in [vdso] resolved to %+v or re-read the maps", m)
+				}
+				tab.minRefresh = time.Second
+			}
 			if p.ExePath != bin || p.ExeName != filepath.Base(bin) {
 				t.Errorf("exe = %q (%q), want %q", p.ExePath, p.ExeName, bin)
 			}
