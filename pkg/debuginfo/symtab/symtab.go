@@ -33,7 +33,7 @@ import (
 
 // Stats says what Load found.
 type Stats struct {
-	// Symbols counts the symbols that name at least one code address, one index node each.
+	// Symbols counts the symbols that name at least one code address.
 	Symbols int
 	// Source is the table they came from: ".symtab" or ".dynsym" ("" when neither had any).
 	// llvm-symbolizer reads .dynsym only when .symtab is missing or empty, and so does Load.
@@ -51,36 +51,48 @@ type candidate struct {
 	order      int // position in the symbol table: the last of equals wins
 }
 
-// Load adds the function symbols of f to b as outermost nodes whose ranges only fill the
-// addresses no debug information covers (Builder.AddSymbolRange).
-func Load(f *elf.File, b *index.Builder) (st Stats, err error) {
-	if f == nil || b == nil {
-		return Stats{}, errors.New("symtab: nil file or builder")
+// Function is one symbol-table function as llvm-symbolizer 14 sees it, with the code it
+// names. A symbol whose range spans several executable segments comes as one Function per
+// segment, in address order.
+type Function struct {
+	Lo, Hi uint64 // [Lo, Hi)
+	// Name is the demangled name; LinkageName the symbol when it was mangled, else "".
+	Name, LinkageName string
+}
+
+// Functions returns the functions of f's symbol table in address order, disjoint, with the
+// ranges llvm-symbolizer 14 gives them in code. It is for callers that need the symbol
+// table's answer beside debug information: llvm-symbolizer names the outermost frame of
+// every address from the symbol table when it has a symbol there, even where DWARF names
+// the function (a GCC ".cold" part prints as "f() (.cold)", not as DWARF's "f").
+func Functions(f *elf.File) (fns []Function, st Stats, err error) {
+	if f == nil {
+		return nil, Stats{}, errors.New("symtab: nil file")
 	}
 	// debug/elf parses attacker-controlled bytes; a panic inside it must not take the
 	// symbolizer down with it.
 	defer func() {
 		if r := recover(); r != nil {
-			st, err = Stats{}, fmt.Errorf("symtab: malformed ELF file: %v", r)
+			fns, st, err = nil, Stats{}, fmt.Errorf("symtab: malformed ELF file: %v", r)
 		}
 	}()
 
 	syms, source, err := readSymbols(f)
 	if err != nil {
-		return Stats{}, err
+		return nil, Stats{}, err
 	}
 	cands := candidates(f, syms)
 	if len(cands) == 0 {
-		return Stats{Source: source}, nil
+		return nil, Stats{Source: source}, nil
 	}
 	cands = dedupe(cands)
 	code := codeRanges(f)
 	if len(code) == 0 {
-		return Stats{Source: source}, nil
+		return nil, Stats{Source: source}, nil
 	}
 
 	// First the ranges each symbol owns in code, then the names of the symbols that own any,
-	// demangled in parallel (the dominant cost on C++ binaries), then the nodes in order.
+	// demangled in parallel (the dominant cost on C++ binaries).
 	type owned struct {
 		cand   int
 		ranges []span
@@ -115,20 +127,39 @@ func Load(f *elf.File, b *index.Builder) (st Stats, err error) {
 	parallel(len(keep), func(k int) { names[k] = demangle.Name(cands[keep[k].cand].name) })
 	for k, o := range keep {
 		sym := cands[o.cand].name
-		n := index.Node{Name: b.String(names[k]), Parent: index.NoParent}
+		linkage := ""
 		if names[k] != sym {
-			n.LinkageName = b.String(sym)
+			linkage = sym
 		}
-		node := b.AddNode(n)
 		for _, r := range o.ranges {
-			b.AddSymbolRange(r.lo, r.hi, node)
+			fns = append(fns, Function{Lo: r.lo, Hi: r.hi, Name: names[k], LinkageName: linkage})
 		}
 	}
-	n := len(keep)
-	if n > 0 {
+	return fns, Stats{Symbols: len(keep), Source: source}, nil
+}
+
+// Load adds the function symbols of f to b as outermost nodes whose ranges only fill the
+// addresses no debug information covers (Builder.AddSymbolRange).
+func Load(f *elf.File, b *index.Builder) (Stats, error) {
+	if f == nil || b == nil {
+		return Stats{}, errors.New("symtab: nil file or builder")
+	}
+	fns, st, err := Functions(f)
+	if err != nil {
+		return Stats{}, err
+	}
+	node := index.NoParent
+	for i, fn := range fns {
+		// The pieces of one symbol are adjacent and share their names: one node for all.
+		if i == 0 || fn.Name != fns[i-1].Name || fn.LinkageName != fns[i-1].LinkageName {
+			node = b.AddNode(index.Node{Name: b.String(fn.Name), LinkageName: b.String(fn.LinkageName), Parent: index.NoParent})
+		}
+		b.AddSymbolRange(fn.Lo, fn.Hi, node)
+	}
+	if len(fns) > 0 {
 		b.RaiseFidelity(index.FidelitySymbols)
 	}
-	return Stats{Symbols: n, Source: source}, nil
+	return st, nil
 }
 
 func readSymbols(f *elf.File) ([]elf.Symbol, string, error) {

@@ -355,6 +355,64 @@ func TestCXXNames(t *testing.T) {
 	compare(t, path, ix, sampleAddrs(t, path, 2), 0.999)
 }
 
+// TestFunctionsBesideDWARF checks Functions on a binary with full DWARF against
+// llvm-symbolizer, which names the outermost frame from the symbol table wherever it has a
+// symbol, DWARF or not.
+func TestFunctionsBesideDWARF(t *testing.T) {
+	need(t, "g++", "llvm-symbolizer")
+	src, err := os.ReadFile("../demangle/testdata/src/cxx.cc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := build(t, dir, "g++", "cxx", map[string]string{"cxx.cc": string(src)}, "-O2", "-g", "-std=c++17")
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fns, st, err := Functions(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Source != ".symtab" || len(fns) == 0 {
+		t.Fatalf("stats %+v, %d functions", st, len(fns))
+	}
+	cold := false
+	for i, fn := range fns {
+		if i > 0 && fn.Lo < fns[i-1].Hi || fn.Hi <= fn.Lo {
+			t.Fatalf("function %d [%#x, %#x) overlaps or is empty", i, fn.Lo, fn.Hi)
+		}
+		cold = cold || strings.HasSuffix(fn.Name, ".cold)")
+	}
+	if !cold {
+		t.Error("no .cold part among the functions")
+	}
+	addrs := sampleAddrs(t, path, 4)
+	raw := llvmNames(t, path, addrs, false)
+	agree, logged := 0, 0
+	for i, a := range addrs {
+		got := ""
+		if k := sort.Search(len(fns), func(k int) bool { return fns[k].Hi > a }); k < len(fns) && fns[k].Lo <= a {
+			got = fns[k].LinkageName
+			if got == "" {
+				got = fns[k].Name
+			}
+		}
+		if got == raw[i] {
+			agree++
+		} else if logged < 20 {
+			logged++
+			t.Logf("0x%x: ours %q, llvm %q", a, got, raw[i])
+		}
+	}
+	rate := float64(agree) / float64(len(addrs))
+	t.Logf("%d addresses, outermost name agrees at %d (%.3f%%)", len(addrs), agree, 100*rate)
+	if rate < 0.999 {
+		t.Errorf("agreement %.3f%% below 99.9%%", 100*rate)
+	}
+}
+
 // TestMixedDebugInfo links a unit built with -g and one without: DWARF answers for the
 // first, the symbol table fills in the second, and symbols never override DWARF.
 func TestMixedDebugInfo(t *testing.T) {
