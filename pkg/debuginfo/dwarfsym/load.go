@@ -96,8 +96,8 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 		go func() {
 			defer wg.Done()
 			dec := newDecoder(d, sections, order, units)
-			for i := range jobs {
-				results[i] <- dec.unit(i)
+			for j := range jobs {
+				results[j] <- dec.unit(len(units) - 1 - j)
 			}
 		}()
 	}
@@ -108,9 +108,13 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 		wg.Wait()
 	}()
 
+	// Units are added last to first. Where units describe the same addresses (the DWARF of a
+	// discarded COMDAT copy, which GNU ld points at the kept copy), llvm-symbolizer answers from
+	// the unit with the lowest offset, and the index lets the range and line row added last win.
 	add := newAdder(b)
-	for i := range units {
-		r := <-results[i]
+	for j := range units {
+		i := len(units) - 1 - j
+		r := <-results[j]
 		<-tokens
 		if r.err != nil {
 			return st, fmt.Errorf("dwarfsym: unit at offset %#x: %w", units[i].off, r.err)
@@ -484,7 +488,13 @@ func (dc *decoder) lines(cu *dwarf.Entry, files *lineFiles) error {
 				dc.res.lines = dc.res.lines[:seqStart]
 				continue
 			}
-			dc.res.lines = append(dc.res.lines, localLine{addr: e.Address, end: true})
+			// Rows at the end address cover nothing; left in, they would outlast the end
+			// marker and give the following code this sequence's last line.
+			k := len(dc.res.lines)
+			for k > seqStart && dc.res.lines[k-1].addr >= e.Address {
+				k--
+			}
+			dc.res.lines = append(dc.res.lines[:k], localLine{addr: e.Address, end: true})
 			continue
 		}
 		if dead {
