@@ -1,0 +1,413 @@
+// Package k8s_test validates the kustomize base and overlays: every overlay builds, every
+// document strict-decodes with client-go's scheme, and the semantic rules of the deployment
+// hold (selectors, probes, limits, privileges, images, flags the binaries really accept).
+package k8s_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+var overlays = []string{"dev", "production"}
+
+// served lists, per container, the port its health endpoints listen on and the paths it serves
+// there: the services' own defaults, which the manifests must point at.
+var served = map[string]struct {
+	port  int32
+	paths []string
+}{
+	"symbolizer": {7070, []string{"/healthz", "/readyz", "/metrics"}},
+	"gateway":    {8888, []string{"/healthz", "/readyz", "/metrics"}},
+	"collector":  {9464, []string{"/healthz", "/readyz", "/metrics"}},
+}
+
+// externalSecrets are created by the operator in production (docs/operations.md says how),
+// never committed.
+var externalSecrets = map[string][]string{
+	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls"},
+}
+
+type rendered struct {
+	objs []runtime.Object
+}
+
+func build(t *testing.T, overlay string) rendered {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join("overlays", overlay))
+	if err != nil {
+		t.Fatalf("kustomize build overlays/%s: %v", overlay, err)
+	}
+	out, err := resMap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var r rendered
+	for i, doc := range bytes.Split(out, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("overlays/%s document %d does not strict-decode: %v\n%s", overlay, i, err, doc)
+		}
+		if gvk.Kind == "" {
+			t.Fatalf("overlays/%s document %d has no kind", overlay, i)
+		}
+		r.objs = append(r.objs, obj)
+	}
+	return r
+}
+
+func TestOverlays(t *testing.T) {
+	for _, overlay := range overlays {
+		t.Run(overlay, func(t *testing.T) {
+			r := build(t, overlay)
+			checkSelectors(t, r)
+			checkPods(t, overlay, r)
+			checkRBAC(t, r)
+			checkSecrets(t, overlay, r)
+			checkFlags(t, r)
+		})
+	}
+}
+
+type workload struct {
+	kind, name string
+	selector   map[string]string
+	pod        corev1.PodTemplateSpec
+}
+
+func workloads(r rendered) []workload {
+	var ws []workload
+	for _, o := range r.objs {
+		switch w := o.(type) {
+		case *appsv1.Deployment:
+			ws = append(ws, workload{"Deployment", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+		case *appsv1.DaemonSet:
+			ws = append(ws, workload{"DaemonSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+		case *appsv1.StatefulSet:
+			ws = append(ws, workload{"StatefulSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+		}
+	}
+	return ws
+}
+
+func selects(sel map[string]string, ws []workload) []string {
+	var hit []string
+	for _, w := range ws {
+		if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(w.pod.Labels)) {
+			hit = append(hit, w.name)
+		}
+	}
+	return hit
+}
+
+func checkSelectors(t *testing.T, r rendered) {
+	ws := workloads(r)
+	names := map[string]bool{}
+	for _, w := range ws {
+		names[w.kind+"/"+w.name] = true
+		if !labels.SelectorFromSet(w.selector).Matches(labels.Set(w.pod.Labels)) {
+			t.Errorf("%s/%s: selector %v does not match its pod labels %v", w.kind, w.name, w.selector, w.pod.Labels)
+		}
+		if hit := selects(w.selector, ws); len(hit) != 1 {
+			t.Errorf("%s/%s: selector %v matches the pods of %v; want exactly its own", w.kind, w.name, w.selector, hit)
+		}
+	}
+	for _, o := range r.objs {
+		switch x := o.(type) {
+		case *corev1.Service:
+			hit := selects(x.Spec.Selector, ws)
+			if len(hit) == 0 {
+				t.Errorf("Service %s selects no pods (%v)", x.Name, x.Spec.Selector)
+				continue
+			}
+			for _, p := range x.Spec.Ports {
+				if p.TargetPort.StrVal != "" && !namedPort(ws, hit[0], p.TargetPort.StrVal) {
+					t.Errorf("Service %s port %s targets %q, which %s does not declare", x.Name, p.Name, p.TargetPort.StrVal, hit[0])
+				}
+			}
+		case *policyv1.PodDisruptionBudget:
+			if len(selects(x.Spec.Selector.MatchLabels, ws)) == 0 {
+				t.Errorf("PodDisruptionBudget %s selects no pods", x.Name)
+			}
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			if !names[x.Spec.ScaleTargetRef.Kind+"/"+x.Spec.ScaleTargetRef.Name] {
+				t.Errorf("HorizontalPodAutoscaler %s targets missing %s/%s", x.Name, x.Spec.ScaleTargetRef.Kind, x.Spec.ScaleTargetRef.Name)
+			}
+		case *networkingv1.NetworkPolicy:
+			if len(selects(x.Spec.PodSelector.MatchLabels, ws)) == 0 {
+				t.Errorf("NetworkPolicy %s selects no pods", x.Name)
+			}
+			if !slices.Contains(x.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || !slices.Contains(x.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+				t.Errorf("NetworkPolicy %s must restrict both ingress and egress", x.Name)
+			}
+		}
+	}
+	for _, w := range ws {
+		if w.kind == "Deployment" && !policyFor(r, w) {
+			t.Errorf("Deployment %s has no NetworkPolicy", w.name)
+		}
+	}
+}
+
+func policyFor(r rendered, w workload) bool {
+	for _, o := range r.objs {
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok && labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(w.pod.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func namedPort(ws []workload, name, port string) bool {
+	for _, w := range ws {
+		if w.name != name {
+			continue
+		}
+		for _, c := range w.pod.Spec.Containers {
+			for _, p := range c.Ports {
+				if p.Name == port {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+var pinned = regexp.MustCompile(`^[^:@]+(:[A-Za-z0-9._-]+)?(@sha256:[a-f0-9]{64})?$`)
+
+func checkPods(t *testing.T, overlay string, r rendered) {
+	for _, w := range workloads(r) {
+		spec := w.pod.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: pods must not mount a service account token (no API access is needed)", w.name)
+		}
+		for _, c := range spec.Containers {
+			id := w.name + "/" + c.Name
+			if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.ContainsAny(c.Image, ":@") || !pinned.MatchString(c.Image) {
+				t.Errorf("%s: image %q is not pinned to a tag or digest", id, c.Image)
+			}
+			for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if _, ok := c.Resources.Limits[res]; !ok {
+					t.Errorf("%s: no %s limit", id, res)
+				}
+				if _, ok := c.Resources.Requests[res]; !ok {
+					t.Errorf("%s: no %s request", id, res)
+				}
+			}
+			sc := c.SecurityContext
+			if sc == nil {
+				t.Errorf("%s: no securityContext", id)
+				continue
+			}
+			if sc.Privileged != nil && *sc.Privileged {
+				t.Errorf("%s: privileged", id)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("%s: allowPrivilegeEscalation must be false", id)
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s: root filesystem must be read-only", id)
+			}
+			if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				t.Errorf("%s: must drop ALL capabilities", id)
+			}
+			var added []string
+			if sc.Capabilities != nil {
+				for _, c := range sc.Capabilities.Add {
+					added = append(added, string(c))
+				}
+			}
+			sort.Strings(added)
+			if w.name == "collector" {
+				if want := []string{"BPF", "PERFMON", "SYS_PTRACE"}; !slices.Equal(added, want) {
+					t.Errorf("%s: capabilities %v, want exactly %v", id, added, want)
+				}
+				if !spec.HostPID {
+					t.Errorf("%s: needs hostPID to see every process", id)
+				}
+				if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Operator == corev1.TolerationOpExists && t.Key == "" }) {
+					t.Errorf("%s: must tolerate every taint to run on every node", id)
+				}
+			} else {
+				if len(added) > 0 {
+					t.Errorf("%s: adds capabilities %v", id, added)
+				}
+				if spec.HostPID || spec.HostNetwork {
+					t.Errorf("%s: shares host namespaces", id)
+				}
+				nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (spec.SecurityContext != nil && spec.SecurityContext.RunAsNonRoot != nil && *spec.SecurityContext.RunAsNonRoot)
+				if !nonRoot {
+					t.Errorf("%s: must run as non-root", id)
+				}
+			}
+			checkProbes(t, id, c)
+		}
+	}
+}
+
+func checkProbes(t *testing.T, id string, c corev1.Container) {
+	want, ours := served[c.Name]
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for kind, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil {
+			t.Errorf("%s: no %s probe", id, kind)
+			continue
+		}
+		if !ours {
+			continue
+		}
+		if p.HTTPGet == nil {
+			t.Errorf("%s: %s probe must be an HTTP GET on the health endpoints", id, kind)
+			continue
+		}
+		port := p.HTTPGet.Port.IntVal
+		if p.HTTPGet.Port.StrVal != "" {
+			port = ports[p.HTTPGet.Port.StrVal]
+		}
+		if port != want.port {
+			t.Errorf("%s: %s probe on port %d, but %s serves health on %d", id, kind, port, c.Name, want.port)
+		}
+		if !slices.Contains(want.paths, p.HTTPGet.Path) {
+			t.Errorf("%s: %s probe path %q is not one %s serves (%v)", id, kind, p.HTTPGet.Path, c.Name, want.paths)
+		}
+	}
+}
+
+func checkRBAC(t *testing.T, r rendered) {
+	for _, o := range r.objs {
+		switch x := o.(type) {
+		case *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
+			t.Errorf("%T: no component needs API rights", x)
+		case *corev1.ServiceAccount:
+			if x.AutomountServiceAccountToken == nil || *x.AutomountServiceAccountToken {
+				t.Errorf("ServiceAccount %s must not automount its token", x.Name)
+			}
+		}
+	}
+}
+
+func checkSecrets(t *testing.T, overlay string, r rendered) {
+	have := map[string]bool{}
+	for _, o := range r.objs {
+		if s, ok := o.(*corev1.Secret); ok {
+			have[s.Name] = true
+		}
+	}
+	for _, s := range externalSecrets[overlay] {
+		have[s] = true
+	}
+	for _, w := range workloads(r) {
+		for _, v := range w.pod.Spec.Volumes {
+			if v.Secret != nil && !have[v.Secret.SecretName] {
+				t.Errorf("%s: volume %s uses Secret %s, which overlays/%s neither makes nor lists as external", w.name, v.Name, v.Secret.SecretName, overlay)
+			}
+		}
+		for _, c := range w.pod.Spec.Containers {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && !have[e.ValueFrom.SecretKeyRef.Name] {
+					t.Errorf("%s: env %s uses Secret %s, which overlays/%s neither makes nor lists as external", w.name, e.Name, e.ValueFrom.SecretKeyRef.Name, overlay)
+				}
+			}
+		}
+	}
+}
+
+// checkFlags runs each service binary's --help and checks that every flag the manifests pass
+// exists, so a renamed flag fails here rather than in a CrashLoopBackOff.
+func checkFlags(t *testing.T, r rendered) {
+	if testing.Short() {
+		t.Log("skipping flag check in -short mode (builds the services)")
+		return
+	}
+	for _, w := range workloads(r) {
+		for _, c := range w.pod.Spec.Containers {
+			if _, ours := served[c.Name]; !ours {
+				continue
+			}
+			args := c.Args
+			var sub []string
+			for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+				sub, args = append(sub, args[0]), args[1:]
+			}
+			help := helpOf(t, c.Name, sub)
+			for _, a := range args {
+				name, _, _ := strings.Cut(a, "=")
+				if !strings.Contains(help, name+"=") && !strings.Contains(help, name+" ") && !strings.Contains(help, name+"\n") {
+					t.Errorf("%s: flag %s is not accepted by `%s %s`", w.name, name, c.Name, strings.Join(sub, " "))
+				}
+			}
+		}
+	}
+}
+
+var (
+	binMu  sync.Mutex
+	bins   = map[string]string{}
+	binDir string
+)
+
+func helpOf(t *testing.T, service string, sub []string) string {
+	t.Helper()
+	binMu.Lock()
+	bin, ok := bins[service]
+	if !ok {
+		bin = filepath.Join(binDir, service)
+		cmd := exec.Command("go", "build", "-o", bin, "../../services/"+service)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binMu.Unlock()
+			t.Fatalf("build %s: %v\n%s", service, err, out)
+		}
+		bins[service] = bin
+	}
+	binMu.Unlock()
+	out, err := exec.Command(bin, append(sub, "--help")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v --help: %v\n%s", service, sub, err, out)
+	}
+	// Kong folds long help lines; join them so flag names are found whole.
+	return strings.ReplaceAll(string(out), "\n ", " ") + "\n"
+}
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "profsym-k8s-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "manifests are invalid; see docs/operations.md for the rules they follow")
+	}
+	os.Exit(code)
+}
