@@ -5,6 +5,7 @@ package k8s_test
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -80,6 +81,34 @@ func build(t *testing.T, overlay string) rendered {
 		r.objs = append(r.objs, obj)
 	}
 	return r
+}
+
+// TestDockerfiles checks that every service has a multi-stage build on pinned bases that ends
+// as a non-root user.
+func TestDockerfiles(t *testing.T) {
+	for svc := range served {
+		data, err := os.ReadFile(filepath.Join("..", "docker", svc+".Dockerfile"))
+		if err != nil {
+			t.Errorf("%s: %v", svc, err)
+			continue
+		}
+		text := string(data)
+		froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(text, -1)
+		if len(froms) < 2 {
+			t.Errorf("%s.Dockerfile: want a multi-stage build, found %d stages", svc, len(froms))
+		}
+		for _, f := range froms {
+			if !strings.Contains(f[1], ":") || strings.HasSuffix(f[1], ":latest") {
+				t.Errorf("%s.Dockerfile: base %s is not pinned", svc, f[1])
+			}
+		}
+		if !regexp.MustCompile(`(?m)^USER\s+[1-9]`).MatchString(text) {
+			t.Errorf("%s.Dockerfile: the image must end as a non-root USER", svc)
+		}
+		if !strings.Contains(text, "CGO_ENABLED=0") || !strings.Contains(text, "./services/"+svc) {
+			t.Errorf("%s.Dockerfile: must build ./services/%s statically", svc, svc)
+		}
+	}
 }
 
 func TestOverlays(t *testing.T) {
@@ -382,10 +411,20 @@ func helpOf(t *testing.T, service string, sub []string) string {
 	bin, ok := bins[service]
 	if !ok {
 		bin = filepath.Join(binDir, service)
-		cmd := exec.Command("go", "build", "-o", bin, "../../services/"+service)
+		// Built as deploy/docker/*.Dockerfile builds it: static, CGO off.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../../services/"+service)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binMu.Unlock()
 			t.Fatalf("build %s: %v\n%s", service, err, out)
+		}
+		if f, err := elf.Open(bin); err == nil {
+			for _, p := range f.Progs {
+				if p.Type == elf.PT_INTERP {
+					t.Errorf("%s is not static (has PT_INTERP); the distroless image has no libc", service)
+				}
+			}
+			f.Close()
 		}
 		bins[service] = bin
 	}

@@ -1,0 +1,15 @@
+# profsym collector: a static binary on a distroless, non-root base.
+# Build from the repository root: docker build -f deploy/docker/collector.Dockerfile -t ghcr.io/profsym/collector:TAG .
+FROM golang:1.26.8-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# CGO off: a static binary that runs on any node. The eBPF objects are generated and committed,
+# so no clang is needed here.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/collector ./services/collector
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/collector /usr/local/bin/collector
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/collector"]
