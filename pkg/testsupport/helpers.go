@@ -1,0 +1,107 @@
+package testsupport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FreePort returns a TCP port that was free on every local address a moment
+// ago. Another process may take it before the caller binds it; the servers
+// in this package retry with another port when that happens.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return ports[0]
+}
+
+// freePorts returns n distinct free ports. The listeners are held open
+// together so that the kernel cannot hand out the same port twice.
+// Listening on the wildcard address finds a port free on both IPv4 and IPv6,
+// which matters for debuginfod: it always binds the wildcard of both.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// CompileC writes src to a fresh temporary directory, compiles it with gcc
+// and returns the path of the binary. args go to gcc after the source file,
+// so both compiler flags (-g -O2) and linker flags (-Wl,--build-id, -lm)
+// work.
+func CompileC(t testing.TB, src string, args ...string) string {
+	t.Helper()
+	gcc := lookBinary(t, "gcc", aptHint("gcc"))
+	dir := t.TempDir()
+	srcPath := filepath.Join(dir, "prog.c")
+	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
+		t.Fatalf("write C source: %v", err)
+	}
+	out := filepath.Join(dir, "prog")
+	cmdArgs := append([]string{"-o", out, srcPath}, args...)
+	cmd := exec.Command(gcc, cmdArgs...)
+	cmd.Dir = dir
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(cmdArgs, " "), err, output)
+	}
+	return out
+}
+
+// lookBinary finds name in PATH or fails the test saying how to install it.
+func lookBinary(t testing.TB, name, hint string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is required by this test but was not found (%v): %s", name, err, hint)
+	}
+	return path
+}
+
+// toolsDir is where .ci/install-deps puts tools that Debian does not package.
+func toolsDir() string {
+	if dir := os.Getenv("PROFSYM_TOOLS"); dir != "" {
+		return dir
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "profsym", "bin")
+}
+
+// isExecutable reports whether path is a regular file with an execute bit.
+func isExecutable(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0, nil
+}
+
+func aptHint(pkg string) string {
+	return "install it with `apt-get install -y " + pkg + "` or run .ci/install-deps"
+}
