@@ -44,5 +44,8 @@ bench: ## Go benchmarks of the hot paths, then the comparison scripts under benc
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@for s in bench/*/run.sh; do echo "== $$s"; bash $$s; done
 
+demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root).
+	$(GO) run ./demo
+
 clean: ## Remove build outputs.
 	rm -rf $(BIN) testdata/build
