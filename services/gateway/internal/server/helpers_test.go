@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
@@ -24,145 +23,126 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/debuginfo"
-	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
-// localSymbolizer answers the Symbolize API from binaries on disk with pkg/debuginfo, the
-// engine the symbolizer service runs, served by the generated Connect handler on a port that
-// survives Stop/Start (for the fault drills).
-type localSymbolizer struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
-	mu    sync.Mutex
-	bins  map[string]*localBin
-	addr  string
-	srv   *http.Server
-	calls atomic.Int64
+// symbolizerBin is the real symbolizer, built once per test run.
+var symbolizerBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "gateway-test-symbolizer-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "symbolizer")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/profsym/profsym/services/symbolizer")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build symbolizer: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// realSymbolizer is `symbolizer serve` as a child process, stopped and started on the same
+// port and store for the fault drills.
+type realSymbolizer struct {
+	bin, storeDir, token, redisURL string
+	port                           int
+	cmd                            *exec.Cmd
+	logs                           *os.File
 }
 
-type localBin struct {
-	ix    *index.Index
-	loads []addrmap.Load
-}
-
-func startLocalSymbolizer(t *testing.T) *localSymbolizer {
+func startSymbolizer(t *testing.T, redisURL string) *realSymbolizer {
 	t.Helper()
-	l := &localSymbolizer{bins: map[string]*localBin{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	bin, err := symbolizerBin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.addr = ln.Addr().String()
-	l.serve(ln)
-	t.Cleanup(l.Stop)
-	return l
+	dir := t.TempDir()
+	s := &realSymbolizer{bin: bin, storeDir: filepath.Join(dir, "store"), token: "gateway-test-token", redisURL: redisURL}
+	s.logs, err = os.Create(filepath.Join(dir, "symbolizer.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.port = testsupport.FreePort(t)
+	s.Start(t)
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(s.logs.Name())
+			t.Logf("symbolizer log:\n%s", b[max(0, len(b)-4000):])
+		}
+		s.logs.Close()
+	})
+	return s
 }
 
-func (l *localSymbolizer) serve(ln net.Listener) {
-	mux := http.NewServeMux()
-	mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(l))
-	srv := &http.Server{Handler: mux}
-	l.mu.Lock()
-	l.srv = srv
-	l.mu.Unlock()
-	go srv.Serve(ln)
-}
+func (s *realSymbolizer) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.port) }
 
-func (l *localSymbolizer) URL() string { return "http://" + l.addr }
-
-// Stop closes the listener and every connection.
-func (l *localSymbolizer) Stop() {
-	l.mu.Lock()
-	srv := l.srv
-	l.srv = nil
-	l.mu.Unlock()
-	if srv != nil {
-		srv.Close()
+// Start runs the server and waits for /readyz; a port taken meanwhile by someone else gets a
+// new port.
+func (s *realSymbolizer) Start(t *testing.T) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		args := []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", s.port), "--store-dir", s.storeDir,
+			"--upload-token", s.token, "--log-level", "warn"}
+		if s.redisURL != "" {
+			args = append(args, "--redis-url", s.redisURL, "--redis-timeout", "100ms")
+		}
+		cmd := exec.Command(s.bin, args...)
+		cmd.Stdout, cmd.Stderr = s.logs, s.logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-exited:
+				if attempt < 3 {
+					s.port = testsupport.FreePort(t)
+					goto retry
+				}
+				t.Fatal("symbolizer exited during start; see its log")
+			default:
+			}
+			if resp, err := http.Get(s.URL() + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					s.cmd = cmd
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Kill()
+		t.Fatal("symbolizer not ready after 20s")
+	retry:
 	}
 }
 
-// Start listens again on the same address.
-func (l *localSymbolizer) Start(t *testing.T) {
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", l.addr); err == nil {
+// Stop kills the server (SIGKILL: the drills want an abrupt outage) and waits for it.
+func (s *realSymbolizer) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	for range 200 {
+		if s.cmd.ProcessState != nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	if err != nil {
-		t.Fatalf("restart symbolizer: %v", err)
-	}
-	l.serve(ln)
+	s.cmd = nil
 }
 
-func (l *localSymbolizer) Upload(t *testing.T, path string) {
+// Upload sends files with the real upload client.
+func (s *realSymbolizer) Upload(t *testing.T, paths ...string) {
 	t.Helper()
-	b, err := debuginfo.Open(path, debuginfo.Options{})
-	if err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(s.bin, append([]string{"upload", "--server", s.URL(), "--token", s.token, "--progress", "plain"}, paths...)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("symbolizer upload: %v\n%s", err, b)
 	}
-	ix, err := b.Index()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	lb := &localBin{ix: ix, loads: addrmap.LoadsOf(ef)}
-	ids := b.IDs()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, id := range []string{ids.GNU, ids.Go, ids.HTLHash} {
-		if id != "" {
-			l.bins[id] = lb
-		}
-	}
-}
-
-func (l *localSymbolizer) Symbolize(_ context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
-	l.calls.Add(1)
-	resp := &symbolizerv1.SymbolizeResponse{}
-	for _, m := range req.Msg.GetModules() {
-		l.mu.Lock()
-		var b *localBin
-		for _, id := range []string{m.GetGnuBuildId(), m.GetGoBuildId(), m.GetHtlhash()} {
-			if b == nil && id != "" {
-				b = l.bins[id]
-			}
-		}
-		l.mu.Unlock()
-		r := &symbolizerv1.ModuleResult{Locations: make([]*symbolizerv1.Location, len(m.GetAddresses()))}
-		resp.Modules = append(resp.Modules, r)
-		if b == nil {
-			r.Status = symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND
-			continue
-		}
-		r.Status = symbolizerv1.ModuleStatus_MODULE_STATUS_OK
-		r.Fidelity = symbolizerv1.Fidelity(b.ix.Fidelity())
-		mp := addrmap.Mapping{Start: m.GetMemoryStart(), Limit: m.GetMemoryLimit(), Offset: m.GetFileOffset()}
-		for i, a := range m.GetAddresses() {
-			loc := &symbolizerv1.Location{}
-			r.Locations[i] = loc
-			va, err := addrmap.Normalize(a, mp, b.loads)
-			if err != nil {
-				continue
-			}
-			for _, f := range b.ix.Lookup(va) {
-				loc.Frames = append(loc.Frames, &symbolizerv1.Frame{FunctionName: f.Function, LinkageName: f.LinkageName,
-					File: f.File, Line: f.Line, Column: f.Column, StartLine: f.StartLine})
-			}
-		}
-	}
-	return connect.NewResponse(resp), nil
 }
 
 // sink is a downstream OTLP/gRPC endpoint that records what it receives; it can be stopped
@@ -378,9 +358,11 @@ func ids(t *testing.T, path string) buildid.IDs {
 	return ids
 }
 
-func compile(t *testing.T, src string, args ...string) string {
+func compile(t *testing.T, dir, src string, args ...string) string {
 	t.Helper()
-	dir := t.TempDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	srcPath := filepath.Join(dir, "prog.c")
 	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -393,9 +375,11 @@ func compile(t *testing.T, src string, args ...string) string {
 	return out
 }
 
-func buildGo(t *testing.T, src string) string {
+func buildGo(t *testing.T, dir, src string) string {
 	t.Helper()
-	dir := t.TempDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}

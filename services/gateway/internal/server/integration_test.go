@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,13 +57,43 @@ type testBin struct {
 	pie            bool
 }
 
+var (
+	binsOnce sync.Once
+	bins     []testBin
+	binsDir  string
+)
+
+// TestMain removes what the shared fixtures left behind.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
+	if bin, err := symbolizerBin(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// testBinaries compiles the test programs once per run: a non-PIE executable and a PIE shared
+// library from C with inlining (-O2 -g), and a Go program.
 func testBinaries(t *testing.T) []testBin {
 	t.Helper()
-	return []testBin{
-		{name: "nonpie-exe", path: compile(t, cSource+cMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id"), fn: "outer"},
-		{name: "pie-lib", path: compile(t, cSource, "-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id"), fn: "outer", pie: true},
-		{name: "go", path: buildGo(t, goSource), fn: "main.work"},
+	binsOnce.Do(func() {
+		var err error
+		if binsDir, err = os.MkdirTemp("", "gateway-test-bins-"); err != nil {
+			t.Fatal(err)
+		}
+		bins = []testBin{
+			{name: "nonpie-exe", path: compile(t, filepath.Join(binsDir, "exe"), cSource+cMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id"), fn: "outer"},
+			{name: "pie-lib", path: compile(t, filepath.Join(binsDir, "lib"), cSource, "-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id"), fn: "outer", pie: true},
+			{name: "go", path: buildGo(t, filepath.Join(binsDir, "go"), goSource), fn: "main.work"},
+		}
+	})
+	if len(bins) == 0 {
+		t.Fatal("test binaries failed to build earlier")
 	}
+	return bins
 }
 
 type shape string
@@ -237,10 +268,12 @@ func checkFrames(t *testing.T, out []otlptest.Sample, cases []caseAddr) {
 
 func TestSymbolizesShapes(t *testing.T) {
 	bins := testBinaries(t)
-	sym := startLocalSymbolizer(t)
-	for _, b := range bins {
-		sym.Upload(t, b.path)
+	sym := startSymbolizer(t, "")
+	paths := make([]string, len(bins))
+	for i, b := range bins {
+		paths[i] = b.path
 	}
+	sym.Upload(t, paths...)
 	sk := startSink(t)
 	pprofDir := t.TempDir()
 	g := startGateway(t, server.Config{SymbolizerURL: sym.URL(), OTLPGRPCEndpoint: sk.addr, PprofDir: pprofDir})

@@ -22,9 +22,9 @@ func base() pprofile.Profiles {
 
 func TestProfiles(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(pd pprofile.Profiles)
-		want  string // substring of the error; empty: valid
+		want   string // substring of the error; empty: valid
 	}{
 		{"generated", func(pprofile.Profiles) {}, ""},
 		{"empty request", func(pd pprofile.Profiles) { pprofile.NewProfiles().CopyTo(pd) }, ""},
