@@ -17,6 +17,19 @@ type lineFiles struct {
 	// 0-based in DWARF 5; 1-based before (files[0] is then unused).
 	files []string
 	ok    []bool
+
+	// The line program and the header fields that drive it.
+	prog          []byte
+	order         binary.ByteOrder
+	compDir       string
+	dirs          []string // DWARF 4 include directories, for DW_LNE_define_file
+	minInst       uint8
+	maxOps        uint8
+	defaultIsStmt bool
+	lineBase      int8
+	lineRange     uint8
+	opcodeBase    uint8
+	stdLens       []byte
 }
 
 // name returns the path of file number i, or "" and false when i names no entry.
@@ -306,26 +319,35 @@ func parseLineFiles(line []byte, off uint64, order binary.ByteOrder, compDir str
 		r.u8() // address size
 		r.u8() // segment selector size
 	}
+	var headerLen uint64
 	if dwarf64 {
-		r.u64()
+		headerLen = r.u64()
 	} else {
-		r.u32()
+		headerLen = uint64(r.u32())
 	}
-	r.u8() // minimum instruction length
+	progStart := uint64(r.off) + headerLen
+	lf := &lineFiles{version: version, maxOps: 1}
+	lf.minInst = r.u8()
 	if version >= 4 {
-		r.u8() // maximum operations per instruction
+		lf.maxOps = r.u8()
 	}
-	r.u8() // default is_stmt
-	r.u8() // line base
-	r.u8() // line range
-	opcodeBase := r.u8()
-	if opcodeBase > 0 {
-		r.skip(uint64(opcodeBase) - 1)
+	lf.defaultIsStmt = r.u8() != 0
+	lf.lineBase = int8(r.u8())
+	lf.lineRange = r.u8()
+	lf.opcodeBase = r.u8()
+	if lf.opcodeBase > 0 {
+		lf.stdLens = r.data[r.off:min(len(r.data), r.off+int(lf.opcodeBase)-1)]
+		r.skip(uint64(lf.opcodeBase) - 1)
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("line table at %#x: header: %w", off, r.err)
 	}
-	lf := &lineFiles{version: version}
+	if progStart > uint64(len(r.data)) {
+		return nil, fmt.Errorf("line table at %#x: header length %d exceeds the table", off, headerLen)
+	}
+	lf.prog = r.data[progStart:]
+	lf.order = order
+	lf.compDir = compDir
 	if version < 5 {
 		var dirs []string
 		for {
@@ -338,6 +360,7 @@ func parseLineFiles(line []byte, off uint64, order binary.ByteOrder, compDir str
 			}
 			dirs = append(dirs, d)
 		}
+		lf.dirs = dirs
 		lf.files = append(lf.files, "")
 		lf.ok = append(lf.ok, false)
 		for {
@@ -461,4 +484,107 @@ func llvmAppend(p, c string) string {
 		return p + c
 	}
 	return p + "/" + c
+}
+
+// lineRow is one row of the line-number matrix as the program produces it.
+type lineRow struct {
+	addr        uint64
+	file        uint64
+	line        int64
+	column      uint64
+	endSequence bool
+}
+
+// run executes the line program and calls emit for every row. It is bounded by the program's
+// length: every opcode consumes at least one byte.
+func (lf *lineFiles) run(emit func(lineRow)) error {
+	r := &secReader{data: lf.prog, order: lf.order}
+	maxOps := uint64(lf.maxOps)
+	if maxOps == 0 {
+		maxOps = 1
+	}
+	var (
+		row     lineRow
+		opIndex uint64
+	)
+	reset := func() {
+		row = lineRow{file: 1, line: 1}
+		opIndex = 0
+	}
+	advance := func(opAdv uint64) {
+		if maxOps == 1 {
+			row.addr += uint64(lf.minInst) * opAdv
+			return
+		}
+		row.addr += uint64(lf.minInst) * ((opIndex + opAdv) / maxOps)
+		opIndex = (opIndex + opAdv) % maxOps
+	}
+	reset()
+	for r.off < len(r.data) {
+		op := r.u8()
+		switch {
+		case op >= lf.opcodeBase:
+			if lf.lineRange == 0 {
+				return fmt.Errorf("line program: line_range 0")
+			}
+			adj := uint64(op - lf.opcodeBase)
+			advance(adj / uint64(lf.lineRange))
+			row.line += int64(lf.lineBase) + int64(adj%uint64(lf.lineRange))
+			emit(row)
+		case op == 0:
+			n := r.uleb()
+			if r.err != nil || n == 0 || n > uint64(len(r.data)-r.off) {
+				return fmt.Errorf("line program: bad extended opcode length %d", n)
+			}
+			end := r.off + int(n)
+			switch sub := r.u8(); sub {
+			case 1: // DW_LNE_end_sequence
+				row.endSequence = true
+				emit(row)
+				reset()
+			case 2: // DW_LNE_set_address
+				row.addr = r.uN(int(n - 1))
+				opIndex = 0
+			case 3: // DW_LNE_define_file
+				name := r.cstr()
+				dirIdx := r.uleb()
+				var dir string
+				if dirIdx > 0 && dirIdx <= uint64(len(lf.dirs)) {
+					dir = lf.dirs[dirIdx-1]
+				}
+				lf.files = append(lf.files, composePath(lf.compDir, dir, name))
+				lf.ok = append(lf.ok, true)
+			}
+			r.off = end
+		case op == 1: // DW_LNS_copy
+			emit(row)
+		case op == 2: // DW_LNS_advance_pc
+			advance(r.uleb())
+		case op == 3: // DW_LNS_advance_line
+			row.line += r.sleb()
+		case op == 4: // DW_LNS_set_file
+			row.file = r.uleb()
+		case op == 5: // DW_LNS_set_column
+			row.column = r.uleb()
+		case op == 8: // DW_LNS_const_add_pc
+			if lf.lineRange == 0 {
+				return fmt.Errorf("line program: line_range 0")
+			}
+			advance(uint64(255-lf.opcodeBase) / uint64(lf.lineRange))
+		case op == 9: // DW_LNS_fixed_advance_pc
+			row.addr += uint64(r.u16())
+			opIndex = 0
+		case op == 6, op == 7, op == 10, op == 11: // is_stmt, basic_block, prologue, epilogue
+		default: // DW_LNS_set_isa and opcodes this reader does not know: skip their operands
+			if int(op) <= len(lf.stdLens) {
+				for k := 0; k < int(lf.stdLens[op-1]); k++ {
+					r.uleb()
+				}
+			}
+		}
+		if r.err != nil {
+			return fmt.Errorf("line program: %w", r.err)
+		}
+	}
+	return nil
 }
