@@ -28,12 +28,16 @@ import (
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
+// symbolizerDir holds the symbolizer binary once built; TestMain removes it.
+var symbolizerDir string
+
 // symbolizerBin is the real symbolizer, built once per test run.
 var symbolizerBin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "gateway-test-symbolizer-")
 	if err != nil {
 		return "", err
 	}
+	symbolizerDir = dir
 	out := filepath.Join(dir, "symbolizer")
 	cmd := exec.Command("go", "build", "-o", out, "github.com/profsym/profsym/services/symbolizer")
 	if b, err := cmd.CombinedOutput(); err != nil {

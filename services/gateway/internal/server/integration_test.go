@@ -69,8 +69,8 @@ func TestMain(m *testing.M) {
 	if binsDir != "" {
 		os.RemoveAll(binsDir)
 	}
-	if bin, err := symbolizerBin(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
+	if symbolizerDir != "" {
+		os.RemoveAll(symbolizerDir)
 	}
 	os.Exit(code)
 }
