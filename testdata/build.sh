@@ -230,11 +230,20 @@ buildid_variant() {
 	mv -f "$target.tmp" "$target"
 }
 
-# Stripped executable with a .gnu_debuglink naming its debug file in debug-link/.
+# Stripped executable with a .gnu_debuglink, its debug file placed where gdb and
+# llvm-symbolizer look for one: with "local", in .debug/ beside the executable; otherwise under
+# debug-link/<absolute directory of the executable>/ (found with debug-link as a debug dir).
+# The second layout names the checkout's path, so a moved checkout rebuilds it.
 debuglink_variant() {
-	local base=$out/bin/$1 target=$out/bin/$1.stripped-link dbg=$out/debug-link/$1.debug
-	uptodate "$target" "$base" && return 0
-	log "split debug (debuglink) $1"
+	local base=$out/bin/$1 target=$out/bin/$1.stripped-link dbg
+	if [[ $2 == local ]]; then
+		dbg=$out/bin/.debug/$1.debug
+	else
+		dbg=$out/debug-link$out/bin/$1.debug
+	fi
+	uptodate "$target" "$base" && [[ -e $dbg ]] && return 0
+	log "split debug (debuglink, $2) $1"
+	mkdir -p "$(dirname "$dbg")"
 	objcopy --only-keep-debug "$base" "$dbg"
 	objcopy --strip-all --add-gnu-debuglink="$dbg" "$base" "$target.tmp"
 	mv -f "$target.tmp" "$target"
@@ -272,8 +281,8 @@ spawn zstd_variant c-clang-O3-dw4-pie
 spawn zstd_variant zstd-deb
 spawn buildid_variant cxx-clang-O2-dw5-pie
 spawn buildid_variant c-gcc-O3-dw4-pie
-spawn debuglink_variant cxx-gcc-O3-dw4-pie
-spawn debuglink_variant c-clang-O2-dw5-pie
+spawn debuglink_variant cxx-gcc-O3-dw4-pie dirs
+spawn debuglink_variant c-clang-O2-dw5-pie local
 spawn minidebug_variant cxx-gcc-O2-dw5-pie
 spawn minidebug_variant c-clang-O2-dw4-nopie
 drain

@@ -280,6 +280,18 @@ type Diff struct {
 	Ref  []Frame
 	// Reason explains a known, justified difference; empty when unexplained.
 	Reason string
+	// Diagnosis explains an unexplained difference whose cause is understood but which is
+	// not justified (the engine should change); set by Diagnose.
+	Diagnosis string
+}
+
+// Diagnose fills Diagnosis of the unexplained differences that a diagnoser recognizes.
+func Diagnose(r *Report, diagnosers ...Classifier) {
+	for i := range r.Diffs {
+		if r.Diffs[i].Reason == "" {
+			r.Diffs[i].Diagnosis = classify(r.Diffs[i], diagnosers)
+		}
+	}
 }
 
 // Classifier recognizes a known difference and says why it is justified; ok is false when it
@@ -390,7 +402,8 @@ func outermostName(fs []Frame) []Frame {
 	if len(fs) == 0 || fs[len(fs)-1].Function == "" {
 		return nil
 	}
-	return []Frame{{Function: fs[len(fs)-1].Function}}
+	last := fs[len(fs)-1]
+	return []Frame{{Function: last.Function, LinkageName: last.LinkageName}}
 }
 
 func sameChain(a, b []Frame) bool {
@@ -439,11 +452,19 @@ func cleanPath(p string) string {
 	return filepath.Clean(p)
 }
 
-// Summary counts differences by kind and reason, unexplained ones under "".
+// Summary counts differences by kind and reason; unexplained ones under "unexplained <kind>"
+// and their diagnosis, if any.
 func (r Report) Summary() map[string]int {
 	m := map[string]int{}
 	for _, d := range r.Diffs {
-		m[string(d.Kind)+": "+d.Reason]++
+		switch {
+		case d.Reason != "":
+			m["known "+string(d.Kind)+": "+d.Reason]++
+		case d.Diagnosis != "":
+			m["unexplained "+string(d.Kind)+", diagnosed: "+d.Diagnosis]++
+		default:
+			m["unexplained "+string(d.Kind)]++
+		}
 	}
 	return m
 }

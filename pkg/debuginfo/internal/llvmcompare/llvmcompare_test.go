@@ -125,7 +125,11 @@ func TestKnown(t *testing.T) {
 		},
 		{"params differ without a lambda", []Frame{{Function: "f(int)", LinkageName: "_Z1fi"}}, []Frame{{Function: "f(long)"}}, ""},
 		{"undemangled", []Frame{{Function: "std::swap<int>(int&, int&)", LinkageName: "_ZSt4swapIiEvRT_S1_"}}, []Frame{{Function: "_ZSt4swapIiEvRT_S1_"}}, ReasonLLVMUndemangled},
-		{"rust legacy", []Frame{{Function: "<T as core::fmt::Display>::fmt"}}, []Frame{{Function: "_$LT$T$u20$as$u20$core..fmt..Display$GT$::fmt::h0123456789abcdef"}}, ""},
+		{"rust legacy", []Frame{{Function: "<T as core::fmt::Display>::fmt::h0123456789abcdef"}}, []Frame{{Function: "_$LT$T$u20$as$u20$core..fmt..Display$GT$::fmt::h0123456789abcdef"}}, ReasonRustLegacy},
+		{"rust legacy with promoted-local suffix", []Frame{{Function: "std::rt::lang_start::{{closure}}::h0123456789abcdef"}}, []Frame{{Function: "std::rt::lang_start::_$u7b$$u7b$closure$u7d$$u7d$::h0123456789abcdef (.llvm.12997989893297118871)"}}, ReasonRustLegacy},
+		{"rust legacy closure", []Frame{{Function: "main::f::{{closure}}::h0123456789abcdef"}}, []Frame{{Function: "main::f::_$u7b$$u7b$closure$u7d$$u7d$::h0123456789abcdef"}}, ReasonRustLegacy},
+		{"go abi0", []Frame{{Function: "internal/cpu.cpuid"}}, []Frame{{Function: "internal/cpu.cpuid.abi0"}}, ReasonCloneSuffix},
+		{"llvm promoted local", []Frame{{Function: "f"}}, []Frame{{Function: "f (.llvm.13199646800437872091)"}}, ReasonCloneSuffix},
 		{"rust legacy plain path", []Frame{{Function: "std::rt::lang_start"}}, []Frame{{Function: "std::rt::lang_start::h0123456789abcdef"}}, ReasonRustLegacy},
 		{"different functions", []Frame{{Function: "a"}}, []Frame{{Function: "b"}}, ""},
 	}
