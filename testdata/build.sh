@@ -185,8 +185,12 @@ build_debian() {
 			Dir::Cache "$deb/cache";
 			APT::Sandbox::User "root";
 		EOF
-		APT_CONFIG=$deb/apt.conf apt-get -qq update
-		(cd "$deb/src" && APT_CONFIG=$deb/apt.conf apt-get -qq source "$DEB_PKG=$DEB_VERSION")
+		if ! APT_CONFIG=$deb/apt.conf apt-get -qq update ||
+			! (cd "$deb/src" && APT_CONFIG=$deb/apt.conf apt-get -qq source "$DEB_PKG=$DEB_VERSION"); then
+			log "cannot fetch Debian source $DEB_PKG=$DEB_VERSION: needs Debian's apt mirror (deb-src of the configured sources) and dpkg-dev"
+			rm -rf "$deb"
+			return 1
+		fi
 		[[ -d $tree ]] || { log "apt-get source did not produce $tree"; return 1; }
 	fi
 	log "build Debian $DEB_PKG $DEB_VERSION (zstd CLI, -O2 -g; a few minutes)"
