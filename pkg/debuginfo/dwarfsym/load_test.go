@@ -229,8 +229,12 @@ func TestLoadVsLLVM(t *testing.T) {
 		_, llvmCPU := llvmSymbolizeCPU(t, bin, addrs)
 		llvmTime := time.Since(start)
 		ag := compareWithLLVM(t, bin, ix, funcs, addrs)
-		t.Logf("%s: DWARF %.1f MiB, v%d, %d units, %d functions, %d inlined, %d rows\n  Load+Build %v wall, %v CPU (%.1f MiB allocated, %d allocations), %d lookups %v; llvm-symbolizer on the same addresses %v wall, %v CPU\n  %s",
-			filepath.Base(bin), float64(dwarfBytes)/(1<<20), st.Version, st.Units, st.Functions, st.InlinedInstances, st.LineRows,
+		enc, err := ix.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: DWARF %.1f MiB, encoded index %.2f MiB, v%d, %d units, %d functions, %d inlined, %d rows\n  Load+Build %v wall, %v CPU (%.1f MiB allocated, %d allocations), %d lookups %v; llvm-symbolizer on the same addresses %v wall, %v CPU\n  %s",
+			filepath.Base(bin), float64(dwarfBytes)/(1<<20), float64(len(enc))/(1<<20), st.Version, st.Units, st.Functions, st.InlinedInstances, st.LineRows,
 			el, cpu, float64(bytes)/(1<<20), allocs, len(addrs), lookups, llvmTime, llvmCPU, ag)
 		for _, ex := range ag.examples {
 			t.Logf("  differs at %s", ex)
