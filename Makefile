@@ -44,8 +44,9 @@ bench: ## Go benchmarks of the hot paths, then the comparison scripts under benc
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@for s in bench/*/run.sh; do echo "== $$s"; bash $$s; done
 
-demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root).
-	$(GO) run ./demo
+demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root; DEMO_FLAGS="--duration 30s").
+	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.
+	@gotool=$$(command -v $(GO) || echo /usr/local/go/bin/go); $$gotool run ./demo $(DEMO_FLAGS)
 
 clean: ## Remove build outputs.
 	rm -rf $(BIN) testdata/build
