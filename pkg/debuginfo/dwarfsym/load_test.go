@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -79,13 +80,17 @@ func loadBytes(secs map[string][]byte) (Stats, *index.Index, error) {
 func TestLoadCorrupt(t *testing.T) {
 	needTools(t, "gcc")
 	dir := t.TempDir()
-	for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
-		secs, f, _ := elfSections(t, smallBinary(t, dir, "gcc", dw))
+	for _, c := range []struct{ cc, dw string }{{"gcc", "-gdwarf-4"}, {"gcc", "-gdwarf-5"}, {"clang", "-gdwarf-5"}} {
+		if _, err := exec.LookPath(c.cc); err != nil {
+			continue
+		}
+		dw := c.cc + c.dw
+		secs, f, _ := elfSections(t, smallBinary(t, dir, c.cc, c.dw))
 		f.Close()
 		if _, _, err := loadBytes(secs); err != nil {
 			t.Fatalf("%s: intact sections: %v", dw, err)
 		}
-		for _, name := range []string{"info", "abbrev", "line", "str", "line_str", "rnglists"} {
+		for _, name := range []string{"info", "abbrev", "line", "str", "line_str", "rnglists", "addr", "str_offsets"} {
 			orig, ok := secs[name]
 			if !ok {
 				continue
@@ -156,8 +161,13 @@ func TestLoadDeterministic(t *testing.T) {
 func FuzzLoad(f *testing.F) {
 	needTools(f, "gcc")
 	dir := f.TempDir()
-	for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
-		secs, ef, _ := elfSections(f, smallBinary(f, dir, "gcc", dw))
+	// clang's DWARF 5 uses the indexed forms (strx, addrx, rnglistx) and MD5 file entries that
+	// gcc's does not, so both compilers seed the corpus.
+	for _, c := range []struct{ cc, dw string }{{"gcc", "-gdwarf-4"}, {"gcc", "-gdwarf-5"}, {"clang", "-gdwarf-4"}, {"clang", "-gdwarf-5"}} {
+		if _, err := exec.LookPath(c.cc); err != nil {
+			continue
+		}
+		secs, ef, _ := elfSections(f, smallBinary(f, dir, c.cc, c.dw))
 		ef.Close()
 		f.Add(secs["info"], secs["abbrev"], secs["line"], secs["str"], secs["line_str"],
 			secs["rnglists"], secs["ranges"], secs["str_offsets"], secs["addr"])
@@ -270,5 +280,21 @@ func BenchmarkLoad(b *testing.B) {
 		if _, err := bl.Build(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDeadCodeDropped checks that functions and line sequences the linker discarded (their
+// addresses resolved to 0 by GNU ld, or to lld's tombstone) do not show up at low addresses.
+func TestDeadCodeDropped(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"gcc-c-O2-gc-sections", "clang-c-O2-gc-sections-dwarf4", "clang-cxx-O2-lld-gc-sections"} {
+		t.Run(name, func(t *testing.T) {
+			ix, _ := loadIndex(t, binaryNamed(t, name).build(t, dir), Options{})
+			for _, a := range []uint64{0, 1, 0x10, 0x40, 0x100} {
+				if fr := ix.Lookup(a); fr != nil {
+					t.Errorf("Lookup(%#x) = %+v, want nothing: discarded code", a, fr)
+				}
+			}
+		})
 	}
 }
