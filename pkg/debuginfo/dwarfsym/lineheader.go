@@ -264,7 +264,7 @@ func readForm(r *secReader, form uint64, us *unitStrings) (s string, n uint64, i
 	case formUdata:
 		return "", r.uleb(), false, nil
 	case formSdata:
-		return "", r.uleb(), false, nil
+		return "", uint64(r.sleb()), false, nil
 	case formData1:
 		return "", r.uN(1), false, nil
 	case formData2:

@@ -42,7 +42,8 @@ const maxRefChain = 64
 
 // Load decodes the DWARF sections (keys without the ".debug_" prefix, already decompressed) and
 // adds every function, inlined instance and line row to b. Units are decoded in parallel and
-// added in section order, so the same input always gives the same index.
+// added in a fixed order, so the same input always gives the same index. An error names the
+// unit it comes from; b then holds part of the binary and should be discarded.
 func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, opts Options) (st Stats, err error) {
 	info := sections["info"]
 	if len(info) == 0 {
