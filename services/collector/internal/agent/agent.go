@@ -38,6 +38,9 @@ type Config struct {
 	ProcRoot, KallsymsPath string
 	// Sinks receive every finished request, encoded as an ExportProfilesServiceRequest.
 	Sinks []func(data []byte)
+	// OnMappedFile, when set, is called for each executable file mapping found in a
+	// process's maps (see procmaps.Table.SetFileHook); it must not block.
+	OnMappedFile func(path, mapped string, fi *procmaps.FileInfo)
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -91,6 +94,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, files: procmaps.NewFileCache(cfg.MaxFiles)}
 	a.procs = procmaps.NewTable(cfg.ProcRoot, a.files, log)
+	if cfg.OnMappedFile != nil {
+		a.procs.SetFileHook(cfg.OnMappedFile)
+	}
 	k, err := kallsyms.Load(cfg.KallsymsPath)
 	if err != nil {
 		// Kernel frames then go out with addresses only; user stacks are what matters most.

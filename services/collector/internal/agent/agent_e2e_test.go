@@ -192,6 +192,30 @@ func (s *symbolizer) functions(t *testing.T, path string, addr uint64) []string 
 	return names
 }
 
+// samplesPerPID counts the samples of each process.pid in encoded requests.
+func samplesPerPID(t *testing.T, raw [][]byte) map[int64]int {
+	out := map[int64]int{}
+	for _, b := range raw {
+		req := pprofileotlp.NewExportRequest()
+		if err := req.UnmarshalProto(b); err != nil {
+			t.Errorf("request does not decode: %v", err)
+			continue
+		}
+		rps := req.Profiles().ResourceProfiles()
+		for r := 0; r < rps.Len(); r++ {
+			pid, _ := rps.At(r).Resource().Attributes().Get(otlpattr.ProcessPID)
+			profs := rps.At(r).ScopeProfiles().At(0).Profiles()
+			for k := 0; k < profs.Len(); k++ {
+				smps := profs.At(k).Samples()
+				for j := 0; j < smps.Len(); j++ {
+					out[pid.Int()] += smps.At(j).Values().Len()
+				}
+			}
+		}
+	}
+	return out
+}
+
 func TestCollectorEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for eBPF")
@@ -207,7 +231,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	var pids []uint32
 	byPID := map[int64]*workload{}
 	for _, w := range wls {
-		w.cmd = exec.Command(w.bin, "20")
+		w.cmd = exec.Command(w.bin, "40")
 		if err := w.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -258,9 +282,30 @@ func TestCollectorEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Sample until every workload has enough samples: at least 4 s, at most 20 s (a
+	// loaded host, or the race detector, gives the workloads little CPU).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := a.Run(ctx); err != nil {
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	started := time.Now()
+	for {
+		time.Sleep(500 * time.Millisecond)
+		rawMu.Lock()
+		counts := samplesPerPID(t, raw)
+		rawMu.Unlock()
+		enough := true
+		for _, w := range wls {
+			if counts[int64(w.cmd.Process.Pid)] < 25 {
+				enough = false
+			}
+		}
+		if (enough && time.Since(started) > 4*time.Second) || time.Since(started) > 20*time.Second {
+			break
+		}
+	}
+	cancel()
+	if err := <-runErr; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	expCancel()
@@ -399,7 +444,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 		tl := tallies[w.name]
 		// The machine may be shared: a few dozen samples per workload is what a loaded
 		// host gives in the run.
-		if tl == nil || tl.total < 10 {
+		if tl == nil || tl.total < 15 {
 			t.Errorf("%s: too few samples: %+v", w.name, tl)
 			continue
 		}

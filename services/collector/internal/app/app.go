@@ -25,7 +25,9 @@ import (
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/collector/internal/agent"
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
+	"github.com/profsym/profsym/services/collector/internal/debugupload"
 	"github.com/profsym/profsym/services/collector/internal/exporter"
+	"github.com/profsym/profsym/services/collector/internal/procmaps"
 )
 
 // CLI holds the collector's flags.
@@ -59,6 +61,18 @@ type CLI struct {
 	K8sNamespace string `name:"k8s-namespace" env:"K8S_NAMESPACE" help:"k8s.namespace.name resource attribute, with --k8s-pod-name."`
 
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
+
+	Upload DebuginfoUpload `embed:"" group:"Node-side debuginfo upload"`
+}
+
+// DebuginfoUpload are the flags of the opt-in node-side debuginfo upload.
+type DebuginfoUpload struct {
+	UploadDebuginfo   bool    `env:"PROFSYM_UPLOAD_DEBUGINFO" help:"Offer binaries with symbols (DWARF, .symtab, Go pclntab) seen in mappings to the symbolizer, once each; debuginfo from CI always wins."`
+	SymbolizerURL     string  `env:"PROFSYM_SYMBOLIZER_URL" help:"Symbolizer base URL for --upload-debuginfo (http://host:7070)."`
+	UploadTokenFile   string  `env:"PROFSYM_UPLOAD_TOKEN_FILE" help:"File holding the upload bearer token (re-read for every file, so a rotated Secret applies)."`
+	UploadMaxBytes    int64   `default:"268435456" env:"PROFSYM_UPLOAD_MAX_BYTES" help:"Files larger than this are not uploaded."`
+	UploadBytesPerSec float64 `name:"upload-bytes-per-second" default:"2097152" env:"PROFSYM_UPLOAD_BYTES_PER_SECOND" help:"Upload bandwidth limit."`
+	UploadQueue       int     `default:"64" env:"PROFSYM_UPLOAD_QUEUE" help:"Files waiting for upload; more are dropped (counted) and offered again when seen again."`
 }
 
 // Validate checks flag combinations kong cannot.
@@ -71,6 +85,9 @@ func (c *CLI) Validate() error {
 	}
 	if c.Gateway == "" && c.OutputFile == "" {
 		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")
+	}
+	if c.Upload.UploadDebuginfo && c.Upload.SymbolizerURL == "" {
+		return errors.New("--upload-debuginfo needs --symbolizer-url")
 	}
 	return nil
 }
@@ -154,6 +171,25 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 		log.Info("metrics endpoint listening", "addr", lis.Addr().String())
 	}
 
+	var uploader *debugupload.Uploader
+	var onMappedFile func(path, mapped string, fi *procmaps.FileInfo)
+	if c.Upload.UploadDebuginfo {
+		var err error
+		uploader, err = debugupload.New(debugupload.Options{
+			SymbolizerURL: c.Upload.SymbolizerURL, TokenFile: c.Upload.UploadTokenFile,
+			MaxFileBytes: c.Upload.UploadMaxBytes, BytesPerSecond: c.Upload.UploadBytesPerSec,
+			QueueSize: c.Upload.UploadQueue, Registerer: reg,
+		}, log)
+		if err != nil {
+			return err
+		}
+		onMappedFile = func(path, mapped string, fi *procmaps.FileInfo) {
+			if fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
+				uploader.Offer(path, mapped, fi.IDs)
+			}
+		}
+	}
+
 	a, err := agent.New(agent.Config{
 		FrequencyHz: c.Frequency, Interval: c.Interval, PIDs: c.PID, CgroupIDs: cgroupIDs,
 		HostAttributes: map[string]string{
@@ -162,6 +198,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
 		Sinks:                 sinks, Registerer: reg, Version: version,
+		OnMappedFile: onMappedFile,
 	}, log)
 	if err != nil {
 		if srv != nil {
@@ -178,8 +215,17 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 	} else {
 		close(expDone)
 	}
+	upCtx, upCancel := context.WithCancel(context.Background())
+	upDone := make(chan struct{})
+	if uploader != nil {
+		go func() { uploader.Run(upCtx); close(upDone) }()
+	} else {
+		close(upDone)
+	}
 	runErr := a.Run(ctx)
 	log.Info("shutting down")
+	upCancel()
+	<-upDone
 	expCancel()
 	<-expDone
 	if exp != nil {

@@ -117,7 +117,7 @@ func TestRunWritesOutputFile(t *testing.T) {
 	cli := &CLI{Frequency: 99, Interval: time.Second, OutputFile: out, MetricsAddr: "127.0.0.1:0",
 		LogLevel: "info", LogFormat: "text", GatewayTimeout: time.Second, BufferBytes: 1 << 20, BufferRequests: 4,
 		MaxSamplesPerInterval: 1 << 16, PID: []uint32{uint32(os.Getpid())}}
-	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Keep this process busy so the pid filter lets samples through.
 	go func() {
@@ -126,7 +126,17 @@ func TestRunWritesOutputFile(t *testing.T) {
 			x++
 		}
 	}()
-	if err := cli.Run(ctx, slog.Default(), "test"); err != nil {
+	runErr := make(chan error, 1)
+	go func() { runErr <- cli.Run(ctx, slog.Default(), "test") }()
+	// Until two intervals were written (a loaded host starts slowly), at most 20 s.
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(200 * time.Millisecond) {
+		raw, _ := os.ReadFile(out)
+		if recs, _ := exporter.ReadRecords(bytes.NewReader(raw)); len(recs) >= 2 {
+			break
+		}
+	}
+	cancel()
+	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(out)
@@ -134,7 +144,7 @@ func TestRunWritesOutputFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, err := exporter.ReadRecords(bytes.NewReader(raw))
-	if err != nil || len(recs) < 1 {
+	if err != nil || len(recs) < 2 {
 		t.Fatalf("%d records, %v", len(recs), err)
 	}
 	for i, rec := range recs {

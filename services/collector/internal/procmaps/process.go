@@ -134,6 +134,9 @@ type Table struct {
 	// outside every known mapping (a JIT or a process that keeps mapping files).
 	minRefresh time.Duration
 
+	// fileHook, when set, sees every mapped file reached (see SetFileHook).
+	fileHook func(path, mapped string, fi *FileInfo)
+
 	mu        sync.Mutex
 	procs     map[uint32]*Process
 	reads     uint64
@@ -148,6 +151,11 @@ func NewTable(procRoot string, files *FileCache, log *slog.Logger) *Table {
 	return &Table{procRoot: procRoot, files: files, log: log, minRefresh: time.Second,
 		procs: make(map[uint32]*Process), callSites: make(map[callSiteKey]bool)}
 }
+
+// SetFileHook makes every maps read call fn for each executable file mapping it reaches:
+// path opens the file now (through map_files or the process's root), mapped is the path the
+// process mapped. fn must not block; set it before the first lookup.
+func (t *Table) SetFileHook(fn func(path, mapped string, fi *FileInfo)) { t.fileHook = fn }
 
 // Process returns what is known of pid, reading /proc the first time and after an exec.
 func (t *Table) Process(pid uint32) *Process {
@@ -322,7 +330,11 @@ func (t *Table) fileOf(procDir string, e Entry) *FileInfo {
 		if err != nil || key.Inode != e.Inode {
 			continue
 		}
-		return t.files.Get(key, func() (*os.File, error) { return os.Open(path) })
+		fi := t.files.Get(key, func() (*os.File, error) { return os.Open(path) })
+		if t.fileHook != nil {
+			t.fileHook(path, e.Path, fi)
+		}
+		return fi
 	}
 	t.log.Debug("mapped file not reachable", "dir", procDir, "path", e.Path, "inode", e.Inode)
 	return nil
