@@ -16,7 +16,7 @@ import (
 type cli struct {
 	Serve     server.Config       `cmd:"" help:"Serve the symbolization and debuginfo APIs (Connect, gRPC, gRPC-Web), debuginfod paths, health and metrics on one port."`
 	Upload    uploadcli.UploadCmd `cmd:"" help:"Upload ELF files (or every ELF file under directories) the server does not have yet; for CI pipelines."`
-	Symbolize symbolizecmd.Cmd `cmd:"" help:"Resolve ELF virtual addresses of a local file to functions, files, lines and inline frames (output compatible with llvm-symbolizer)."`
+	Symbolize symbolizecmd.Cmd    `cmd:"" help:"Resolve ELF virtual addresses of a local file to functions, files, lines and inline frames (output compatible with llvm-symbolizer)."`
 	Debuginfo struct {
 		Inspect symbolizecmd.InspectCmd `cmd:"" help:"Print a file's build IDs, the debug sources found, their quality and index statistics."`
 		List    uploadcli.ListCmd       `cmd:"" help:"List the records a server stores."`

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/protobuf/proto"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 )
@@ -122,7 +121,7 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 	for j, i := range missIdx {
 		rkeys[j] = keys[i].redisKey()
 	}
-	vals, err := c.mget(ctx, rkeys)
+	vals, found, err := c.mget(ctx, rkeys)
 	if err != nil {
 		c.redisFailed("get", err)
 		return
@@ -130,11 +129,11 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 	rh := 0
 	var fill []int
 	for j, v := range vals {
-		if v == nil {
+		if !found[j] {
 			continue
 		}
-		loc := &symbolizerv1.Location{}
-		if err := proto.Unmarshal(v, loc); err != nil {
+		loc, err := decode(v)
+		if err != nil {
 			c.opt.Logger.Warn("undecodable result cache entry", "key", rkeys[j], "err", err)
 			continue
 		}
@@ -152,21 +151,20 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 	}
 }
 
-func (c *Cache) mget(ctx context.Context, keys []string) ([][]byte, error) {
+func (c *Cache) mget(ctx context.Context, keys []string) ([]string, []bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
-	out := make([][]byte, len(keys))
+	out := make([]string, len(keys))
+	found := make([]bool, len(keys))
 	if !c.cluster {
 		vals, err := c.opt.Redis.MGet(ctx, keys...).Result()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, v := range vals {
-			if s, ok := v.(string); ok {
-				out[i] = []byte(s)
-			}
+			out[i], found[i] = v.(string)
 		}
-		return out, nil
+		return out, found, nil
 	}
 	// Cluster: keys of one batch live in many slots, which MGET refuses; a pipeline of GETs
 	// is split by slot by the client.
@@ -178,14 +176,14 @@ func (c *Cache) mget(ctx context.Context, keys []string) ([][]byte, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, nil, err
 	}
 	for i, cmd := range cmds {
-		if b, err := cmd.Bytes(); err == nil {
-			out[i] = b
+		if v, err := cmd.Result(); err == nil {
+			out[i], found[i] = v, true
 		}
 	}
-	return out, nil
+	return out, found, nil
 }
 
 // Put stores results: in memory, and in Redis with one pipelined round trip.
@@ -205,12 +203,11 @@ func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Locati
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
+	var buf []byte
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			data, err := proto.Marshal(vals[i])
-			if err != nil {
-				return err
-			}
+			buf = encode(buf[:0], vals[i])
+			data := string(buf)
 			ttl := c.opt.TTL
 			if len(vals[i].GetFrames()) == 0 {
 				ttl = c.opt.NegativeTTL

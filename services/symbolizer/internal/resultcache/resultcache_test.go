@@ -129,3 +129,37 @@ func TestRedisURLs(t *testing.T) {
 		}
 	}
 }
+
+func TestEncodeRoundTrip(t *testing.T) {
+	for _, loc := range []*symbolizerv1.Location{
+		{},
+		loc("main"),
+		{Frames: []*symbolizerv1.Frame{{FunctionName: "a", LinkageName: "_Z1av", File: "x.cc", Line: 1 << 31, Column: 7, StartLine: 3}, {FunctionName: "ü", File: ""}}},
+	} {
+		got, err := decode(string(encode(nil, loc)))
+		if err != nil || !proto.Equal(got, loc) {
+			t.Fatalf("round trip of %v = %v, %v", loc, got, err)
+		}
+	}
+	good := string(encode(nil, loc("main")))
+	for _, bad := range []string{"", "\x02", "\x01", "\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "\x01\x7f", good[:len(good)-1], good + "x", "\x01\x01\x7fabc", "\x01\x01\x01\xff\x00\x00\x00\x00\x00"} {
+		if _, err := decode(bad); err == nil {
+			t.Errorf("decode(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(string(encode(nil, loc("main"))))
+	f.Add("\x01\x00")
+	f.Fuzz(func(t *testing.T, s string) {
+		loc, err := decode(s)
+		if err != nil {
+			return
+		}
+		again, err := decode(string(encode(nil, loc)))
+		if err != nil || !proto.Equal(again, loc) {
+			t.Fatalf("re-encoding changed %q", s)
+		}
+	})
+}

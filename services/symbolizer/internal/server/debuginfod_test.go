@@ -3,11 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,22 +133,41 @@ func TestDebuginfodServer(t *testing.T) {
 }
 
 func TestGracefulShutdown(t *testing.T) {
-	r := start(t)
+	var inHandler atomic.Int32
+	release := make(chan struct{})
+	r := startWith(t, func(s *Server) {
+		h := s.Handler
+		s.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if strings.HasSuffix(req.URL.Path, "/Symbolize") {
+				inHandler.Add(1)
+				<-release // in flight until shutdown has begun
+			}
+			h.ServeHTTP(w, req)
+		})
+	})
 	bin := compile(t, "-g")
 	upload(t, r.url, bin.path)
 	client := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
-	// Requests in flight when shutdown starts complete.
-	errc := make(chan error, 8)
-	for i := 0; i < cap(errc); i++ {
+	const n = 4
+	errc := make(chan error, n)
+	for i := 0; i < n; i++ {
 		go func() {
-			_, err := client.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: bin.ids.GNU, Addresses: bin.addrs}}}))
+			resp, err := client.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: bin.ids.GNU, Addresses: bin.addrs}}}))
+			if err == nil && resp.Msg.Modules[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+				err = fmt.Errorf("status %v", resp.Msg.Modules[0].Status)
+			}
 			errc <- err
 		}()
 	}
-	time.Sleep(5 * time.Millisecond)
+	for inHandler.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
 	r.cancel()
-	for i := 0; i < cap(errc); i++ {
-		if err := <-errc; err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+	// Readiness turns off while in-flight requests finish.
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	for i := 0; i < n; i++ {
+		if err := <-errc; err != nil {
 			t.Errorf("in-flight request: %v", err)
 		}
 	}
@@ -154,4 +175,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("serve returned %v", err)
 	}
 	r.done <- nil // for the cleanup
+	if _, err := http.Get(r.url + "/healthz"); err == nil {
+		t.Fatal("the server still accepts connections after shutdown")
+	}
 }

@@ -63,6 +63,12 @@ type running struct {
 // start parses args like the command line does and serves on a free loopback port.
 func start(t *testing.T, args ...string) *running {
 	t.Helper()
+	return startWith(t, nil, args...)
+}
+
+// startWith lets a test wrap the server's handler before it serves.
+func startWith(t *testing.T, hook func(*Server), args ...string) *running {
+	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(tokens, []byte(token+"\n"), 0o600)
 	var cli struct {
@@ -88,6 +94,9 @@ func start(t *testing.T, args ...string) *running {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if hook != nil {
+		hook(s)
 	}
 	r := &running{url: "http://" + ln.Addr().String(), srv: s, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- s.ServeListener(ctx, ln) }()
@@ -188,7 +197,9 @@ func TestEndToEnd(t *testing.T) {
 	redis := testsupport.StartRedis(t)
 	rcl := goredis.NewClient(&goredis.Options{Addr: redis.Addr()})
 	defer rcl.Close()
-	r := start(t, "--redis-url", redis.URL(), "--redis-timeout", "100ms", "--result-cache-entries", "0")
+	// A resident index answers without Redis; an index cache too small to keep any index makes
+	// every call go through Redis, as on a replica that has not loaded the index.
+	r := start(t, "--redis-url", redis.URL(), "--redis-timeout", "100ms", "--result-cache-entries", "0", "--index-cache-bytes", "1")
 	bin := compile(t, "-g", "-O2")
 
 	res := upload(t, r.url, bin.path)

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sync/errgroup"
@@ -60,6 +62,8 @@ type Service struct {
 	m       *metrics.Metrics
 	opt     Options
 
+	putSem chan struct{}
+
 	mu       sync.Mutex
 	resolved map[meta.ID]resolved
 }
@@ -83,7 +87,7 @@ func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetch
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
+	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}, putSem: make(chan struct{}, 1)}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
@@ -225,47 +229,43 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		}
 	}
 	locs := make([]*symbolizerv1.Location, len(keys))
-	if s.results != nil {
-		s.results.Get(ctx, keys, locs)
-	}
-	var missKeys []resultcache.Key
-	var missIdx []int
-	for j, l := range locs {
-		if l == nil {
-			missIdx = append(missIdx, j)
-			missKeys = append(missKeys, keys[j])
-		}
-	}
-	if len(missIdx) > 0 {
-		e, err := s.entry(ctx, rec)
-		if err != nil {
-			if errors.Is(err, errInvalid) {
-				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
-			}
-			if ctx.Err() != nil {
-				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
-			}
-			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
-		}
-		missVals := make([]*symbolizerv1.Location, len(missIdx))
-		var frames []index.Frame
-		for n, j := range missIdx {
-			frames = e.Index.AppendLookup(frames[:0], keys[j].Addr)
-			loc := &symbolizerv1.Location{}
-			if len(frames) > 0 {
-				loc.Frames = make([]*symbolizerv1.Frame, len(frames))
-				for k, fr := range frames {
-					pf := &symbolizerv1.Frame{FunctionName: fr.Function, File: fr.File, Line: fr.Line, Column: fr.Column, StartLine: fr.StartLine}
-					if fr.LinkageName != fr.Function {
-						pf.LinkageName = fr.LinkageName
-					}
-					loc.Frames[k] = pf
-				}
-			}
-			locs[j], missVals[n] = loc, loc
-		}
+	if e := s.indexes.Get(f.SHA256); e != nil {
+		// A resident index answers faster than a round trip to Redis: skip the result
+		// caches, and fill Redis in the background for replicas that lack the index.
+		s.countIndex(true)
+		lookupAll(e, keys, locs, nil)
+		s.putLater(ctx, keys, locs)
+	} else {
 		if s.results != nil {
-			s.results.Put(ctx, missKeys, missVals)
+			s.results.Get(ctx, keys, locs)
+		}
+		var missKeys []resultcache.Key
+		var missIdx []int
+		for j, l := range locs {
+			if l == nil {
+				missIdx = append(missIdx, j)
+				missKeys = append(missKeys, keys[j])
+			}
+		}
+		if len(missIdx) > 0 {
+			e, err := s.entry(ctx, rec)
+			if err != nil {
+				if errors.Is(err, errInvalid) {
+					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
+				}
+				if ctx.Err() != nil {
+					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
+				}
+				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
+			}
+			lookupAll(e, keys, locs, missIdx)
+			if s.results != nil {
+				missVals := make([]*symbolizerv1.Location, len(missIdx))
+				for n, j := range missIdx {
+					missVals[n] = locs[j]
+				}
+				s.results.Put(ctx, missKeys, missVals)
+			}
 		}
 	}
 	empty := &symbolizerv1.Location{}
@@ -277,6 +277,75 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		}
 	}
 	return res
+}
+
+// lookupAll resolves keys[j] for every j in idx (every key when idx is nil) into locs[j].
+func lookupAll(e *indexcache.Entry, keys []resultcache.Key, locs []*symbolizerv1.Location, idx []int) {
+	var frames []index.Frame
+	one := func(j int) {
+		frames = e.Index.AppendLookup(frames[:0], keys[j].Addr)
+		loc := &symbolizerv1.Location{}
+		if len(frames) > 0 {
+			pfs := make([]symbolizerv1.Frame, len(frames))
+			loc.Frames = make([]*symbolizerv1.Frame, len(frames))
+			for k, fr := range frames {
+				pf := &pfs[k]
+				pf.FunctionName, pf.File = validUTF8(fr.Function), validUTF8(fr.File)
+				pf.Line, pf.Column, pf.StartLine = fr.Line, fr.Column, fr.StartLine
+				if fr.LinkageName != fr.Function {
+					pf.LinkageName = validUTF8(fr.LinkageName)
+				}
+				loc.Frames[k] = pf
+			}
+		}
+		locs[j] = loc
+	}
+	if idx == nil {
+		for j := range keys {
+			one(j)
+		}
+		return
+	}
+	for _, j := range idx {
+		one(j)
+	}
+}
+
+// validUTF8 keeps a response marshalable: protobuf strings must be UTF-8, and symbol names
+// in a binary are arbitrary bytes.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// putLater writes results to the result cache in the background, one batch at a time; when a
+// write is already running the batch is dropped (the cache is an optimization).
+func (s *Service) putLater(ctx context.Context, keys []resultcache.Key, locs []*symbolizerv1.Location) {
+	if s.results == nil || len(keys) == 0 {
+		return
+	}
+	select {
+	case s.putSem <- struct{}{}:
+	default:
+		return
+	}
+	go func() {
+		defer func() { <-s.putSem }()
+		s.results.Put(context.WithoutCancel(ctx), keys, locs)
+	}()
+}
+
+func (s *Service) countIndex(hit bool) {
+	if s.m == nil {
+		return
+	}
+	if hit {
+		s.m.CacheResult("index", 1, 0)
+	} else {
+		s.m.CacheResult("index", 0, 1)
+	}
 }
 
 func fidelity(f index.Fidelity) symbolizerv1.Fidelity {
@@ -374,12 +443,8 @@ func (s *Service) entry(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 		}
 		return s.build(ctx, rec)
 	})
+	s.countIndex(hit)
 	if s.m != nil {
-		if hit {
-			s.m.CacheResult("index", 1, 0)
-		} else {
-			s.m.CacheResult("index", 0, 1)
-		}
 		used, _ := s.indexes.Used()
 		s.m.IndexCacheSize.Set(float64(used))
 	}

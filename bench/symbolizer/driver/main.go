@@ -1,0 +1,315 @@
+// Command driver benchmarks a running-from-scratch `symbolizer serve` over loopback: it
+// uploads one binary with `symbolizer upload`, then sends Symbolize batches of random
+// addresses inside the binary's executable segment and reports, per phase, addresses per
+// second, p50/p99 batch latency and the server's peak RSS.
+//
+//	cold    the index is neither in memory nor stored: the first batch builds it
+//	stored  the serialized index is in the store, not in memory: the first batch loads it
+//	warm    the index is in memory, no result cache (each batch has fresh addresses)
+//	cached  every address of the batch is in Redis (the in-process result cache is off)
+package main
+
+import (
+	"bufio"
+	"context"
+	"debug/elf"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+)
+
+var (
+	symbolizerBin = flag.String("symbolizer", "", "symbolizer binary")
+	binary        = flag.String("binary", "", "ELF file to symbolize")
+	batch         = flag.Int("batch", 10000, "addresses per batch")
+	batches       = flag.Int("batches", 50, "batches per measured phase")
+	coldRuns      = flag.Int("cold-runs", 3, "server restarts for the cold and stored phases")
+	work          = flag.String("work", "", "scratch directory")
+)
+
+type proc struct {
+	cmd *exec.Cmd
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startRedis() (*proc, string) {
+	port := freePort()
+	dir := filepath.Join(*work, "redis")
+	os.MkdirAll(dir, 0o755)
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		log.Fatalf("redis-server: %v", err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	waitTCP(addr)
+	return &proc{cmd}, "redis://" + addr + "/0"
+}
+
+func waitTCP(addr string) {
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Fatalf("%s does not accept connections", addr)
+}
+
+func startServer(store string, extra ...string) (*proc, string) {
+	port := freePort()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{"serve", "--listen", addr, "--store-dir", store, "--upload-token", "bench",
+		"--result-cache-entries", "0", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(*symbolizerBin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatalf("start symbolizer: %v", err)
+	}
+	waitTCP(addr)
+	return &proc{cmd}, "http://" + addr
+}
+
+func peakRSS(p *proc) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+type target struct {
+	gnu, goID, htl string
+	lo, hi         uint64
+}
+
+func loadTarget(path string) target {
+	ids, err := buildid.FromFile(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	t := target{gnu: ids.GNU, goID: ids.Go, htl: ids.HTLHash}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Filesz > t.hi-t.lo {
+			t.lo, t.hi = p.Vaddr, p.Vaddr+p.Filesz
+		}
+	}
+	return t
+}
+
+func (t target) batch(r *rand.Rand) *symbolizerv1.SymbolizeRequest {
+	addrs := make([]uint64, *batch)
+	for i := range addrs {
+		addrs[i] = t.lo + r.Uint64N(t.hi-t.lo)
+	}
+	return &symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: t.gnu, GoBuildId: t.goID, Htlhash: t.htl, Addresses: addrs}}}
+}
+
+func client(url string) symbolizerv1connect.SymbolizerServiceClient {
+	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, url,
+		connect.WithReadMaxBytes(1<<30))
+}
+
+func call(c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
+	start := time.Now()
+	resp, err := c.Symbolize(context.Background(), connect.NewRequest(req))
+	d := time.Since(start)
+	if err != nil {
+		log.Fatalf("Symbolize: %v", err)
+	}
+	m := resp.Msg.Modules[0]
+	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		log.Fatalf("module status %v: %s", m.Status, m.Message)
+	}
+	resolved := 0
+	for _, l := range m.Locations {
+		if len(l.Frames) > 0 {
+			resolved++
+		}
+	}
+	return d, resolved
+}
+
+// cpuTime is the server's user+system CPU time so far: on a shared machine it measures the
+// work a batch costs better than wall time does.
+func cpuTime(p *proc) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+type row struct {
+	cpu      time.Duration
+	phase    string
+	n        int
+	lat      []time.Duration
+	resolved int
+	rss      int64
+}
+
+func (r row) print() {
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	var total time.Duration
+	for _, d := range r.lat {
+		total += d
+	}
+	pct := func(p float64) time.Duration { return r.lat[min(len(r.lat)-1, int(p*float64(len(r.lat))))] }
+	fmt.Printf("%-12s %8d %12.0f %10.1f %10.1f %12.1f %9.1f%% %9.0f\n", r.phase, len(r.lat),
+		float64(r.n)/total.Seconds(), ms(pct(0.5)), ms(pct(0.99)), ms(r.cpu)/float64(len(r.lat)), 100*float64(r.resolved)/float64(r.n), float64(r.rss)/(1<<20))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func removeIndexes(store string) {
+	filepath.Walk(store, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".index") {
+			os.Remove(p)
+		}
+		return nil
+	})
+}
+
+func main() {
+	flag.Parse()
+	if *symbolizerBin == "" || *binary == "" || *work == "" {
+		log.Fatal("need --symbolizer, --binary and --work")
+	}
+	t := loadTarget(*binary)
+	store := filepath.Join(*work, "store")
+	st, _ := os.Stat(*binary)
+	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches per phase\n", *binary, float64(st.Size())/(1<<20), *batch, *batches)
+
+	srv, url := startServer(store)
+	up := exec.Command(*symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
+	up.Stdout, up.Stderr = os.Stdout, os.Stderr
+	if err := up.Run(); err != nil {
+		log.Fatalf("upload: %v", err)
+	}
+	srv.stop()
+
+	fmt.Printf("%-12s %8s %12s %10s %10s %12s %10s %9s\n", "phase", "batches", "addrs/s", "p50 ms", "p99 ms", "srv CPU ms", "resolved", "RSS MiB")
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, phase := range []string{"cold", "stored"} {
+		r := row{phase: phase}
+		for i := 0; i < *coldRuns; i++ {
+			if phase == "cold" {
+				removeIndexes(store)
+			}
+			srv, url := startServer(store)
+			c0 := cpuTime(srv)
+			d, res := call(client(url), t.batch(rnd))
+			r.cpu += cpuTime(srv) - c0
+			r.lat = append(r.lat, d)
+			r.n += *batch
+			r.resolved += res
+			r.rss = max(r.rss, peakRSS(srv))
+			srv.stop()
+		}
+		r.print()
+	}
+
+	redis, rurl := startRedis()
+	defer redis.stop()
+	srv, url = startServer(store, "--redis-url", rurl)
+	c := client(url)
+	call(c, t.batch(rnd)) // load the index
+	warm := row{phase: "warm"}
+	c0 := cpuTime(srv)
+	var reqs []*symbolizerv1.SymbolizeRequest
+	for i := 0; i < *batches; i++ {
+		req := t.batch(rnd)
+		reqs = append(reqs, req)
+		d, res := call(c, req) // fresh addresses: index lookups (and Redis writes)
+		warm.lat = append(warm.lat, d)
+		warm.n += *batch
+		warm.resolved += res
+	}
+	warm.rss = peakRSS(srv)
+	warm.cpu = cpuTime(srv) - c0
+	warm.print()
+	cached := row{phase: "cached"}
+	c0 = cpuTime(srv)
+	for _, req := range reqs {
+		d, res := call(c, req)
+		cached.lat = append(cached.lat, d)
+		cached.n += *batch
+		cached.resolved += res
+	}
+	cached.rss = peakRSS(srv)
+	cached.cpu = cpuTime(srv) - c0
+	cached.print()
+	srv.stop()
+
+	// Warm again without Redis: the index alone.
+	srv, url = startServer(store)
+	c = client(url)
+	call(c, t.batch(rnd))
+	noredis := row{phase: "warm-noredis"}
+	c0 = cpuTime(srv)
+	for i := 0; i < *batches; i++ {
+		d, res := call(c, t.batch(rnd))
+		noredis.lat = append(noredis.lat, d)
+		noredis.n += *batch
+		noredis.resolved += res
+	}
+	noredis.rss = peakRSS(srv)
+	noredis.cpu = cpuTime(srv) - c0
+	noredis.print()
+	srv.stop()
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# bench/symbolizer: Symbolize over loopback against one large binary, 10,000-address batches.
+# Phases (see driver/main.go): cold (index built by the first batch), stored (serialized index
+# loaded from the store by the first batch), warm (index in memory; fresh addresses, results
+# written to Redis), cached (the same batches again: every address a Redis hit; the in-process
+# result cache is off so Redis is what is measured), warm-noredis (index only, no Redis).
+# Reports addresses per second, p50/p99 latency per batch and the server's peak RSS (VmHWM).
+#
+# Usage: bench/symbolizer/run.sh [BINARY]
+#   default BINARY: MinIO from .ci/install-deps (a Go binary over 100 MB) when present,
+#   else the symbolizer binary itself.
+# Env: BATCHES (default 50), COLD_RUNS (default 3), PROFSYM_TOOLS.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+tools=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}
+work=$(mktemp -d "${TMPDIR:-/tmp}/bench-symbolizer.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+command -v redis-server >/dev/null || { echo "bench/symbolizer: redis-server missing (apt-get install -y redis-server)" >&2; exit 1; }
+
+(cd "$root" && go build -o "$work/symbolizer" ./services/symbolizer && go build -o "$work/driver" ./bench/symbolizer/driver)
+bin=${1:-}
+if [[ -z $bin ]]; then
+	if [[ -x $tools/minio ]]; then bin=$tools/minio; else bin=$work/symbolizer; fi
+fi
+echo "machine: $(nproc) cores, $(uname -r), $(go version | cut -d' ' -f3)"
+"$work/driver" --symbolizer "$work/symbolizer" --binary "$bin" --work "$work" \
+	--batches "${BATCHES:-50}" --cold-runs "${COLD_RUNS:-3}"

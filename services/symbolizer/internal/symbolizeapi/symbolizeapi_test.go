@@ -1,0 +1,135 @@
+package symbolizeapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/store"
+)
+
+const src = `
+#include <stdio.h>
+static int __attribute__((noinline)) leaf(int x) { return x * 3 + 1; }
+static inline int mid(int x) { return leaf(x) + 2; }
+int main(int argc, char **argv) { printf("%d\n", mid(argc)); return 0; }
+`
+
+// setup stores a compiled binary and returns a service over it, its GNU build ID and the
+// bounds of its executable segment.
+func setup(tb testing.TB, rc *resultcache.Cache) (*Service, string, uint64, uint64) {
+	// PROFSYM_BENCH_BINARY points the benchmark at a large binary instead of the tiny one.
+	path := os.Getenv("PROFSYM_BENCH_BINARY")
+	if path == "" {
+		path = testsupport.CompileC(tb, src, "-g", "-O2")
+	}
+	data, _ := os.ReadFile(path)
+	ids, _ := buildid.Compute(bytes.NewReader(data), int64(len(data)))
+	s, _ := store.NewFolder(tb.TempDir())
+	md := meta.New(s, meta.Options{MaxSize: 1 << 30, TempDir: tb.TempDir()})
+	sum := sha256.Sum256(data)
+	id := meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: ids.GNU}
+	up, err := md.Initiate(context.Background(), meta.Desc{BuildID: id, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO,
+		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(data)), Source: debuginfov1.UploadSource_UPLOAD_SOURCE_CI})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.Put(context.Background(), up.Object(), bytes.NewReader(data), int64(len(data)))
+	if _, err := md.Finish(context.Background(), id, up.ID); err != nil {
+		tb.Fatal(err)
+	}
+	f, _ := elf.Open(path)
+	defer f.Close()
+	var lo, hi uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			lo, hi = p.Vaddr, p.Vaddr+p.Filesz
+		}
+	}
+	return New(md, indexcache.New(1<<30), rc, nil, nil, Options{}), ids.GNU, lo, hi
+}
+
+func batch(gnu string, lo, hi uint64, n int) *connect.Request[symbolizerv1.SymbolizeRequest] {
+	r := rand.New(rand.NewPCG(1, 2))
+	addrs := make([]uint64, n)
+	for i := range addrs {
+		addrs[i] = lo + r.Uint64N(hi-lo)
+	}
+	return connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: gnu, Addresses: addrs}}})
+}
+
+func TestIndexBuiltOnceAndStoredIndexUsed(t *testing.T) {
+	svc, gnu, lo, hi := setup(t, nil)
+	// Drop the stored index: the first call builds it and stores it again.
+	keys, _ := svc.meta.Store().List(context.Background(), "records/")
+	for _, k := range keys {
+		if bytes.HasSuffix([]byte(k), []byte(".index")) {
+			svc.meta.Store().Delete(context.Background(), k)
+		}
+	}
+	resp, err := svc.Symbolize(context.Background(), batch(gnu, lo, hi, 100))
+	if err != nil || resp.Msg.Modules[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		t.Fatalf("%v %v", resp, err)
+	}
+	keys, _ = svc.meta.Store().List(context.Background(), "records/")
+	stored := false
+	for _, k := range keys {
+		stored = stored || bytes.HasSuffix([]byte(k), []byte(".index"))
+	}
+	if !stored {
+		t.Fatal("the built index was not stored")
+	}
+	// A fresh service (a restart) loads the stored index.
+	svc2 := New(svc.meta, indexcache.New(1<<30), nil, nil, nil, Options{})
+	resp2, err := svc2.Symbolize(context.Background(), batch(gnu, lo, hi, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range resp.Msg.Modules[0].Locations {
+		if resp.Msg.Modules[0].Locations[i].String() != resp2.Msg.Modules[0].Locations[i].String() {
+			t.Fatalf("location %d differs after reload", i)
+		}
+	}
+}
+
+func BenchmarkSymbolize10k(b *testing.B) {
+	for _, mode := range []string{"index", "redis"} {
+		b.Run(mode, func(b *testing.B) {
+			var rc *resultcache.Cache
+			if mode == "redis" {
+				r := testsupport.StartRedis(b)
+				client, _ := resultcache.NewRedisClient(r.URL())
+				defer client.Close()
+				rc = resultcache.New(resultcache.Options{Redis: client})
+			}
+			svc, gnu, lo, hi := setup(b, rc)
+			req := batch(gnu, lo, hi, 10000)
+			svc.Symbolize(context.Background(), req)
+			if rc != nil {
+				// A replica without the index in memory: every address is a Redis hit.
+				svc = New(svc.meta, indexcache.New(1<<30), rc, nil, nil, Options{})
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := svc.Symbolize(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
