@@ -318,7 +318,8 @@ func TestCollectorEndToEnd(t *testing.T) {
 		t.Fatal("the sink received nothing")
 	}
 	rawMu.Lock()
-	if len(raw) != len(received) {
+	// Delivery is at least once: a retry after a lost answer may repeat a request.
+	if len(received) < len(raw) {
 		t.Errorf("built %d requests, sink received %d", len(raw), len(received))
 	}
 	for i, b := range raw {

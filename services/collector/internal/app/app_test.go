@@ -128,8 +128,9 @@ func TestRunWritesOutputFile(t *testing.T) {
 	}()
 	runErr := make(chan error, 1)
 	go func() { runErr <- cli.Run(ctx, slog.Default(), "test") }()
-	// Until two intervals were written (a loaded host starts slowly), at most 20 s.
-	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(200 * time.Millisecond) {
+	// Until two intervals were written, at most 60 s: loading the eBPF programs decodes
+	// the kernel's BTF, which takes many seconds under the race detector on a busy host.
+	for start := time.Now(); time.Since(start) < 60*time.Second; time.Sleep(200 * time.Millisecond) {
 		raw, _ := os.ReadFile(out)
 		if recs, _ := exporter.ReadRecords(bytes.NewReader(raw)); len(recs) >= 2 {
 			break

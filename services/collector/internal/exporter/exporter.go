@@ -297,7 +297,10 @@ func (e *Exporter) sendWithRetry(ctx context.Context, data []byte) error {
 	bo.InitialInterval = e.opts.InitialBackoff
 	bo.MaxInterval = e.opts.MaxBackoff
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		err := e.send(ctx, data)
+		// An attempt under way is not cut short by shutdown or eviction: cancelling a
+		// request the gateway may already hold only makes Shutdown send it twice. It is
+		// bounded by the attempt timeout; ctx ends the waits between attempts.
+		err := e.send(context.WithoutCancel(ctx), data)
 		if err != nil && isPermanent(err) {
 			return struct{}{}, backoff.Permanent(err)
 		}
