@@ -36,7 +36,12 @@ type interner struct {
 	strings map[string]int32
 	funcs   map[fnKey]int32
 	attrs   map[attrKey]int32
-	stats   *Stats
+	// byFrame skips hashing names again for a frame already interned: answers for the same
+	// address, and the symbolizer's cache, share frame values.
+	byFrame map[*symbolizerv1.Frame]int32
+	// hint sizes the maps for what this request will add.
+	hint  int
+	stats *Stats
 }
 
 func (in *interner) str(s string) int32 {
@@ -45,7 +50,7 @@ func (in *interner) str(s string) int32 {
 	}
 	st := in.d.StringTable()
 	if in.strings == nil {
-		in.strings = make(map[string]int32, st.Len())
+		in.strings = make(map[string]int32, st.Len()+in.hint)
 		for i := 1; i < st.Len(); i++ {
 			if _, ok := in.strings[st.At(i)]; !ok {
 				in.strings[st.At(i)] = int32(i)
@@ -63,6 +68,15 @@ func (in *interner) str(s string) int32 {
 }
 
 func (in *interner) function(f *symbolizerv1.Frame) int32 {
+	if i, ok := in.byFrame[f]; ok {
+		return i
+	}
+	i := in.intern(f)
+	in.byFrame[f] = i
+	return i
+}
+
+func (in *interner) intern(f *symbolizerv1.Frame) int32 {
 	system := f.GetLinkageName()
 	if system == "" {
 		system = f.GetFunctionName()
@@ -70,7 +84,7 @@ func (in *interner) function(f *symbolizerv1.Frame) int32 {
 	k := fnKey{in.str(f.GetFunctionName()), in.str(system), in.str(f.GetFile()), int64(f.GetStartLine())}
 	ft := in.d.FunctionTable()
 	if in.funcs == nil {
-		in.funcs = make(map[fnKey]int32, ft.Len())
+		in.funcs = make(map[fnKey]int32, ft.Len()+in.hint)
 		for i := 1; i < ft.Len(); i++ {
 			e := ft.At(i)
 			ek := fnKey{e.NameStrindex(), e.SystemNameStrindex(), e.FilenameStrindex(), e.StartLine()}
@@ -144,7 +158,7 @@ func Apply(pd pprofile.Profiles, locs map[int32][]*symbolizerv1.Frame, mappings 
 	}
 	d := pd.Dictionary()
 	seed(d)
-	in := &interner{d: d, stats: &stats}
+	in := &interner{d: d, stats: &stats, hint: 2 * len(locs), byFrame: make(map[*symbolizerv1.Frame]int32, 2*len(locs))}
 
 	// Sorted so the same request always yields the same dictionary.
 	keys := make([]int32, 0, len(locs))

@@ -171,10 +171,20 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 		key modKey
 		ok  bool
 	}
+	// Per request, (binary, address) pairs get a slot number: the map keys are small and hash
+	// fast, and each location only records its slot.
+	type slotKey struct {
+		mapping int32
+		addr    uint64
+	}
 	mapInfo := map[int32]modInfo{}
 	modules := map[modKey]*module{}
-	pending := map[cacheKey][]int32{} // (binary, address) -> locations waiting for it
-	results := map[cacheKey]outcome{}
+	slots := make(map[slotKey]int32, lt.Len())
+	var (
+		slotKeys []cacheKey
+		slotOut  []outcome
+		locSlot  = make([]int32, lt.Len()) // 0: not symbolized here; else slot+1
+	)
 
 	for i := 1; i < lt.Len(); i++ {
 		loc := lt.At(i)
@@ -197,12 +207,18 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 			rep.Unresolved[ReasonNoBuildID]++
 			continue
 		}
-		ck := cacheKey{info.key, loc.Address()}
-		if _, dup := pending[ck]; !dup {
+		sk := slotKey{mi, loc.Address()}
+		slot, dup := slots[sk]
+		if !dup {
+			slot = int32(len(slotKeys))
+			slots[sk] = slot
+			ck := cacheKey{info.key, loc.Address()}
+			slotKeys = append(slotKeys, ck)
 			if e, hit := s.cache.get(ck); hit {
-				results[ck] = outcome{entry: e}
+				slotOut = append(slotOut, outcome{entry: e})
 				rep.CacheHits++
 			} else {
+				slotOut = append(slotOut, outcome{reason: ReasonDisabled})
 				mod := modules[info.key]
 				if mod == nil {
 					m, _ := dict.Mapping(d, mi)
@@ -216,37 +232,37 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 				mod.addrs = append(mod.addrs, loc.Address())
 			}
 		}
-		pending[ck] = append(pending[ck], int32(i))
+		locSlot[i] = slot + 1
 	}
 
-	if len(modules) > 0 {
-		if s.cfg.Client == nil {
-			for _, mod := range modules {
-				for _, a := range mod.addrs {
-					results[cacheKey{mod.key, a}] = outcome{reason: ReasonDisabled}
-				}
+	if len(modules) > 0 && s.cfg.Client != nil {
+		results := make(map[cacheKey]outcome, len(slotKeys))
+		rep.Calls = s.resolve(ctx, modules, results)
+		for i, ck := range slotKeys {
+			if o, ok := results[ck]; ok {
+				slotOut[i] = o
 			}
-		} else {
-			rep.Calls = s.resolve(ctx, modules, results)
 		}
 	}
 
-	locs := make(map[int32][]*symbolizerv1.Frame)
+	locs := make(map[int32][]*symbolizerv1.Frame, len(slotKeys))
 	symbolizedMaps := map[modKey]symbolizerv1.Fidelity{}
-	for ck, li := range pending {
-		o := results[ck]
+	for i, sl := range locSlot {
+		if sl == 0 {
+			continue
+		}
+		o := slotOut[sl-1]
 		switch {
 		case o.reason != "":
-			rep.Unresolved[o.reason] += len(li)
+			rep.Unresolved[o.reason]++
 		case len(o.entry.frames) == 0:
-			rep.Unresolved[ReasonNoFrames] += len(li)
+			rep.Unresolved[ReasonNoFrames]++
 		default:
-			for _, l := range li {
-				locs[l] = o.entry.frames
-			}
-			rep.Symbolized += len(li)
-			if o.entry.fidelity > symbolizedMaps[ck.mod] {
-				symbolizedMaps[ck.mod] = o.entry.fidelity
+			locs[int32(i)] = o.entry.frames
+			rep.Symbolized++
+			mk := slotKeys[sl-1].mod
+			if o.entry.fidelity > symbolizedMaps[mk] {
+				symbolizedMaps[mk] = o.entry.fidelity
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func (s *synthetic) Symbolize(ctx context.Context, req *connect.Request[symboliz
 	return connect.NewResponse(resp), nil
 }
 
-func start(t *testing.T, h *synthetic) symbolizerv1connect.SymbolizerServiceClient {
+func start(t testing.TB, h *synthetic) symbolizerv1connect.SymbolizerServiceClient {
 	t.Helper()
 	path, handler := symbolizerv1connect.NewSymbolizerServiceHandler(h)
 	mux := http.NewServeMux()

@@ -1,0 +1,262 @@
+// Command driver measures the gateway: added latency (Export round trip through the gateway
+// against the same request sent straight to an OTLP sink) and throughput, with requests shaped
+// like the OTel eBPF profiler's (ELF virtual addresses, build IDs on mappings) drawn from real
+// binaries the symbolizer has.
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpattr"
+)
+
+type binary struct {
+	path  string
+	ids   buildid.IDs
+	load  elf.ProgHeader
+	funcs [][2]uint64
+}
+
+func loadBinary(path string) (*binary, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	b := &binary{path: path}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			b.load = p.ProgHeader
+		}
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		return nil, fmt.Errorf("symbols of %s: %w", path, err)
+	}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 4 {
+			b.funcs = append(b.funcs, [2]uint64{s.Value, s.Value + s.Size})
+		}
+	}
+	if len(b.funcs) == 0 {
+		return nil, fmt.Errorf("%s has no function symbols", path)
+	}
+	if b.ids, err = buildid.FromFile(path); err != nil {
+		return nil, fmt.Errorf("build IDs of %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// request builds one eBPF-profiler-shaped request: nloc distinct locations over nmap mappings,
+// stacks of 8 to 24 frames drawn from them, one sample with two timestamps per stack.
+func request(r *rand.Rand, bins []*binary, nloc, nmap, nsamples int) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	d := pd.Dictionary()
+	strs := map[string]int32{}
+	str := func(s string) int32 {
+		if i, ok := strs[s]; ok {
+			return i
+		}
+		d.StringTable().Append(s)
+		strs[s] = int32(d.StringTable().Len() - 1)
+		return strs[s]
+	}
+	str("")
+	d.AttributeTable().AppendEmpty()
+	attr := func(k, v string) int32 {
+		kv := d.AttributeTable().AppendEmpty()
+		kv.SetKeyStrindex(str(k))
+		kv.Value().SetStr(v)
+		return int32(d.AttributeTable().Len() - 1)
+	}
+	native := attr(otlpattr.FrameType, otlpattr.FrameTypeNative)
+	d.MappingTable().AppendEmpty()
+	d.LocationTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	chosen := r.Perm(len(bins))[:min(nmap, len(bins))]
+	for _, bi := range chosen {
+		b := bins[bi]
+		m := d.MappingTable().AppendEmpty()
+		m.SetMemoryStart(b.load.Vaddr)
+		m.SetMemoryLimit(b.load.Vaddr + b.load.Memsz)
+		m.SetFileOffset(b.load.Off)
+		m.SetFilenameStrindex(str(b.path))
+		if b.ids.GNU != "" {
+			m.AttributeIndices().Append(attr(otlpattr.BuildIDGNU, b.ids.GNU))
+		}
+		m.AttributeIndices().Append(attr(otlpattr.BuildIDHTLHash, b.ids.HTLHash))
+	}
+	seen := map[[2]uint64]bool{}
+	for d.LocationTable().Len()-1 < nloc {
+		k := r.IntN(len(chosen))
+		b := bins[chosen[k]]
+		fn := b.funcs[r.IntN(len(b.funcs))]
+		addr := fn[0] + uint64(r.IntN(int(fn[1]-fn[0])))
+		if seen[[2]uint64{uint64(k), addr}] {
+			continue
+		}
+		seen[[2]uint64{uint64(k), addr}] = true
+		l := d.LocationTable().AppendEmpty()
+		l.SetMappingIndex(int32(k + 1))
+		l.SetAddress(addr)
+		l.AttributeIndices().Append(native)
+	}
+	rp := pd.ResourceProfiles().AppendEmpty()
+	rp.Resource().Attributes().PutStr("host.name", "bench")
+	p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	p.SampleType().SetTypeStrindex(str("samples"))
+	p.SampleType().SetUnitStrindex(str("count"))
+	p.SetTime(pcommon.Timestamp(time.Now().UnixNano()))
+	for range nsamples {
+		st := d.StackTable().AppendEmpty()
+		for range 8 + r.IntN(17) {
+			st.LocationIndices().Append(int32(1 + r.IntN(nloc)))
+		}
+		s := p.Samples().AppendEmpty()
+		s.SetStackIndex(int32(d.StackTable().Len() - 1))
+		s.TimestampsUnixNano().Append(uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano()+1))
+	}
+	return pd
+}
+
+type sink struct {
+	pprofileotlp.UnimplementedGRPCServer
+	samples atomic.Int64
+}
+
+func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	s.samples.Add(int64(req.Profiles().SampleCount()))
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+func dial(addr string) pprofileotlp.GRPCClient {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return pprofileotlp.NewGRPCClient(cc)
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func latency(c pprofileotlp.GRPCClient, reqs []pprofile.Profiles, n int) []time.Duration {
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := c.Export(context.Background(), pprofileotlp.NewExportRequestFromProfiles(reqs[i%len(reqs)])); err != nil {
+			log.Fatalf("export: %v", err)
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out
+}
+
+func main() {
+	gateway := flag.String("gateway", "", "gateway OTLP/gRPC address")
+	label := flag.String("label", "gateway", "name of this run in the report")
+	sinkListen := flag.String("sink-listen", "", "serve an OTLP/gRPC sink here (the gateway's downstream) and exit when killed")
+	binsFlag := flag.String("binaries", "", "comma-separated ELF files (uploaded to the symbolizer)")
+	nloc := flag.Int("locations", 500, "distinct locations per request")
+	nmap := flag.Int("mappings", 20, "mappings per request")
+	nsamples := flag.Int("samples", 200, "samples (stacks) per request")
+	nreq := flag.Int("templates", 20, "distinct requests (all warmed first)")
+	n := flag.Int("n", 500, "requests for the latency phase (sequential)")
+	conc := flag.Int("concurrency", 8, "senders in the throughput phase")
+	dur := flag.Duration("duration", 15*time.Second, "length of the throughput phase")
+	flag.Parse()
+
+	if *sinkListen != "" {
+		ln, err := net.Listen("tcp", *sinkListen)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s := grpc.NewServer()
+		pprofileotlp.RegisterGRPCServer(s, &sink{})
+		log.Fatal(s.Serve(ln))
+	}
+
+	var bins []*binary
+	for _, p := range strings.Split(*binsFlag, ",") {
+		b, err := loadBinary(p)
+		if err != nil {
+			log.Fatal(err)
+		}
+		bins = append(bins, b)
+	}
+	r := rand.New(rand.NewPCG(42, 42))
+	reqs := make([]pprofile.Profiles, *nreq)
+	for i := range reqs {
+		reqs[i] = request(r, bins, *nloc, *nmap, *nsamples)
+	}
+
+	// A sink of our own gives the baseline: the same request, the same client, no gateway.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	direct := grpc.NewServer()
+	pprofileotlp.RegisterGRPCServer(direct, &sink{})
+	go direct.Serve(ln)
+	base := dial(ln.Addr().String())
+	gw := dial(*gateway)
+
+	t0 := time.Now()
+	latency(gw, reqs, len(reqs)) // warm: the first pass fills the symbolizer's and gateway's caches
+	warm := time.Since(t0)
+	latency(base, reqs, len(reqs))
+
+	g := latency(gw, reqs, *n)
+	b := latency(base, reqs, *n)
+	fmt.Printf("%s: %d-location requests over %d mappings, %d samples; warm-up of %d requests took %v\n",
+		*label, *nloc, *nmap, *nsamples, len(reqs), warm.Round(time.Millisecond))
+	fmt.Printf("%s: latency through gateway p50 %v p99 %v; direct to sink p50 %v p99 %v; added p50 %v p99 %v\n", *label,
+		pct(g, .5).Round(10*time.Microsecond), pct(g, .99).Round(10*time.Microsecond),
+		pct(b, .5).Round(10*time.Microsecond), pct(b, .99).Round(10*time.Microsecond),
+		(pct(g, .5) - pct(b, .5)).Round(10*time.Microsecond), (pct(g, .99) - pct(b, .99)).Round(10*time.Microsecond))
+
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(*dur)
+	start := time.Now()
+	for w := range *conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; time.Now().Before(stop); i += *conc {
+				if _, err := gw.Export(context.Background(), pprofileotlp.NewExportRequestFromProfiles(reqs[i%len(reqs)])); err != nil {
+					fmt.Fprintln(os.Stderr, "export:", err)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	fmt.Printf("%s: throughput with %d senders: %.0f requests/s, %.0f locations/s\n", *label, *conc,
+		float64(done.Load())/el, float64(done.Load())*float64(*nloc)/el)
+}

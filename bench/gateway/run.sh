@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Gateway benchmark: added latency (p50/p99 of the OTLP/gRPC Export round trip through the
+# gateway minus the same request sent straight to a sink) and throughput (requests and
+# locations per second) for eBPF-profiler-shaped requests of LOCATIONS distinct locations over
+# MAPPINGS binaries, with a warm symbolizer. Two gateways are measured: with the in-process
+# result cache (the steady state of a fleet) and without it (every request asks the symbolizer).
+#
+#   bench/gateway/run.sh
+#   LOCATIONS=500 MAPPINGS=20 DURATION=15s CONCURRENCY=8 bench/gateway/run.sh
+set -euo pipefail
+
+LOCATIONS=${LOCATIONS:-500}
+MAPPINGS=${MAPPINGS:-20}
+SAMPLES=${SAMPLES:-200}
+LIBS=${LIBS:-24}
+FUNCS=${FUNCS:-300}
+N=${N:-500}
+DURATION=${DURATION:-15s}
+CONCURRENCY=${CONCURRENCY:-8}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$(mktemp -d)
+PIDS=()
+
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+waitfor() { for _ in $(seq 1 200); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "timeout waiting for $1" >&2; exit 1; }
+
+echo "building symbolizer, gateway and driver" >&2
+(cd "$ROOT" && go build -o "$WORK/symbolizer" ./services/symbolizer && go build -o "$WORK/gateway" ./services/gateway &&
+	go build -o "$WORK/driver" ./bench/gateway/driver)
+
+echo "compiling $LIBS libraries of $FUNCS functions (-O2 -g)" >&2
+mkdir -p "$WORK/libs"
+python3 - "$WORK/libs/lib.c" "$FUNCS" <<'PY'
+import sys
+path, n = sys.argv[1], int(sys.argv[2])
+with open(path, "w") as f:
+    f.write("static inline int mix(int x, int k) { return (x * 2654435761u) ^ (k + SEED); }\n")
+    for i in range(n):
+        f.write(f"__attribute__((noinline)) int f{i}(int x) {{ int s = 0; for (int j = 0; j < x; j++) s += mix(j, {i}); return s + {i}; }}\n")
+PY
+BINS=()
+for i in $(seq 1 "$LIBS"); do
+	gcc -O2 -g -shared -fPIC -Wl,--build-id -DSEED="$i" -o "$WORK/libs/lib$i.so" "$WORK/libs/lib.c" &
+	BINS+=("$WORK/libs/lib$i.so")
+	if (( i % 2 == 0 )); then wait; fi
+done
+wait
+BINLIST=$(IFS=,; echo "${BINS[*]}")
+
+SYM=$(freeport)
+"$WORK/symbolizer" serve --listen "127.0.0.1:$SYM" --store-dir "$WORK/store" --upload-token bench --log-level warn 2>"$WORK/symbolizer.log" &
+PIDS+=($!)
+waitfor "http://127.0.0.1:$SYM/readyz"
+"$WORK/symbolizer" upload --server "http://127.0.0.1:$SYM" --token bench --progress plain "${BINS[@]}" >/dev/null
+
+SINK=$(freeport)
+"$WORK/driver" -sink-listen "127.0.0.1:$SINK" &
+PIDS+=($!)
+
+run_gateway() { # label, extra flags...
+	local label=$1; shift
+	local g h a
+	g=$(freeport); h=$(freeport); a=$(freeport)
+	"$WORK/gateway" --grpc-listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --admin-listen "127.0.0.1:$a" \
+		--symbolizer-url "http://127.0.0.1:$SYM" --otlp-grpc-endpoint "127.0.0.1:$SINK" --otlp-insecure \
+		--log-level warn "$@" 2>"$WORK/gateway-$label.log" &
+	local pid=$!
+	PIDS+=($pid)
+	waitfor "http://127.0.0.1:$a/readyz"
+	"$WORK/driver" -gateway "127.0.0.1:$g" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
+		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY"
+	curl -fsS "http://127.0.0.1:$a/metrics" | grep -E '^profsym_gateway_(locations_(seen|symbolized)_total|locations_unresolved_total|symbol_cache_hits_total)' | sed "s/^/$label: /"
+	kill "$pid"
+}
+
+echo "machine: $(nproc) cores, $(uname -r)"
+run_gateway cached
+run_gateway uncached --symbol-cache-entries=-1
