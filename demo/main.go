@@ -256,7 +256,9 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 				"--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
 				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
 				"--symbolizer-url", symURL, "--output-dir", otlpDir, "--pprof-dir", pprofDir,
-				"--shutdown-timeout", "20s",
+				// The collector gives its last export 5s at shutdown: symbolization must
+				// give up (and send the data unsymbolized) well before that.
+				"--symbolize-timeout", "3s", "--shutdown-timeout", "20s",
 			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
 		})
 	if err != nil {
@@ -278,6 +280,9 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 				"--gateway", gwAddr, "--gateway-insecure",
 				"--frequency", strconv.Itoa(c.Frequency), "--interval", interval.String(),
 				"--output-file", collectorOut, "--metrics-addr", addr,
+				// Loopback: no need to spare bandwidth, and a short run wants symbols soon.
+				"--upload-debuginfo", "--symbolizer-url", symURL, "--upload-token-file", tokenFile,
+				"--upload-bytes-per-second", strconv.Itoa(256 << 20),
 			}, "http://" + addr + "/readyz"
 		})
 	if err != nil {
