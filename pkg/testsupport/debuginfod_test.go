@@ -23,6 +23,7 @@ int main(int argc, char **argv) { printf("%d\n", square(argc)); return 0; }
 `
 
 func TestDebuginfodServesBuildID(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -77,6 +78,7 @@ func TestDebuginfodServesBuildID(t *testing.T) {
 
 // Files that appear after the start are found by the periodic rescan.
 func TestDebuginfodFindsLateFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d := StartDebuginfod(t, dir)
 

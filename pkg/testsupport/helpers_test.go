@@ -40,6 +40,7 @@ func TestFreePort(t *testing.T) {
 }
 
 func TestCompileC(t *testing.T) {
+	t.Parallel()
 	bin := CompileC(t, "#include <stdio.h>\nint main(void){puts(\"fixture\");return 0;}\n", "-g", "-O2", "-Wl,--build-id")
 	out, err := exec.Command(bin).Output()
 	if err != nil {
@@ -61,6 +62,21 @@ func TestCompileC(t *testing.T) {
 	}
 	// Linker inputs after the source work (-lm resolves sqrt).
 	CompileC(t, "#include <math.h>\nvolatile double x = 2;\nint main(void){return (int)sqrt(x);}\n", "-lm")
+}
+
+func TestShellQuote(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"--port", "--port"},
+		{"", "''"},
+		{"a b", "'a b'"},
+		{"it's", `'it'\''s'`},
+		{"/tmp/x/db.sqlite", "/tmp/x/db.sqlite"},
+	}
+	for _, tt := range tests {
+		if got := shellQuote(tt.in); got != tt.want {
+			t.Errorf("shellQuote(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
 }
 
 func TestLastLines(t *testing.T) {

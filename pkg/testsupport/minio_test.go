@@ -12,6 +12,7 @@ import (
 )
 
 func TestMinIOBucketPutGetPresigned(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m := StartMinIO(t)

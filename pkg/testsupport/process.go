@@ -147,7 +147,7 @@ func (s *server) startOn(ports []int) (time.Duration, error) {
 		return 0, fmt.Errorf("seek %s log: %w", s.spec.name, err)
 	}
 	args := s.spec.args(ports)
-	fmt.Fprintf(logFile, "=== %s %s\n", s.spec.bin, strings.Join(args, " "))
+	fmt.Fprintf(logFile, "=== %s\n", commandLine(s.spec.bin, args))
 
 	cmd := exec.Command(s.spec.bin, args...)
 	cmd.Env = s.spec.env
@@ -299,4 +299,21 @@ func childEnv(drop func(key string) bool, extra ...string) []string {
 		env = append(env, kv)
 	}
 	return append(env, extra...)
+}
+
+// commandLine renders a command so that it can be pasted into a shell to
+// reproduce a failing start.
+func commandLine(bin string, args []string) string {
+	parts := []string{shellQuote(bin)}
+	for _, a := range args {
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=,@+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -13,6 +13,7 @@ import (
 )
 
 func TestRedisSetGetAndRestart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r := StartRedis(t)
@@ -74,6 +75,7 @@ func TestRedisSetGetAndRestart(t *testing.T) {
 // A port taken between choosing and binding makes the attempt fail with
 // errAddrInUse, and start moves on to a fresh port.
 func TestPortRaceRetries(t *testing.T) {
+	t.Parallel()
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
