@@ -127,9 +127,9 @@ func TestStacksAndTopFunctions(t *testing.T) {
 
 func TestStacksRejectBadIndices(t *testing.T) {
 	tests := []struct {
-		name  string
+		name    string
 		corrupt func(pd pprofile.Profiles)
-		want  string
+		want    string
 	}{
 		{"stack", func(pd pprofile.Profiles) {
 			pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).SetStackIndex(99)
