@@ -60,6 +60,16 @@ func Frames(rules ...FrameRule) Classifier {
 				reasons = append(reasons, reason)
 			}
 		}
+		// A diagnosis (something the engine should change) leads, so summaries group by it.
+		slices.SortStableFunc(reasons, func(a, b string) int {
+			switch {
+			case a == DiagnosisUnqualified && b != a:
+				return -1
+			case b == DiagnosisUnqualified && a != b:
+				return 1
+			}
+			return 0
+		})
 		return strings.Join(reasons, "; "), len(reasons) > 0
 	}
 }

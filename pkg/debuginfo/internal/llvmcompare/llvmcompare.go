@@ -353,36 +353,29 @@ func Compare(addrs []uint64, ours, ref [][]Frame, mode Mode, classifiers ...Clas
 		if mode == ModeSymbols {
 			o, r = outermostName(o), outermostName(r)
 		}
-		d := Diff{Addr: a, Ours: o, Ref: r}
-		chainOK := sameChain(o, r)
-		if !chainOK {
-			d.Kind = KindChain
+		if !sameChain(o, r) {
+			d := Diff{Addr: a, Kind: KindChain, Ours: o, Ref: r}
 			d.Reason = classify(d, classifiers)
 			if d.Reason != "" {
 				rep.ChainKnown++
 			}
+			rep.Diffs = append(rep.Diffs, d)
 		} else {
 			rep.ChainAgree++
 		}
+		// file:line is held frame by frame on its own, whatever the names say, so a naming
+		// difference does not hide (or excuse) a location difference.
 		if mode == ModeFull && (hasLines(r) || hasLines(o)) {
 			rep.LineCompared++
-			switch {
-			case chainOK && sameLines(o, r):
+			if sameLines(o, r) {
 				rep.LineAgree++
-			case chainOK:
-				d.Kind = KindLine
-				d.Reason = classify(d, classifiers)
-				if d.Reason != "" {
-					rep.LineKnown++
-				}
-			case d.Reason != "" && sameLines(o, r):
-				// Chains differ only in a classified way (spelling) and lines agree.
-				rep.LineAgree++
-			case d.Reason != "":
+				continue
+			}
+			d := Diff{Addr: a, Kind: KindLine, Ours: o, Ref: r}
+			d.Reason = classify(d, classifiers)
+			if d.Reason != "" {
 				rep.LineKnown++
 			}
-		}
-		if d.Kind != "" {
 			rep.Diffs = append(rep.Diffs, d)
 		}
 	}
@@ -533,7 +526,7 @@ func parseAddr2line(out []byte, n int) ([][]Frame, error) {
 func Verdict(d Diff, third []Frame) string {
 	cmp := sameChain
 	if d.Kind == KindLine {
-		cmp = func(a, b []Frame) bool { return sameChain(a, b) && sameLines(a, b) }
+		cmp = sameLines
 	}
 	o, r := cmp(d.Ours, third), cmp(d.Ref, third)
 	switch {
@@ -554,10 +547,10 @@ func FirstDifference(d Diff) string {
 	n := min(len(d.Ours), len(d.Ref))
 	for i := 0; i < n; i++ {
 		o, r := d.Ours[i], d.Ref[i]
-		if o.Function != r.Function {
+		if d.Kind == KindChain && o.Function != r.Function {
 			return fmt.Sprintf("frame %d function: %s", i, nameDiff(o.Function, r.Function))
 		}
-		if d.Kind == KindLine && (o.Line != r.Line || cleanPath(o.File) != cleanPath(r.File)) {
+		if d.Kind == KindLine && (o.Line != r.Line || (o.Line != 0 && cleanPath(o.File) != cleanPath(r.File))) {
 			return fmt.Sprintf("frame %d (%s) location: ours %s:%d, llvm %s:%d", i, o.Function, o.File, o.Line, r.File, r.Line)
 		}
 	}
