@@ -48,6 +48,34 @@ type corpusCase struct {
 	// debugDirs (under testdata/build) hold the separate debug file.
 	debugDirs []string
 	mode      llvmcompare.Mode
+	// check says what Info must report, so that a variant is answered from the source it
+	// exists to test (a debuglink case found by build ID would prove nothing).
+	check func(debuginfo.Info) error
+}
+
+func foundBy(how string) func(debuginfo.Info) error {
+	return func(i debuginfo.Info) error {
+		if i.DebugFileFoundBy != how {
+			return fmt.Errorf("debug file %q found by %q, want %q", i.DebugFile, i.DebugFileFoundBy, how)
+		}
+		return nil
+	}
+}
+
+func compression(c string) func(debuginfo.Info) error {
+	return func(i debuginfo.Info) error {
+		if i.Compression != c {
+			return fmt.Errorf("debug compression %q, want %q", i.Compression, c)
+		}
+		return nil
+	}
+}
+
+func miniDebugInfo(i debuginfo.Info) error {
+	if !i.MiniDebugInfo || i.DWARF {
+		return fmt.Errorf("minidebuginfo %v, dwarf %v: want MiniDebugInfo and no DWARF", i.MiniDebugInfo, i.DWARF)
+	}
+	return nil
 }
 
 func corpusCases() []corpusCase {
@@ -66,9 +94,9 @@ func corpusCases() []corpusCase {
 		}
 	}
 	cs = append(cs,
-		corpusCase{name: "cxx-gcc-O2-dw5-zlib"},
-		corpusCase{name: "cxx-clang-O2-dw4-zlib"},
-		corpusCase{name: "c-gcc-O3-dw4-zlib"},
+		corpusCase{name: "cxx-gcc-O2-dw5-zlib", check: compression("zlib")},
+		corpusCase{name: "cxx-clang-O2-dw4-zlib", check: compression("zlib")},
+		corpusCase{name: "c-gcc-O3-dw4-zlib", check: compression("zlib")},
 		corpusCase{name: "c-gcc-O2-nodebug"},
 		corpusCase{name: "cxx-clang-O2-nodebug"},
 		corpusCase{name: "cxx-gcc-O2-lto"},
@@ -84,18 +112,18 @@ func corpusCases() []corpusCase {
 	const splitWhy = "stripped: llvm-symbolizer answers on the unstripped twin (same DWARF as the split debug file)"
 	const miniWhy = "llvm-symbolizer 14 does not read .gnu_debugdata; it answers from the same symbols in the .symtab twin"
 	for _, b := range []string{"cxx-gcc-O2-dw5-pie", "c-clang-O3-dw4-pie", "zstd-deb"} {
-		cs = append(cs, corpusCase{name: b + ".zstd", ref: b, refWhy: zstdWhy})
+		cs = append(cs, corpusCase{name: b + ".zstd", ref: b, refWhy: zstdWhy, check: compression("zstd")})
 	}
 	for _, b := range []string{"cxx-clang-O2-dw5-pie", "c-gcc-O3-dw4-pie"} {
-		cs = append(cs, corpusCase{name: b + ".stripped-buildid", ref: b, refWhy: splitWhy, debugDirs: []string{"debug-buildid"}})
+		cs = append(cs, corpusCase{name: b + ".stripped-buildid", ref: b, refWhy: splitWhy, debugDirs: []string{"debug-buildid"}, check: foundBy("build-id")})
 	}
 	// Debuglink layouts as gdb and llvm-symbolizer search them: <debug dir>/<absolute binary
 	// directory>/NAME, and .debug/NAME beside the binary (no debug dir needed).
 	cs = append(cs,
-		corpusCase{name: "cxx-gcc-O3-dw4-pie.stripped-link", ref: "cxx-gcc-O3-dw4-pie", refWhy: splitWhy, debugDirs: []string{"debug-link"}},
-		corpusCase{name: "c-clang-O2-dw5-pie.stripped-link", ref: "c-clang-O2-dw5-pie", refWhy: splitWhy})
+		corpusCase{name: "cxx-gcc-O3-dw4-pie.stripped-link", ref: "cxx-gcc-O3-dw4-pie", refWhy: splitWhy, debugDirs: []string{"debug-link"}, check: foundBy("debuglink")},
+		corpusCase{name: "c-clang-O2-dw5-pie.stripped-link", ref: "c-clang-O2-dw5-pie", refWhy: splitWhy, check: foundBy("debuglink")})
 	for _, b := range []string{"cxx-gcc-O2-dw5-pie", "c-clang-O2-dw4-nopie"} {
-		cs = append(cs, corpusCase{name: b + ".minidebug", ref: b + ".symtab-ref", refWhy: miniWhy, mode: llvmcompare.ModeSymbols})
+		cs = append(cs, corpusCase{name: b + ".minidebug", ref: b + ".symtab-ref", refWhy: miniWhy, mode: llvmcompare.ModeSymbols, check: miniDebugInfo})
 	}
 	return cs
 }
@@ -222,6 +250,11 @@ func runCorpusCase(t *testing.T, build string, c corpusCase) (llvmcompare.Report
 	}
 	llvmcompare.Diagnose(&rep, llvmcompare.Diagnosers(dwarfOnly)...)
 	info := bin.Info()
+	if c.check != nil {
+		if err := c.check(info); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
 	t.Logf("%d functions, %d addresses; index built in %s from %v (fidelity %s, debug file %q found by %q)",
 		len(funcs), len(addrs), indexTime.Round(time.Millisecond), info.Sources, info.Fidelity, info.DebugFile, info.DebugFileFoundBy)
 	t.Logf("chain %.3f%% (exact %.3f%%), file:line %.3f%% of %d (exact %.3f%%)",
