@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/profsym/profsym/demo/pipeline"
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -72,12 +78,32 @@ func TestPipeline(t *testing.T) {
 	}
 	t.Logf("built services and workload in %v", time.Since(start).Round(time.Millisecond))
 
+	// Two more builds for node-side upload: one nobody uploaded from CI (another -O level,
+	// so another build ID), and the CI build with only its debug sections stripped (same
+	// build ID, symbol table kept), which the node must not replace the CI upload with.
+	nodeOnly := filepath.Join(dir, "workload", "workload-O1")
+	if out, err := exec.CommandContext(ctx, "gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", nodeOnly, wl.Source).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	ciOnNode := filepath.Join(dir, "workload", "workload-symtab")
+	if out, err := exec.CommandContext(ctx, "strip", "--strip-debug", "-o", ciOnNode, wl.Debug).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, out)
+	}
+	nodeOnlyID, ciID := gnuBuildID(t, nodeOnly), gnuBuildID(t, wl.Debug)
+	if gnuBuildID(t, ciOnNode) != ciID {
+		t.Fatal("strip --strip-debug changed the build ID")
+	}
+
 	minio := testsupport.StartMinIO(t)
 	const bucket = "profsym-e2e"
 	minio.NewBucket(t, bucket)
 	redis := testsupport.StartRedis(t)
 
 	const token = "e2e-upload-token"
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	stop := func(p *pipeline.Proc, sig syscall.Signal, grace time.Duration) {
 		t.Helper()
 		if err := p.Stop(sig, grace); err != nil {
@@ -129,6 +155,8 @@ func TestPipeline(t *testing.T) {
 			addr := "127.0.0.1:" + strconv.Itoa(p[0])
 			return []string{"--gateway", "127.0.0.1:" + strconv.Itoa(gp[0]), "--gateway-insecure",
 				"--frequency", "99", "--interval", "3s", "--output-file", sent, "--metrics-addr", addr,
+				"--upload-debuginfo", "--symbolizer-url", symURL, "--upload-token-file", tokenFile,
+				"--upload-bytes-per-second", "67108864",
 			}, "http://" + addr + "/readyz"
 		})
 	if err != nil {
@@ -141,6 +169,14 @@ func TestPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { work.Stop(syscall.SIGKILL, time.Second) })
+	for _, bin := range []string{nodeOnly, ciOnNode} {
+		// Two seconds of CPU: enough to be sampled, little taken from the main workload.
+		p, err := pipeline.Start(filepath.Base(bin), filepath.Join(logs, filepath.Base(bin)+".log"), bin, "2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(syscall.SIGKILL, time.Second) })
+	}
 	select {
 	case <-time.After(9 * time.Second):
 	case <-work.Done():
@@ -151,6 +187,7 @@ func TestPipeline(t *testing.T) {
 	stop(work, syscall.SIGTERM, 5*time.Second)
 	stop(col, syscall.SIGINT, 30*time.Second)
 	stop(gw, syscall.SIGTERM, 40*time.Second)
+	checkNodeUploads(t, symURL, nodeOnlyID, ciID)
 	stop(sym, syscall.SIGTERM, 15*time.Second)
 
 	in, err := pipeline.ReadDelimited(sent)
@@ -265,5 +302,38 @@ func checkKernelFrames(t *testing.T, stacks []pipeline.Stack) {
 	}
 	if named != kernel {
 		t.Errorf("%d of %d kernel frames have no name", kernel-named, kernel)
+	}
+}
+
+func gnuBuildID(t *testing.T, path string) string {
+	t.Helper()
+	ids, err := buildid.FromFile(path)
+	if err != nil || ids.GNU == "" {
+		t.Fatalf("build ID of %s: %q, %v", path, ids.GNU, err)
+	}
+	return ids.GNU
+}
+
+// checkNodeUploads checks the collector's node-side upload through the S3 store: the build
+// nobody uploaded came from the node, and the CI upload was kept although the node ran a
+// file with the same build ID and symbols.
+func checkNodeUploads(t *testing.T, symURL, nodeOnlyID, ciID string) {
+	t.Helper()
+	c := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, symURL)
+	get := func(id string) *debuginfov1.Debuginfo {
+		resp, err := c.Get(context.Background(), connect.NewRequest(&debuginfov1.GetRequest{BuildId: id}))
+		if err != nil {
+			t.Errorf("Get %s: %v", id, err)
+			return nil
+		}
+		return resp.Msg.GetDebuginfo()
+	}
+	if rec := get(nodeOnlyID); rec != nil && (rec.GetSource() != debuginfov1.UploadSource_UPLOAD_SOURCE_NODE ||
+		rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE) {
+		t.Errorf("build only the node ran: source %v type %v, want a NODE EXECUTABLE upload", rec.GetSource(), rec.GetType())
+	}
+	if rec := get(ciID); rec != nil && (rec.GetSource() != debuginfov1.UploadSource_UPLOAD_SOURCE_CI ||
+		rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO) {
+		t.Errorf("CI build: source %v type %v after the node ran it, want the CI DEBUGINFO upload kept", rec.GetSource(), rec.GetType())
 	}
 }
