@@ -462,8 +462,8 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 		mergedOK = true
 	}
 	u.Heading("Files")
-	fmt.Fprintf(u.out, "  OTLP (symbolized, full fidelity): %s (%d files)\n", otlpDir, len(files))
-	fmt.Fprintf(u.out, "  pprof, one per process and interval: %s (%d files)\n", pprofDir, len(pprofFiles))
+	fmt.Fprintf(u.out, "  OTLP (symbolized, full fidelity): %s (%s)\n", otlpDir, plural(len(files), "file"))
+	fmt.Fprintf(u.out, "  pprof, one per process and interval: %s (%s)\n", pprofDir, plural(len(pprofFiles), "file"))
 	fmt.Fprintf(u.out, "  what the collector sent (unsymbolized): %s\n", collectorOut)
 	if mergedOK {
 		fmt.Fprintf(u.out, "  the workload's samples merged: %s\n", merged)
@@ -475,6 +475,13 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 		return fmt.Errorf("the gateway wrote %d samples but the collector sent %d", outN, in)
 	}
 	return nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 func printTop(u *ui, top []pipeline.FuncStat, total int64) {
