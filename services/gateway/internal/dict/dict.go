@@ -33,14 +33,19 @@ func Attr(d pprofile.ProfilesDictionary, indices pcommon.Int32Slice, fn func(key
 
 // AttrStr returns the string value of the first attribute named key, or "".
 func AttrStr(d pprofile.ProfilesDictionary, indices pcommon.Int32Slice, key string) string {
-	var out string
-	found := false
-	Attr(d, indices, func(k string, kv pprofile.KeyValueAndUnit) {
-		if !found && k == key && kv.Value().Type() == pcommon.ValueTypeStr {
-			out, found = kv.Value().Str(), true
+	// A plain loop: this runs for every location of every request.
+	at := d.AttributeTable()
+	for i := 0; i < indices.Len(); i++ {
+		ix := indices.At(i)
+		if ix < 0 || int(ix) >= at.Len() {
+			continue
 		}
-	})
-	return out
+		kv := at.At(int(ix))
+		if Str(d, kv.KeyStrindex()) == key && kv.Value().Type() == pcommon.ValueTypeStr {
+			return kv.Value().Str()
+		}
+	}
+	return ""
 }
 
 // HasAttr reports whether an attribute named key is among the indices.

@@ -50,15 +50,42 @@ type checker struct {
 }
 
 // loc names a position in the request; it is only formatted when there is an error to report,
-// so valid requests pay no formatting cost.
+// so valid requests pay neither formatting nor allocation (no interface boxing until then).
 type loc struct {
-	format string
-	args   []any
+	format  string
+	a, b, c int
+	n       int // how many of a, b, c the format uses
+	parent  *loc
 }
 
-func pos(format string, args ...any) loc { return loc{format, args} }
+func pos(format string, args ...int) loc {
+	l := loc{format: format, n: len(args)}
+	if len(args) > 0 {
+		l.a = args[0]
+	}
+	if len(args) > 1 {
+		l.b = args[1]
+	}
+	if len(args) > 2 {
+		l.c = args[2]
+	}
+	return l
+}
 
-func (l loc) String() string { return fmt.Sprintf(l.format, l.args...) }
+func sub(parent *loc, format string, args ...int) loc {
+	l := pos(format, args...)
+	l.parent = parent
+	return l
+}
+
+func (l loc) String() string {
+	args := []any{l.a, l.b, l.c}[:l.n]
+	s := fmt.Sprintf(l.format, args...)
+	if l.parent != nil {
+		return l.parent.String() + s
+	}
+	return s
+}
 
 func check(where loc, field string, idx int32, table string, n int) error {
 	if idx == 0 || (idx > 0 && int(idx) < n) {
@@ -131,7 +158,7 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		}
 		lines := l.Lines()
 		for j := 0; j < lines.Len(); j++ {
-			if err := check(pos("%s.lines[%d]", where, j), "function_index", lines.At(j).FunctionIndex(), "function_table", v.functions); err != nil {
+			if err := check(sub(&where, ".lines[%d]", j), "function_index", lines.At(j).FunctionIndex(), "function_table", v.functions); err != nil {
 				return err
 			}
 		}
@@ -157,10 +184,10 @@ func (v *checker) valueType(where loc, vt pprofile.ValueType) error {
 }
 
 func (v *checker) profile(where loc, p pprofile.Profile) error {
-	if err := v.valueType(pos("%s.sample_type", where), p.SampleType()); err != nil {
+	if err := v.valueType(sub(&where, ".sample_type"), p.SampleType()); err != nil {
 		return err
 	}
-	if err := v.valueType(pos("%s.period_type", where), p.PeriodType()); err != nil {
+	if err := v.valueType(sub(&where, ".period_type"), p.PeriodType()); err != nil {
 		return err
 	}
 	if err := v.attrIndices(where, p.AttributeIndices()); err != nil {
@@ -168,7 +195,7 @@ func (v *checker) profile(where loc, p pprofile.Profile) error {
 	}
 	ss := p.Samples()
 	for i := 0; i < ss.Len(); i++ {
-		sw := pos("%s.samples[%d]", where, i)
+		sw := sub(&where, ".samples[%d]", i)
 		s := ss.At(i)
 		if err := check(sw, "stack_index", s.StackIndex(), "stack_table", v.stacks); err != nil {
 			return err
