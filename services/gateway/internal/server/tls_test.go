@@ -1,0 +1,99 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/profsym/profsym/services/gateway/internal/server"
+)
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns their paths and a pool
+// that trusts it.
+func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gateway-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certPath, keyPath, pool
+}
+
+func TestTLSReceivers(t *testing.T) {
+	certPath, keyPath, pool := selfSigned(t)
+	sk := startSink(t)
+	g := startGateway(t, server.Config{TLSCert: certPath, TLSKey: keyPath, OTLPGRPCEndpoint: sk.addr})
+
+	cc, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(credentials.NewClientTLSFromCert(pool, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := pprofileotlp.NewGRPCClient(cc).Export(context.Background(), pprofileotlp.NewExportRequestFromProfiles(oneSample())); err != nil {
+		t.Fatalf("gRPC over TLS: %v", err)
+	}
+	body, _ := (&pprofile.ProtoMarshaler{}).MarshalProfiles(oneSample())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := hc.Post("https://"+g.httpAddr+"/v1development/profiles", "application/x-protobuf", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("HTTP over TLS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP over TLS: %s", resp.Status)
+	}
+	sk.waitSamples(t, 2, 10*time.Second)
+	// Plain HTTP to the TLS port is refused.
+	if resp, err := http.Post("http://"+g.httpAddr+"/v1development/profiles", "application/x-protobuf", bytes.NewReader(body)); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("plain HTTP accepted on the TLS receiver")
+		}
+	}
+}
+
+func oneSample() pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	pd.Dictionary().StringTable().Append("")
+	pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples().AppendEmpty().Values().Append(1)
+	return pd
+}
