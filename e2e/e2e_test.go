@@ -47,7 +47,9 @@ func moduleRoot(t *testing.T) string {
 func TestPipeline(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	// Generous: a cold build on a loaded machine takes minutes; the run itself is checked
+	// against its own bound below.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	root := moduleRoot(t)
 	dir := t.TempDir()
@@ -94,6 +96,9 @@ func TestPipeline(t *testing.T) {
 		t.Fatal("strip --strip-debug changed the build ID")
 	}
 
+	// From here on the pipeline runs: its time is bounded (the build above depends on the
+	// build cache and the machine's load, and is bounded by ctx).
+	runStart := time.Now()
 	minio := testsupport.StartMinIO(t)
 	const bucket = "profsym-e2e"
 	minio.NewBucket(t, bucket)
@@ -214,8 +219,10 @@ func TestPipeline(t *testing.T) {
 
 	checkWorkload(t, outStacks, strconv.Itoa(work.PID()))
 	checkKernelFrames(t, outStacks)
-	if d := time.Since(start); d > 120*time.Second {
-		t.Errorf("end-to-end run took %v, want it bounded under 120s", d)
+	if d := time.Since(runStart); d > 90*time.Second {
+		t.Errorf("the pipeline run took %v, want under 90s", d)
+	} else {
+		t.Logf("pipeline run (servers up, 9s of sampling, ordered stop, checks) took %v", d.Round(time.Millisecond))
 	}
 }
 
