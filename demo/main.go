@@ -142,10 +142,10 @@ func run(c cli) int {
 		os.Exit(130)
 	}()
 
-	res, err := demo(ctx, c, u, kids)
+	err := demo(ctx, c, u, kids)
 	kids.killAll()
 	if err != nil {
-		if ctx.Err() != nil && res == nil {
+		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "demo interrupted:", err)
 			return 130
 		}
@@ -155,8 +155,6 @@ func run(c cli) int {
 	return 0
 }
 
-type result struct{}
-
 func randomToken() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
@@ -165,28 +163,28 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
+func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 	root, err := pipeline.ModuleRoot()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dir := c.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "profsym-demo-"); err != nil {
-			return nil, fmt.Errorf("work directory: %w", err)
+			return fmt.Errorf("work directory: %w", err)
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("work directory: %w", err)
+		return fmt.Errorf("work directory: %w", err)
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
-		return nil, err
+		return err
 	}
 	logs := filepath.Join(dir, "logs")
 	otlpDir := filepath.Join(dir, "otlp")
 	pprofDir := filepath.Join(dir, "pprof")
 	for _, d := range []string{logs, otlpDir, pprofDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s: %w", d, err)
+			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
 	fmt.Fprintf(u.out, "profsym demo: everything goes to %s (service logs in logs/)\n\n", dir)
@@ -196,7 +194,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 	t0 := time.Now()
 	bins, err := pipeline.BuildServices(ctx, root, filepath.Join(dir, "bin"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	u.Info("built in %.1fs into %s", time.Since(t0).Seconds(), filepath.Dir(bins.Symbolizer))
 
@@ -204,18 +202,18 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 	u.Step("Compiling the bundled workload (gcc -O2 -g -fno-omit-frame-pointer), stripping the copy that runs")
 	wl, err := pipeline.CompileWorkload(ctx, root, filepath.Join(dir, "workload"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	u.Info("runs: %s (no symbols)   debuginfo: %s", wl.Stripped, wl.Debug)
 
 	// 3. Symbolizer.
 	token, err := randomToken()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tokenFile := filepath.Join(dir, "upload-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("write token file: %w", err)
+		return fmt.Errorf("write token file: %w", err)
 	}
 	u.Step("Starting the symbolizer: folder store, in-process caches, no Redis")
 	storeDir := filepath.Join(dir, "store")
@@ -226,7 +224,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 				"--shutdown-timeout", "5s"}, "http://" + addr + "/readyz"
 		})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kids.add(sym)
 	symURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
@@ -239,7 +237,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 	up.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	upOut, err := up.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("symbolizer upload: %w\n%s", err, upOut)
+		return fmt.Errorf("symbolizer upload: %w\n%s", err, upOut)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(upOut)), "\n") {
 		if strings.HasPrefix(line, "uploaded") || strings.HasPrefix(line, "skipped") {
@@ -262,7 +260,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
 		})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kids.add(gw)
 	gwAddr := "127.0.0.1:" + strconv.Itoa(gports[0])
@@ -286,7 +284,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 			}, "http://" + addr + "/readyz"
 		})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kids.add(col)
 	u.Info("eBPF programs attached; a request to the gateway every %v; metrics on http://127.0.0.1:%d/metrics", interval, cports[0])
@@ -295,7 +293,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 	u.Step("Running the workload for %v beside whatever else this machine runs", c.Duration)
 	wlProc, err := pipeline.Start("workload", filepath.Join(logs, "workload.log"), wl.Stripped)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kids.add(wlProc)
 	u.Info("workload pid %d", wlProc.PID())
@@ -317,18 +315,18 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) (*result, error) {
 		}
 	}
 	if err := errors.Join(stopErrs...); err != nil {
-		return nil, err
+		return err
 	}
 
 	// 9. Results.
 	u.Step("Reading the gateway's OTLP output")
 	if err := report(u, c, dir, otlpDir, pprofDir, collectorOut, wl, wlProc.PID()); err != nil {
-		return nil, err
+		return err
 	}
 	if interrupted {
 		u.Warn("the run was cut short by Ctrl-C; the numbers cover only the time it ran")
 	}
-	return &result{}, nil
+	return nil
 }
 
 // waitRun waits for the run's duration, a Ctrl-C or the workload's own end, showing a
