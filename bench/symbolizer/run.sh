@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # bench/symbolizer: Symbolize over loopback against one large binary, 10,000-address batches.
 # Phases (see driver/main.go): cold (index built by the first batch), stored (serialized index
-# loaded from the store by the first batch), warm (index in memory; fresh addresses, results
-# written to Redis), cached (the same batches again: every address a Redis hit; the in-process
-# result cache is off so Redis is what is measured), warm-noredis (index only, no Redis).
-# Reports addresses per second, p50/p99 latency per batch and the server's peak RSS (VmHWM).
+# loaded from the store by the first batch), warm (index in memory), cached (index not in
+# memory, every address a Redis hit). The in-process result cache is off throughout.
+# Reports addresses per second, p50/p99 latency per batch, the server's CPU time per batch
+# (robust on a shared machine, unlike wall time) and its peak RSS (VmHWM).
 #
 # Usage: bench/symbolizer/run.sh [BINARY]
 #   default BINARY: MinIO from .ci/install-deps (a Go binary over 100 MB) when present,
 #   else the symbolizer binary itself.
-# Env: BATCHES (default 50), COLD_RUNS (default 3), PROFSYM_TOOLS.
+# Env: BATCHES (default 50), COLD_RUNS (default 3), GZIP (true: accept gzip responses; default
+#      false, loopback does not need them), PROFSYM_TOOLS.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tools=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}
@@ -24,4 +25,4 @@ if [[ -z $bin ]]; then
 fi
 echo "machine: $(nproc) cores, $(uname -r), $(go version | cut -d' ' -f3)"
 "$work/driver" --symbolizer "$work/symbolizer" --binary "$bin" --work "$work" \
-	--batches "${BATCHES:-50}" --cold-runs "${COLD_RUNS:-3}"
+	--batches "${BATCHES:-50}" --cold-runs "${COLD_RUNS:-3}" --gzip="${GZIP:-false}"

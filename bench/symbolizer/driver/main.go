@@ -5,8 +5,8 @@
 //
 //	cold    the index is neither in memory nor stored: the first batch builds it
 //	stored  the serialized index is in the store, not in memory: the first batch loads it
-//	warm    the index is in memory, no result cache (each batch has fresh addresses)
-//	cached  every address of the batch is in Redis (the in-process result cache is off)
+//	warm    the index is in memory and answers (the in-process result cache is off)
+//	cached  the index is not in memory and every address of the batch is a Redis hit
 package main
 
 import (
@@ -42,6 +42,9 @@ var (
 	batches       = flag.Int("batches", 50, "batches per measured phase")
 	coldRuns      = flag.Int("cold-runs", 3, "server restarts for the cold and stored phases")
 	work          = flag.String("work", "", "scratch directory")
+	against       = flag.String("against", "", "only send the same batches in a loop to this running server (for profiling)")
+	duration      = flag.Duration("duration", 20*time.Second, "how long --against runs")
+	gzipResp      = flag.Bool("gzip", false, "accept gzip-compressed responses (loopback does not need them)")
 )
 
 type proc struct {
@@ -156,8 +159,12 @@ func (t target) batch(r *rand.Rand) *symbolizerv1.SymbolizeRequest {
 }
 
 func client(url string) symbolizerv1connect.SymbolizerServiceClient {
-	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}, url,
-		connect.WithReadMaxBytes(1<<30))
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(1 << 30)}
+	if !*gzipResp {
+		// Unregistering gzip makes the client ask for uncompressed responses.
+		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
+	}
+	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}, url, opts...)
 }
 
 func call(c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
@@ -227,13 +234,31 @@ func removeIndexes(store string) {
 
 func main() {
 	flag.Parse()
+	if *against != "" && *binary != "" {
+		t := loadTarget(*binary)
+		rnd := rand.New(rand.NewPCG(1, 2))
+		var reqs []*symbolizerv1.SymbolizeRequest
+		for i := 0; i < *batches; i++ {
+			reqs = append(reqs, t.batch(rnd))
+		}
+		c := client(*against)
+		var lat []time.Duration
+		for end := time.Now().Add(*duration); time.Now().Before(end); {
+			for _, req := range reqs {
+				d, _ := call(c, req)
+				lat = append(lat, d)
+			}
+		}
+		row{phase: "against", n: len(lat) * *batch, lat: lat}.print()
+		return
+	}
 	if *symbolizerBin == "" || *binary == "" || *work == "" {
 		log.Fatal("need --symbolizer, --binary and --work")
 	}
 	t := loadTarget(*binary)
 	store := filepath.Join(*work, "store")
 	st, _ := os.Stat(*binary)
-	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches per phase\n", *binary, float64(st.Size())/(1<<20), *batch, *batches)
+	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches per phase, gzip responses: %v\n", *binary, float64(st.Size())/(1<<20), *batch, *batches, *gzipResp)
 
 	srv, url := startServer(store)
 	up := exec.Command(*symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
@@ -264,52 +289,41 @@ func main() {
 		r.print()
 	}
 
-	redis, rurl := startRedis()
-	defer redis.stop()
-	srv, url = startServer(store, "--redis-url", rurl)
+	// warm: the index in memory answers (no Redis; the in-process result cache is off).
+	srv, url = startServer(store)
 	c := client(url)
 	call(c, t.batch(rnd)) // load the index
-	warm := row{phase: "warm"}
-	c0 := cpuTime(srv)
 	var reqs []*symbolizerv1.SymbolizeRequest
 	for i := 0; i < *batches; i++ {
-		req := t.batch(rnd)
-		reqs = append(reqs, req)
-		d, res := call(c, req) // fresh addresses: index lookups (and Redis writes)
-		warm.lat = append(warm.lat, d)
-		warm.n += *batch
-		warm.resolved += res
+		reqs = append(reqs, t.batch(rnd))
 	}
-	warm.rss = peakRSS(srv)
-	warm.cpu = cpuTime(srv) - c0
-	warm.print()
-	cached := row{phase: "cached"}
-	c0 = cpuTime(srv)
-	for _, req := range reqs {
-		d, res := call(c, req)
-		cached.lat = append(cached.lat, d)
-		cached.n += *batch
-		cached.resolved += res
-	}
-	cached.rss = peakRSS(srv)
-	cached.cpu = cpuTime(srv) - c0
-	cached.print()
+	measure("warm", srv, c, reqs).print()
 	srv.stop()
 
-	// Warm again without Redis: the index alone.
-	srv, url = startServer(store)
+	// cached: a replica without the index in memory (an index cache too small to keep it)
+	// whose Redis holds every address of the batches: the first pass fills Redis, the
+	// measured second pass is all Redis hits.
+	redis, rurl := startRedis()
+	defer redis.stop()
+	srv, url = startServer(store, "--redis-url", rurl, "--index-cache-bytes", "1")
 	c = client(url)
-	call(c, t.batch(rnd))
-	noredis := row{phase: "warm-noredis"}
-	c0 = cpuTime(srv)
-	for i := 0; i < *batches; i++ {
-		d, res := call(c, t.batch(rnd))
-		noredis.lat = append(noredis.lat, d)
-		noredis.n += *batch
-		noredis.resolved += res
+	for _, req := range reqs {
+		call(c, req)
 	}
-	noredis.rss = peakRSS(srv)
-	noredis.cpu = cpuTime(srv) - c0
-	noredis.print()
+	measure("cached", srv, c, reqs).print()
 	srv.stop()
+}
+
+func measure(phase string, srv *proc, c symbolizerv1connect.SymbolizerServiceClient, reqs []*symbolizerv1.SymbolizeRequest) row {
+	r := row{phase: phase}
+	c0 := cpuTime(srv)
+	for _, req := range reqs {
+		d, res := call(c, req)
+		r.lat = append(r.lat, d)
+		r.n += len(req.Modules[0].Addresses)
+		r.resolved += res
+	}
+	r.cpu = cpuTime(srv) - c0
+	r.rss = peakRSS(srv)
+	return r
 }

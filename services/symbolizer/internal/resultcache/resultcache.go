@@ -117,17 +117,94 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 	if len(missIdx) == 0 || !c.redisUp() {
 		return
 	}
-	rkeys := make([]string, len(missIdx))
-	for j, i := range missIdx {
-		rkeys[j] = keys[i].redisKey()
+	// Large batches are fetched and decoded in parallel chunks: decoding is most of the
+	// cost of a cache hit, and the chunks' round trips overlap.
+	chunks := 1
+	if len(missIdx) >= 2*minChunk {
+		chunks = min(maxChunks, len(missIdx)/minChunk)
 	}
-	vals, found, err := c.mget(ctx, rkeys)
-	if err != nil {
-		c.redisFailed("get", err)
-		return
+	var (
+		wg     sync.WaitGroup
+		rhits  = make([]int, chunks)
+		errs   = make([]error, chunks)
+		per    = (len(missIdx) + chunks - 1) / chunks
+		failed atomic.Bool
+	)
+	for ch := 0; ch < chunks; ch++ {
+		part := missIdx[ch*per : min(len(missIdx), (ch+1)*per)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rhits[ch], errs[ch] = c.getChunk(ctx, keys, part, out)
+			if errs[ch] != nil {
+				failed.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		c.redisFailed("get", errors.Join(errs...))
 	}
 	rh := 0
-	var fill []int
+	for _, h := range rhits {
+		rh += h
+	}
+	c.metric("redis", rh, len(missIdx)-rh)
+	if rh > 0 && c.opt.LocalSize > 0 {
+		c.mu.Lock()
+		for _, i := range missIdx {
+			if out[i] != nil {
+				c.addLocal(keys[i], out[i])
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// redisKeys builds the Redis keys of keys[i] for i in idx as substrings of one string: one
+// allocation for the whole batch instead of one per key.
+func redisKeys(keys []Key, idx []int) []string {
+	size := 0
+	if len(idx) > 0 {
+		k := keys[idx[0]]
+		size = len(idx) * (len("psym:v1:@:") + len(k.BuildID) + len(k.Tag) + 16)
+	}
+	buf := make([]byte, 0, size)
+	ends := make([]int, len(idx))
+	for j, i := range idx {
+		k := keys[i]
+		buf = append(buf, "psym:v1:"...)
+		buf = append(buf, k.BuildID...)
+		buf = append(buf, '@')
+		buf = append(buf, k.Tag...)
+		buf = append(buf, ':')
+		buf = strconv.AppendUint(buf, k.Addr, 16)
+		ends[j] = len(buf)
+	}
+	all := string(buf)
+	out := make([]string, len(idx))
+	start := 0
+	for j, end := range ends {
+		out[j] = all[start:end]
+		start = end
+	}
+	return out
+}
+
+const (
+	minChunk  = 2500
+	maxChunks = 4
+)
+
+// getChunk fetches keys[i] for i in idx from Redis into out[i], fills the in-process layer,
+// and returns the number of hits.
+func (c *Cache) getChunk(ctx context.Context, keys []Key, idx []int, out []*symbolizerv1.Location) (int, error) {
+	rkeys := redisKeys(keys, idx)
+	vals, found, err := c.mget(ctx, rkeys)
+	if err != nil {
+		return 0, err
+	}
+	rh := 0
 	for j, v := range vals {
 		if !found[j] {
 			continue
@@ -137,18 +214,10 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 			c.opt.Logger.Warn("undecodable result cache entry", "key", rkeys[j], "err", err)
 			continue
 		}
-		out[missIdx[j]] = loc
-		fill = append(fill, missIdx[j])
+		out[idx[j]] = loc
 		rh++
 	}
-	c.metric("redis", rh, len(missIdx)-rh)
-	if len(fill) > 0 && c.opt.LocalSize > 0 {
-		c.mu.Lock()
-		for _, i := range fill {
-			c.addLocal(keys[i], out[i])
-		}
-		c.mu.Unlock()
-	}
+	return rh, nil
 }
 
 func (c *Cache) mget(ctx context.Context, keys []string) ([]string, []bool, error) {

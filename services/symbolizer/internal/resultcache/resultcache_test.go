@@ -2,6 +2,7 @@ package resultcache
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,22 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 	if n := client.Exists(ctx, "psym:v1:abcd@t1:10").Val(); n != 1 {
 		t.Fatalf("key format changed: %d", n)
+	}
+
+	// A batch large enough to be fetched in parallel chunks.
+	big := make([]Key, 12000)
+	bigVals := make([]*symbolizerv1.Location, len(big))
+	for i := range big {
+		big[i] = Key{"abcd", "t2", uint64(i)}
+		bigVals[i] = loc("f" + strconv.Itoa(i%7))
+	}
+	c.Put(ctx, big[:9000], bigVals[:9000])
+	bigOut := make([]*symbolizerv1.Location, len(big))
+	c.Get(ctx, big, bigOut)
+	for i := range big {
+		if (i < 9000) != (bigOut[i] != nil) || (i < 9000 && !proto.Equal(bigOut[i], bigVals[i])) {
+			t.Fatalf("big batch: entry %d = %v", i, bigOut[i])
+		}
 	}
 
 	r.Stop()
@@ -162,4 +179,14 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding changed %q", s)
 		}
 	})
+}
+
+func TestRedisKeys(t *testing.T) {
+	keys := []Key{{"ab", "t", 0x10}, {"go/id", "u", 0}, {"cd", "v", 1 << 63}}
+	got := redisKeys(keys, []int{2, 0, 1})
+	for j, i := range []int{2, 0, 1} {
+		if got[j] != keys[i].redisKey() {
+			t.Fatalf("key %d = %q, want %q", j, got[j], keys[i].redisKey())
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -76,6 +77,7 @@ type Config struct {
 	DebuginfodParallel int           `name:"debuginfod-parallel" default:"4" env:"SYMBOLIZER_DEBUGINFOD_PARALLEL" help:"Concurrent upstream fetches."`
 
 	TempDir   string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
+	Pprof     bool   `name:"pprof" env:"SYMBOLIZER_PPROF" help:"Serve Go profiling at /debug/pprof/ (guarded like writes: it needs a token)."`
 	LogFormat string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
 	LogLevel  string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
 }
@@ -212,7 +214,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if c.RequireRead {
 		readTokens = s.Tokens
 	}
-	opts := []connect.HandlerOption{connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
+	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
 	mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...))
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
@@ -238,9 +240,24 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	if c.Pprof {
+		mux.Handle("/debug/pprof/", s.requireToken(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", s.requireToken(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", s.requireToken(http.HandlerFunc(pprof.Trace)))
+	}
 	s.Handler = uploadapi.WithBaseURL(mux)
 	s.ready.Store(true)
 	return s, nil
+}
+
+func (s *Server) requireToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Tokens.Check(r.Header.Get("Authorization")); err != nil {
+			http.Error(w, err.Error(), auth.HTTPStatus(err))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Close releases clients.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -126,9 +127,16 @@ func BenchmarkSymbolize10k(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := svc.Symbolize(context.Background(), req); err != nil {
+				resp, err := svc.Symbolize(context.Background(), req)
+				if err != nil {
 					b.Fatal(err)
 				}
+				// What the server sends: the response is part of a batch's cost.
+				out, err := proto.Marshal(resp.Msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(len(out)), "resp-bytes")
 			}
 		})
 	}
