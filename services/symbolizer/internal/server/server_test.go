@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 
 	"fmt"
 	"io"
@@ -626,4 +627,56 @@ func TestRequireReadToken(t *testing.T) {
 
 func sha256Hex(b []byte) string {
 	return fmt.Sprintf("%x", sha256Sum(b))
+}
+
+// A client that reserved an upload and crashed before its PUT completed runs again: the CLI
+// gets the same live upload back and finishes it. --dry-run changes nothing.
+func TestCLIResumesAfterCrashAndDryRun(t *testing.T) {
+	r := start(t)
+	bin := compile(t, "-g")
+	data, _ := os.ReadFile(bin.path)
+
+	var out bytes.Buffer
+	dry := &uploadcli.UploadCmd{Conn: uploadcli.Conn{Server: r.url, Token: token, Timeout: time.Minute},
+		Paths: []string{bin.path}, Parallel: 1, Source: "ci", Type: "auto", Retries: 1, Progress: "plain", DryRun: true, Out: &out, Err: io.Discard}
+	res, err := dry.Upload(context.Background())
+	if err != nil || res[0].Outcome != "would-upload" {
+		t.Fatalf("dry run = %+v, %v", res, err)
+	}
+
+	client := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)
+	req := connect.NewRequest(&debuginfov1.InitiateUploadRequest{BuildId: bin.ids.GNU, BuildIdType: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU,
+		Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO, Sha256: sha256Hex(data), Size: uint64(len(data)), Source: debuginfov1.UploadSource_UPLOAD_SOURCE_CI})
+	bearer(req)
+	first, err := client.InitiateUpload(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crashed PUT: half the body, then the connection drops.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write(data[:len(data)/2])
+		pw.CloseWithError(errors.New("client crashed"))
+	}()
+	put, _ := http.NewRequest(http.MethodPut, first.Msg.UploadUrl, pr)
+	put.ContentLength = int64(len(data))
+	put.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(put); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("a truncated PUT was accepted")
+		}
+	}
+	if _, err := client.Get(context.Background(), connect.NewRequest(&debuginfov1.GetRequest{BuildId: bin.ids.GNU})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a half upload is visible: %v", err)
+	}
+
+	res = upload(t, r.url, bin.path)
+	if res[0].Outcome != "uploaded" {
+		t.Fatalf("resumed upload = %+v", res[0])
+	}
+	l, err := client.List(context.Background(), connect.NewRequest(&debuginfov1.ListRequest{}))
+	if err != nil || len(l.Msg.Debuginfos) != 1 || l.Msg.Debuginfos[0].Sha256 != sha256Hex(data) {
+		t.Fatalf("after resume: %v %v", l, err)
+	}
 }
