@@ -214,12 +214,14 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if c.RequireRead {
 		readTokens = s.Tokens
 	}
-	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
+	// A request at the limits (100,000 addresses, 1,024 modules with 4 KiB file names) is
+	// a few MiB; anything far larger is refused before it is buffered.
+	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
 	mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...))
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	mux.Handle(grpchealth.NewHandler(&healthChecker{s: s, static: grpchealth.NewStaticChecker(services...)}))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -258,6 +260,31 @@ func (s *Server) requireToken(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+const maxRequestBytes = 64 << 20
+
+// healthChecker answers gRPC health checks: SERVING while the server is not shutting down
+// and its store answers, for the whole server ("") and each service.
+type healthChecker struct {
+	s      *Server
+	static *grpchealth.StaticChecker
+}
+
+func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	resp, err := h.static.Check(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if !h.s.ready.Load() {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := h.s.Store.Ping(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return resp, nil
 }
 
 // Close releases clients.

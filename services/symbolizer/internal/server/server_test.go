@@ -680,3 +680,34 @@ func TestCLIResumesAfterCrashAndDryRun(t *testing.T) {
 		t.Fatalf("after resume: %v %v", l, err)
 	}
 }
+
+func TestReadinessFollowsTheStore(t *testing.T) {
+	store := t.TempDir()
+	r := start(t, "--store-dir", store)
+	conn, err := grpc.NewClient(strings.TrimPrefix(r.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	check := func(wantHTTP int, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		resp, err := http.Get(r.url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != wantHTTP {
+			t.Fatalf("/readyz = %d, want %d", resp.StatusCode, wantHTTP)
+		}
+		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil || hc.Status != want {
+			t.Fatalf("grpc health = %v %v, want %v", hc, err, want)
+		}
+	}
+	check(200, healthpb.HealthCheckResponse_SERVING)
+	os.RemoveAll(store)
+	check(503, healthpb.HealthCheckResponse_NOT_SERVING)
+	if resp, err := http.Get(r.url + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz with the store gone: %v %v", resp, err)
+	}
+}
