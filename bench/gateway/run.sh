@@ -74,7 +74,7 @@ run_gateway() { # label, extra flags...
 	local pid=$!
 	PIDS+=($pid)
 	waitfor "http://127.0.0.1:$a/readyz"
-	"$WORK/driver" -gateway "127.0.0.1:$g" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
+	"$WORK/driver" -gateway "127.0.0.1:$g" -admin "127.0.0.1:$a" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
 		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY"
 	curl -fsS "http://127.0.0.1:$a/metrics" | grep -E '^profsym_gateway_(locations_(seen|symbolized)_total|locations_unresolved_total|symbol_cache_hits_total)' | sed "s/^/$label: /"
 	kill "$pid"

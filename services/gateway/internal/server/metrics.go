@@ -58,7 +58,7 @@ func newMetrics() *Metrics {
 		}, []string{"outcome"}),
 		RequestLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "profsym_gateway_request_seconds", Help: "Time from decoded request to queued, by transport.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+			Buckets: prometheus.ExponentialBuckets(0.0001, 1.5, 30),
 		}, []string{"transport"}),
 	}
 	m.Registry.MustRegister(m.Requests, m.SamplesIn, m.SamplesOut, m.SamplesLost, m.LocationsSeen, m.LocationsSymbol,
