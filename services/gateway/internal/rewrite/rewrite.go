@@ -159,6 +159,9 @@ func Apply(pd pprofile.Profiles, locs map[int32][]*symbolizerv1.Frame, mappings 
 	d := pd.Dictionary()
 	seed(d)
 	in := &interner{d: d, stats: &stats, hint: 2 * len(locs), byFrame: make(map[*symbolizerv1.Frame]int32, 2*len(locs))}
+	// Grow the tables once rather than append by append.
+	d.FunctionTable().EnsureCapacity(d.FunctionTable().Len() + in.hint)
+	d.StringTable().EnsureCapacity(d.StringTable().Len() + 2*in.hint)
 
 	// Sorted so the same request always yields the same dictionary.
 	keys := make([]int32, 0, len(locs))
