@@ -43,11 +43,16 @@ type Options struct {
 	Redis       redis.UniversalClient // nil: no Redis
 	TTL         time.Duration         // Redis TTL of positive entries
 	NegativeTTL time.Duration         // Redis TTL of empty results
-	Timeout     time.Duration         // per Redis call
-	Backoff     time.Duration         // how long Redis is skipped after a failure
-	LocalSize   int                   // entries in the in-process LRU; 0 disables it
-	Metrics     Metrics
-	Logger      *slog.Logger
+	Timeout     time.Duration         // per Redis read
+	// WriteTimeout bounds one pipelined write of a batch; writes run in the background.
+	WriteTimeout time.Duration
+	// WriteQueue is how many batches may wait to be written; more are dropped (counted as
+	// Redis errors of op "queue").
+	WriteQueue int
+	Backoff    time.Duration // how long Redis is skipped after a failure
+	LocalSize  int           // entries in the in-process LRU; 0 disables it
+	Metrics    Metrics
+	Logger     *slog.Logger
 }
 
 // Cache is the two-layer result cache.
@@ -59,6 +64,16 @@ type Cache struct {
 	mu    sync.Mutex
 	ll    *list.List
 	items map[Key]*list.Element
+
+	writes    chan writeJob
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+type writeJob struct {
+	keys []Key
+	vals []*symbolizerv1.Location
+	sync chan struct{} // closed when written, for Flush
 }
 
 type localItem struct {
@@ -80,14 +95,84 @@ func New(opt Options) *Cache {
 	if opt.Backoff == 0 {
 		opt.Backoff = time.Second
 	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = max(2*time.Second, opt.Timeout)
+	}
+	if opt.WriteQueue == 0 {
+		opt.WriteQueue = 16
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}}
+	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{})}
 	if _, ok := opt.Redis.(*redis.ClusterClient); ok {
 		c.cluster = true
 	}
+	if opt.Redis != nil {
+		c.writes = make(chan writeJob, opt.WriteQueue)
+		go c.writer()
+	}
 	return c
+}
+
+// writer writes queued batches to Redis one at a time, so writes never delay a response.
+func (c *Cache) writer() {
+	defer close(c.done)
+	for j := range c.writes {
+		if j.keys != nil {
+			c.putRedis(context.Background(), j.keys, j.vals)
+		}
+		if j.sync != nil {
+			close(j.sync)
+		}
+	}
+}
+
+// PutAsync stores results in memory now and queues them for Redis.
+func (c *Cache) PutAsync(keys []Key, vals []*symbolizerv1.Location) {
+	if len(keys) == 0 {
+		return
+	}
+	c.putLocal(keys, vals)
+	if c.writes == nil || !c.redisUp() {
+		return
+	}
+	select {
+	case c.writes <- writeJob{keys: keys, vals: vals}:
+	default:
+		c.opt.Logger.Warn("redis write queue full; dropping a batch of results", "keys", len(keys))
+		if c.opt.Metrics != nil {
+			c.opt.Metrics.RedisError("queue")
+		}
+	}
+}
+
+// Flush waits until the batches queued so far are written (or ctx ends).
+func (c *Cache) Flush(ctx context.Context) {
+	if c.writes == nil {
+		return
+	}
+	j := writeJob{sync: make(chan struct{})}
+	select {
+	case c.writes <- j:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-j.sync:
+	case <-ctx.Done():
+	}
+}
+
+// Close stops the background writer after the queued batches are written.
+func (c *Cache) Close() {
+	if c.writes == nil {
+		return
+	}
+	c.closeOnce.Do(func() {
+		close(c.writes)
+		<-c.done
+	})
 }
 
 // Get fills out[i] for every key found; a nil out[i] is a miss. out must have len(keys).
@@ -255,11 +340,17 @@ func (c *Cache) mget(ctx context.Context, keys []string) ([]string, []bool, erro
 	return out, found, nil
 }
 
-// Put stores results: in memory, and in Redis with one pipelined round trip.
+// Put stores results: in memory, and in Redis with one pipelined round trip before it
+// returns.
 func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Location) {
 	if len(keys) == 0 {
 		return
 	}
+	c.putLocal(keys, vals)
+	c.putRedis(ctx, keys, vals)
+}
+
+func (c *Cache) putLocal(keys []Key, vals []*symbolizerv1.Location) {
 	if c.opt.LocalSize > 0 {
 		c.mu.Lock()
 		for i, k := range keys {
@@ -267,10 +358,13 @@ func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Locati
 		}
 		c.mu.Unlock()
 	}
+}
+
+func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []*symbolizerv1.Location) {
 	if !c.redisUp() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.opt.WriteTimeout)
 	defer cancel()
 	var buf []byte
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {

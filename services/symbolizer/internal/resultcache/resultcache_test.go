@@ -190,3 +190,22 @@ func TestRedisKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestPutAsync(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	client, err := NewRedisClient(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := New(Options{Redis: client, WriteQueue: 2})
+	ctx := context.Background()
+	keys := []Key{{"ab", "t", 1}, {"ab", "t", 2}}
+	c.PutAsync(keys, []*symbolizerv1.Location{loc("x"), loc("")})
+	c.Flush(ctx)
+	if n := client.Exists(ctx, keys[0].redisKey(), keys[1].redisKey()).Val(); n != 2 {
+		t.Fatalf("%d of 2 keys written", n)
+	}
+	c.Close()
+	c.Close() // idempotent
+}

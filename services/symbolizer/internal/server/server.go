@@ -187,6 +187,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		rcOpt.Redis = client
 	}
 	rc = resultcache.New(rcOpt)
+	s.closers = append([]func(){rc.Close}, s.closers...)
 	if err := rc.Ping(ctx); err != nil {
 		log.Warn("redis does not answer yet; symbolizing without it until it does", "err", err)
 	}

@@ -62,8 +62,6 @@ type Service struct {
 	m       *metrics.Metrics
 	opt     Options
 
-	putSem chan struct{}
-
 	mu       sync.Mutex
 	resolved map[meta.ID]resolved
 }
@@ -87,7 +85,7 @@ func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetch
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}, putSem: make(chan struct{}, 1)}
+	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
@@ -231,10 +229,12 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	locs := make([]*symbolizerv1.Location, len(keys))
 	if e := s.indexes.Get(f.SHA256); e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
-		// caches, and fill Redis in the background for replicas that lack the index.
+		// caches, and fill Redis (in the background) for replicas that lack the index.
 		s.countIndex(true)
 		lookupAll(e, keys, locs, nil)
-		s.putLater(ctx, keys, locs)
+		if s.results != nil {
+			s.results.PutAsync(keys, locs)
+		}
 	} else {
 		if s.results != nil {
 			s.results.Get(ctx, keys, locs)
@@ -264,7 +264,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 				for n, j := range missIdx {
 					missVals[n] = locs[j]
 				}
-				s.results.Put(ctx, missKeys, missVals)
+				s.results.PutAsync(missKeys, missVals)
 			}
 		}
 	}
@@ -318,23 +318,6 @@ func validUTF8(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
-// putLater writes results to the result cache in the background, one batch at a time; when a
-// write is already running the batch is dropped (the cache is an optimization).
-func (s *Service) putLater(ctx context.Context, keys []resultcache.Key, locs []*symbolizerv1.Location) {
-	if s.results == nil || len(keys) == 0 {
-		return
-	}
-	select {
-	case s.putSem <- struct{}{}:
-	default:
-		return
-	}
-	go func() {
-		defer func() { <-s.putSem }()
-		s.results.Put(context.WithoutCancel(ctx), keys, locs)
-	}()
 }
 
 func (s *Service) countIndex(hit bool) {

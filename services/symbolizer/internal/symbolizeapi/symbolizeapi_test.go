@@ -121,6 +121,7 @@ func BenchmarkSymbolize10k(b *testing.B) {
 			req := batch(gnu, lo, hi, 10000)
 			svc.Symbolize(context.Background(), req)
 			if rc != nil {
+				rc.Flush(context.Background())
 				// A replica without the index in memory: every address is a Redis hit.
 				svc = New(svc.meta, indexcache.New(1<<30), rc, nil, nil, Options{})
 			}
