@@ -311,6 +311,9 @@ func (b *Binary) build() (*index.Index, error) {
 			b.info.DWARFVersion = st.Version
 			b.info.Sources = append(b.info.Sources, fmt.Sprintf("dwarf v%d", st.Version))
 			usedDebug = true
+			if err := addOuterNames(b.outerNameSource(), bld); err != nil {
+				warn("symtab outer names", err)
+			}
 			break
 		}
 	}
@@ -352,6 +355,45 @@ func (b *Binary) build() (*index.Index, error) {
 		return nil, fmt.Errorf("%s: no usable debug information: %w", b.path, hardErr)
 	}
 	return ix, nil
+}
+
+// addOuterNames gives the outermost frame of DWARF answers the name of the ELF symbol covering
+// the address, as llvm-symbolizer does: gcc writes no linkage name for internal-linkage C++
+// functions, so the symbol is the only place their qualified name lives, and it marks cold and
+// cloned parts (".cold", ".constprop.0"). Go binaries keep pclntab's names, which are the
+// runtime's own.
+func addOuterNames(f *elf.File, bld *index.Builder) error {
+	fns, _, err := symtab.Functions(f)
+	if err != nil {
+		return err
+	}
+	for _, fn := range fns {
+		n := bld.AddNode(index.Node{
+			Name:         bld.String(fn.Name),
+			LinkageName:  bld.String(fn.LinkageName),
+			StartAddress: fn.Lo,
+			Parent:       index.NoParent,
+		})
+		bld.AddOuterName(fn.Lo, fn.Hi, n)
+	}
+	return nil
+}
+
+// outerNameSource picks the symbol table that names outermost frames: the binary's .symtab,
+// else the separate debug file's (a stripped binary keeps its full table there), else the
+// binary itself, whose .dynsym names at least the exported functions. llvm-symbolizer reads only
+// the binary's table, so on a stripped binary it falls back to bare DWARF names; the debug
+// file's table gives the same qualified names as on the unstripped binary.
+func (b *Binary) outerNameSource() *elf.File {
+	for _, f := range []*elfx.File{b.elf, b.debug} {
+		if f == nil {
+			continue
+		}
+		if s := f.ELF().Section(".symtab"); s != nil && s.Type == elf.SHT_SYMTAB && s.Size > 0 {
+			return f.ELF()
+		}
+	}
+	return b.elf.ELF()
 }
 
 func byteOrder(f *elf.File) binary.ByteOrder {

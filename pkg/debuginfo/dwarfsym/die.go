@@ -24,6 +24,7 @@ const (
 	atHighPC         = 0x12
 	atCompDir        = 0x1b
 	atAbstractOrigin = 0x31
+	atDeclFile       = 0x3a
 	atDeclLine       = 0x3b
 	atSpecification  = 0x47
 	atRanges         = 0x55

@@ -213,7 +213,9 @@ type unitResult struct {
 type localNode struct {
 	name, linkage, callFile uint32 // indexes into unitResult.strs
 	startLine               uint32
-	parent                  int32 // index into unitResult.nodes, -1 for outermost
+	declFile                uint32 // index into unitResult.strs
+	startAddr               uint64 // DW_AT_low_pc, 0 when the entry has only ranges
+	parent                  int32  // index into unitResult.nodes, -1 for outermost
 	callLine, callColumn    uint32
 }
 
@@ -249,13 +251,15 @@ func (a *adder) unit(r *unitResult, st *Stats) {
 			parent = a.nid[n.parent]
 		}
 		a.nid = append(a.nid, a.b.AddNode(index.Node{
-			Name:        a.ids[n.name],
-			LinkageName: a.ids[n.linkage],
-			StartLine:   n.startLine,
-			Parent:      parent,
-			CallFile:    a.ids[n.callFile],
-			CallLine:    n.callLine,
-			CallColumn:  n.callColumn,
+			Name:         a.ids[n.name],
+			LinkageName:  a.ids[n.linkage],
+			StartLine:    n.startLine,
+			DeclFile:     a.ids[n.declFile],
+			StartAddress: n.startAddr,
+			Parent:       parent,
+			CallFile:     a.ids[n.callFile],
+			CallLine:     n.callLine,
+			CallColumn:   n.callColumn,
 		}))
 	}
 	for _, rg := range r.ranges {
@@ -277,7 +281,10 @@ func (a *adder) unit(r *unitResult, st *Stats) {
 type funcNames struct {
 	name, linkage string
 	declLine      uint32
+	declFile      int64
+	declAt        uint64 // offset of the entry that carried declFile: its unit's files name it
 	hasName       bool
+	hasDeclFile   bool
 	hasLinkage    bool
 	hasDeclLine   bool
 }
@@ -483,7 +490,7 @@ func (dc *decoder) readFunc(r *secReader, u *unitCtx, a *abbrev, fd *funcDIE, na
 		switch sp.attr {
 		case atLowPC, atHighPC, atRanges:
 			want = true
-		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atAbstractOrigin, atSpecification,
+		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atDeclFile, atAbstractOrigin, atSpecification,
 			atCallFile, atCallLine, atCallColumn:
 			want = names
 		}
@@ -532,6 +539,10 @@ func applyRef(rd *refDIE, attr uint64, v attrVal) {
 	case atDeclLine:
 		if v.class == clsConst {
 			rd.declLine, rd.hasDeclLine = uint32(v.u), true
+		}
+	case atDeclFile:
+		if v.class == clsConst {
+			rd.declFile, rd.hasDeclFile = int64(min(v.u, 1<<62)), true
 		}
 	case atAbstractOrigin:
 		if v.class == clsRef {
@@ -638,6 +649,17 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 			startLine: n.declLine,
 			parent:    -1,
 		}
+		if fd.hasLow {
+			ln.startAddr = fd.lowPC.u
+		}
+		// A declaration in another unit (cross-unit origins under -flto) is named by that
+		// unit's file table, which this worker does not hold: leave the file unknown rather
+		// than guess.
+		if n.hasDeclFile && n.declAt >= u.hdr.off && n.declAt < u.hdr.end {
+			if s, ok := files.name(n.declFile); ok {
+				ln.declFile = dc.str(s)
+			}
+		}
 		if inl {
 			ln.parent = ctx.node
 			if fd.hasCallFile {
@@ -709,7 +731,7 @@ func (dc *decoder) refAt(off uint64) (*refDIE, error) {
 	for _, sp := range a.attrs {
 		want := false
 		switch sp.attr {
-		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atAbstractOrigin, atSpecification:
+		case atName, atLinkageName, atMIPSLinkage, atDeclLine, atDeclFile, atAbstractOrigin, atSpecification:
 			want = true
 		}
 		v, err := dc.s.readAttr(r, u, sp.form, sp.implicit, want)
@@ -728,6 +750,7 @@ func (dc *decoder) refAt(off uint64) (*refDIE, error) {
 // depth-first over abstract_origin and specification, specification first, each DIE once.
 func (dc *decoder) names(fd *funcDIE) (funcNames, error) {
 	out := fd.funcNames
+	out.declAt = fd.off
 	if out.hasName && out.hasLinkage && out.hasDeclLine {
 		return out, nil
 	}
@@ -775,6 +798,9 @@ func (dc *decoder) names(fd *funcDIE) (funcNames, error) {
 		}
 		if !out.hasDeclLine && r.hasDeclLine {
 			out.declLine, out.hasDeclLine = r.declLine, true
+		}
+		if !out.hasDeclFile && r.hasDeclFile {
+			out.declFile, out.hasDeclFile, out.declAt = r.declFile, true, off
 		}
 		if out.hasName && out.hasLinkage && out.hasDeclLine {
 			break

@@ -22,12 +22,16 @@ import (
 //	  fidelity      byte
 //	  strings       count, count lengths, then the concatenated bytes
 //	  nodes         count, then columns name, linkage, startLine, parent (0 = none, else
-//	                index - parent), callFile, callLine, callColumn
+//	                index - parent), callFile, callLine, callColumn, declFile,
+//	                startAddress
 //	  intervals     count, then columns start - previous end, end - start, node
 //	  line rows     count, then columns address delta, file (0 = end of sequence, else
 //	                string + 1), zigzag line delta, column
+//	  outer names   count, then columns start delta, end - start, node
+//
+// Version 2 added the declFile and startAddress node columns and the outer names.
 const (
-	formatVersion = 1
+	formatVersion = 2
 	headerSize    = 24
 )
 
@@ -77,6 +81,8 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 	col(func(n *Node) uint64 { return uint64(n.CallFile) })
 	col(func(n *Node) uint64 { return uint64(n.CallLine) })
 	col(func(n *Node) uint64 { return uint64(n.CallColumn) })
+	col(func(n *Node) uint64 { return uint64(n.DeclFile) })
+	col(func(n *Node) uint64 { return n.StartAddress })
 
 	buf = binary.AppendUvarint(buf, uint64(len(ix.ivStart)))
 	var prev uint64
@@ -111,6 +117,19 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 	}
 	for _, c := range ix.lnCol {
 		buf = binary.AppendUvarint(buf, uint64(c))
+	}
+
+	buf = binary.AppendUvarint(buf, uint64(len(ix.onStart)))
+	prev = 0
+	for _, s := range ix.onStart {
+		buf = binary.AppendUvarint(buf, s-prev)
+		prev = s
+	}
+	for i, s := range ix.onStart {
+		buf = binary.AppendUvarint(buf, ix.onEnd[i]-s)
+	}
+	for _, n := range ix.onNode {
+		buf = binary.AppendUvarint(buf, uint64(n))
 	}
 
 	payload := buf[headerSize:]
@@ -251,7 +270,7 @@ func Unmarshal(data []byte) (*Index, error) {
 		p += l
 	}
 
-	nn := d.count("node", 7)
+	nn := d.count("node", 9)
 	ix.nodes = make([]Node, nn)
 	for i := range ix.nodes {
 		ix.nodes[i].Name = d.u32("node name")
@@ -281,6 +300,12 @@ func Unmarshal(data []byte) (*Index, error) {
 	}
 	for i := range ix.nodes {
 		ix.nodes[i].CallColumn = d.u32("node call column")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].DeclFile = d.u32("node declaration file")
+	}
+	for i := range ix.nodes {
+		ix.nodes[i].StartAddress = d.uvarint()
 	}
 
 	ni := d.count("interval", 3)
@@ -346,6 +371,33 @@ func Unmarshal(data []byte) (*Index, error) {
 	for i := range ix.lnCol {
 		ix.lnCol[i] = d.u32("line column")
 	}
+
+	no := d.count("outer name", 3)
+	ix.onStart = make([]uint64, no)
+	ix.onEnd = make([]uint64, no)
+	ix.onNode = make([]NodeID, no)
+	prev = 0
+	for i := range ix.onStart {
+		delta := d.uvarint()
+		if prev+delta < prev {
+			d.failf("outer name %d start overflows", i)
+		}
+		prev += delta
+		ix.onStart[i] = prev
+	}
+	for i := range ix.onEnd {
+		l := d.uvarint()
+		if ix.onStart[i]+l < ix.onStart[i] {
+			d.failf("outer name %d end overflows", i)
+		}
+		ix.onEnd[i] = ix.onStart[i] + l
+	}
+	for i := range ix.onNode {
+		ix.onNode[i] = NodeID(d.u32("outer name node"))
+	}
+	if no == 0 {
+		ix.onStart, ix.onEnd, ix.onNode = nil, nil, nil
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -355,5 +407,6 @@ func Unmarshal(data []byte) (*Index, error) {
 	if err := ix.validate(); err != nil {
 		return nil, err
 	}
+	ix.prepare()
 	return ix, nil
 }

@@ -192,13 +192,15 @@ func TestUnmarshalRejects(t *testing.T) {
 		{"string 0 not empty", payload(cat([]byte{3}, uv(1), uv(1), []byte("x"), uv(0), uv(0), uv(0))...), false},
 		{"string longer than input", payload(cat([]byte{3}, uv(2), uv(0), uv(1<<50))...), false},
 		{"huge node count", payload(cat([]byte{3}, uv(1), uv(0), uv(1<<33))...), false},
-		{"parent before node 0", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
-		{"name out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(5), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
-		{"interval node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(0))...), false},
-		{"empty interval", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(0), uv(0), uv(0))...), false},
-		{"interval overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0), uv(0))...), false},
-		{"line file out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(7), binary.AppendVarint(nil, 1), uv(0))...), false},
-		{"line overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(1), binary.AppendVarint(nil, 1<<40), uv(0))...), false},
+		{"parent before node 0", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"name out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(5), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"interval node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(0), uv(0))...), false},
+		{"empty interval", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"interval overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0), uv(0), uv(0))...), false},
+		{"line file out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(7), binary.AppendVarint(nil, 1), uv(0), uv(0))...), false},
+		{"line overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(1), binary.AppendVarint(nil, 1<<40), uv(0), uv(0))...), false},
+		{"outer name node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0))...), false},
+		{"outer name overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0))...), false},
 		{"bad uvarint", payload(cat([]byte{3}, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})...), false},
 	}
 	for _, tt := range tests {
@@ -225,7 +227,7 @@ func TestUnmarshalValid(t *testing.T) {
 	good, _ := mustBuild(t, NewBuilder()).MarshalBinary()
 	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 	var p []byte
-	for _, part := range [][]byte{{3}, uv(2), uv(0), uv(1), []byte("f"), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(2), uv(16), uv(4), uv(2), uv(0), binary.AppendVarint(nil, 7), binary.AppendVarint(nil, -7), uv(3), uv(0)} {
+	for _, part := range [][]byte{{3}, uv(2), uv(0), uv(1), []byte("f"), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(2), uv(16), uv(4), uv(2), uv(0), binary.AppendVarint(nil, 7), binary.AppendVarint(nil, -7), uv(3), uv(0), uv(0)} {
 		p = append(p, part...)
 	}
 	ix, err := Unmarshal(reseal(append(append([]byte(nil), good[:headerSize]...), p...)))

@@ -90,6 +90,7 @@ type Builder struct {
 	nodes    []Node
 	ranges   []rangeEntry
 	lines    []lineRow
+	outer    []rangeEntry
 	fidelity Fidelity
 }
 
@@ -151,6 +152,28 @@ func (b *Builder) AddSymbolRange(lo, hi uint64, node NodeID) {
 	b.ranges = append(b.ranges, rangeEntry{lo: lo, hi: hi, node: node, fallback: true, seq: uint32(len(b.ranges))})
 }
 
+// AddOuterName says that the outermost frame of any address in [lo, hi) is named by node (an
+// outermost node: its Name, LinkageName and StartAddress are used), whatever the debug
+// information calls it. This is llvm-symbolizer's rule for DWARF: the ELF symbol covering an
+// address names the outermost function, which gives gcc's internal-linkage C++ functions their
+// qualified names and cold or cloned parts their ".cold"/".constprop.N" markers. Among ranges
+// with one start the last added wins; an address past the end of the range that starts
+// closest below it has no outer name, as in llvm.
+func (b *Builder) AddOuterName(lo, hi uint64, node NodeID) {
+	if hi <= lo {
+		return
+	}
+	b.outer = append(b.outer, rangeEntry{lo: lo, hi: hi, node: node, seq: uint32(len(b.outer))})
+}
+
+// Grow reserves room for n more nodes, ranges and line rows, for sources that know their
+// counts: growing slices of millions of elements by appending costs far more memory at peak.
+func (b *Builder) Grow(nodes, ranges, lines int) {
+	b.nodes = slices.Grow(b.nodes, nodes)
+	b.ranges = slices.Grow(b.ranges, ranges)
+	b.lines = slices.Grow(b.lines, lines)
+}
+
 // AddLine adds a line-table row: from addr up to the next row, code belongs to file:line:column.
 func (b *Builder) AddLine(addr uint64, file, line, column uint32) {
 	b.lines = append(b.lines, lineRow{addr: addr, file: file, line: line, column: column, seq: uint32(len(b.lines))})
@@ -173,16 +196,90 @@ func (b *Builder) NumNodes() int { return len(b.nodes) }
 
 // Index is immutable once built and safe for concurrent lookups.
 type Index struct {
-	strings  []string
-	nodes    []Node
-	ivStart  []uint64
-	ivEnd    []uint64
-	ivNode   []NodeID
-	lnAddr   []uint64
-	lnFile   []uint32 // endFile for end-of-sequence rows
-	lnLine   []uint32
-	lnCol    []uint32
+	strings []string
+	nodes   []Node
+	ivStart []uint64
+	ivEnd   []uint64
+	ivNode  []NodeID
+	lnAddr  []uint64
+	lnFile  []uint32 // endFile for end-of-sequence rows
+	lnLine  []uint32
+	lnCol   []uint32
+	// Outer names (see AddOuterName), sorted by start with one entry per start.
+	onStart  []uint64
+	onEnd    []uint64
+	onNode   []NodeID
 	fidelity Fidelity
+
+	// Radix hints in front of the binary searches: on a Go binary of 150 MB the interval and
+	// line tables hold millions of entries, and a plain binary search over them is a chain of
+	// cache misses. Derived from the tables; never serialized.
+	ivHint, lnHint, onHint searchHint
+}
+
+// searchHint narrows a search in a sorted []uint64 to one bucket of the value range.
+type searchHint struct {
+	base  uint64
+	shift uint
+	first []uint32 // first[k] = index of the first element whose bucket is >= k
+}
+
+// hintBuckets is about one bucket per this many elements: a few cache lines per search.
+const hintBuckets = 4
+
+func makeHint(s []uint64) searchHint {
+	if len(s) < 64 {
+		return searchHint{}
+	}
+	base, span := s[0], s[len(s)-1]-s[0]
+	want := uint64(len(s) / hintBuckets)
+	var shift uint
+	for span>>shift >= want {
+		shift++
+	}
+	n := int(span>>shift) + 2
+	h := searchHint{base: base, shift: shift, first: make([]uint32, n)}
+	k := 0
+	for i, v := range s {
+		for b := int((v - base) >> shift); k <= b; k++ {
+			h.first[k] = uint32(i)
+		}
+	}
+	for ; k < n; k++ {
+		h.first[k] = uint32(len(s))
+	}
+	return h
+}
+
+// upperBound returns the index of the first element of sorted s greater than v, or len(s).
+func (h *searchHint) upperBound(s []uint64, v uint64) int {
+	if h.first == nil {
+		return upperBound(s, v)
+	}
+	if v < h.base {
+		return 0
+	}
+	b := (v - h.base) >> h.shift
+	if b+1 >= uint64(len(h.first)) {
+		return upperBound(s, v)
+	}
+	lo, hi := int(h.first[b]), int(h.first[b+1])
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] <= v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// prepare derives the lookup structures from the tables, after Build or Unmarshal.
+func (ix *Index) prepare() {
+	ix.ivHint = makeHint(ix.ivStart)
+	ix.lnHint = makeHint(ix.lnAddr)
+	ix.onHint = makeHint(ix.onStart)
 }
 
 const endFile = ^uint32(0)
@@ -198,6 +295,7 @@ func (b *Builder) Build() (*Index, error) {
 	}
 	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity}
 	ix.ivStart, ix.ivEnd, ix.ivNode = flatten(b.ranges, depth)
+	ix.onStart, ix.onEnd, ix.onNode = outerNames(b.outer)
 
 	lines := b.lines
 	// An end marker and a row at one address: the row starts the next sequence and wins.
@@ -234,7 +332,30 @@ func (b *Builder) Build() (*Index, error) {
 	if err := ix.validate(); err != nil {
 		return nil, err
 	}
+	ix.prepare()
 	return ix, nil
+}
+
+// outerNames sorts the outer-name ranges by start, keeping the last added for each start.
+func outerNames(rs []rangeEntry) (starts, ends []uint64, nodes []NodeID) {
+	if len(rs) == 0 {
+		return nil, nil, nil
+	}
+	slices.SortFunc(rs, func(a, b rangeEntry) int {
+		if c := cmp.Compare(a.lo, b.lo); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	for i, r := range rs {
+		if i+1 < len(rs) && rs[i+1].lo == r.lo {
+			continue
+		}
+		starts = append(starts, r.lo)
+		ends = append(ends, r.hi)
+		nodes = append(nodes, r.node)
+	}
+	return starts, ends, nodes
 }
 
 // depths computes each node's inline depth and rejects cycles and forward references.
@@ -402,6 +523,14 @@ func (ix *Index) validate() error {
 			return fmt.Errorf("%w: line row %d names a string out of range", ErrCorrupt, i)
 		}
 	}
+	for i := range ix.onStart {
+		if int(ix.onNode[i]) >= nn {
+			return fmt.Errorf("%w: outer name %d names node %d of %d", ErrCorrupt, i, ix.onNode[i], nn)
+		}
+		if ix.onEnd[i] <= ix.onStart[i] || (i > 0 && ix.onStart[i] <= ix.onStart[i-1]) {
+			return fmt.Errorf("%w: outer name %d out of order", ErrCorrupt, i)
+		}
+	}
 	return nil
 }
 
@@ -417,7 +546,7 @@ func (ix *Index) Lookup(addr uint64) []Frame {
 // AppendLookup is Lookup appending to dst, to spare allocations in batch loops.
 func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 	file, line, col, hasLine := ix.lineAt(addr)
-	i := upperBound(ix.ivStart, addr) - 1
+	i := ix.ivHint.upperBound(ix.ivStart, addr) - 1
 	if i < 0 || addr >= ix.ivEnd[i] {
 		if !hasLine {
 			return dst
@@ -437,17 +566,31 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 		if hasLine {
 			f.File, f.Line, f.Column = ix.strings[file], line, col
 		}
-		dst = append(dst, f)
 		if node.Parent == NoParent {
-			return dst
+			ix.nameOutermost(&f, addr)
+			return append(dst, f)
 		}
+		dst = append(dst, f)
 		file, line, col, hasLine = node.CallFile, node.CallLine, node.CallColumn, node.CallFile != 0 || node.CallLine != 0
 		n = node.Parent
 	}
 }
 
+// nameOutermost applies the outer name covering addr, if any, to the outermost frame.
+func (ix *Index) nameOutermost(f *Frame, addr uint64) {
+	if len(ix.onStart) == 0 {
+		return
+	}
+	j := ix.onHint.upperBound(ix.onStart, addr) - 1
+	if j < 0 || addr >= ix.onEnd[j] {
+		return
+	}
+	n := &ix.nodes[ix.onNode[j]]
+	f.Function, f.LinkageName, f.StartAddress = ix.strings[n.Name], ix.strings[n.LinkageName], n.StartAddress
+}
+
 func (ix *Index) lineAt(addr uint64) (file, line, col uint32, ok bool) {
-	j := upperBound(ix.lnAddr, addr) - 1
+	j := ix.lnHint.upperBound(ix.lnAddr, addr) - 1
 	if j < 0 || ix.lnFile[j] == endFile {
 		return 0, 0, 0, false
 	}
@@ -481,6 +624,6 @@ func (ix *Index) Stats() Stats {
 	for _, str := range ix.strings {
 		s.Bytes += int64(len(str)) + 16
 	}
-	s.Bytes += int64(len(ix.nodes))*28 + int64(len(ix.ivStart))*20 + int64(len(ix.lnAddr))*20
+	s.Bytes += int64(len(ix.nodes))*40 + int64(len(ix.ivStart))*20 + int64(len(ix.lnAddr))*20 + int64(len(ix.onStart))*20
 	return s
 }

@@ -172,8 +172,10 @@ func RustLegacySpelling(d Diff, i int) (string, bool) {
 		return "", false
 	}
 	if isOutermost(d, i) {
-		// The outermost name comes from the symbol table, with its suffix (CloneSuffix).
+		// The outermost name comes from the symbol table, with its suffix (CloneSuffix), on
+		// either side.
 		r = cloneSuffix.ReplaceAllString(r, "")
+		o = cloneSuffix.ReplaceAllString(o, "")
 	}
 	return ReasonRustLegacy, rustNormal(r) == rustNormal(o)
 }

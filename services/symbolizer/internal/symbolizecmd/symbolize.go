@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -23,11 +24,23 @@ type Cmd struct {
 	DebugDir    []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable." placeholder:"DIR"`
 	OutputStyle string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
 	Inlines     bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
+	CPUProfile  string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
 	Addresses   []string `arg:"" optional:"" help:"ELF virtual addresses, hex with 0x or decimal (as llvm-symbolizer reads them). Read from stdin, one per line, when none are given."`
 }
 
 // Run resolves the addresses and prints them.
 func (c *Cmd) Run() error {
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return c.run(os.Stdin, os.Stdout)
 }
 
@@ -98,24 +111,7 @@ type printer struct {
 	ix      *index.Index
 	frames  []index.Frame
 	buf     bytes.Buffer
-}
-
-// jsonFrame spells a frame the way llvm-symbolizer 14's JSON does, field for field.
-type jsonFrame struct {
-	Column        uint32
-	Discriminator uint32
-	FileName      string
-	FunctionName  string
-	Line          uint32
-	StartAddress  string
-	StartFileName string
-	StartLine     uint32
-}
-
-type jsonResult struct {
-	Address    string      `json:"Address"`
-	ModuleName string      `json:"ModuleName"`
-	Symbol     []jsonFrame `json:"Symbol"`
+	out     []byte
 }
 
 type jsonError struct {
@@ -145,14 +141,7 @@ func (p *printer) one(text string) {
 		frames = []index.Frame{f}
 	}
 	if p.json {
-		res := jsonResult{Address: fmt.Sprintf("0x%x", addr), ModuleName: p.module}
-		for _, f := range frames {
-			res.Symbol = append(res.Symbol, toJSON(f))
-		}
-		if len(res.Symbol) == 0 {
-			res.Symbol = []jsonFrame{{}}
-		}
-		p.writeJSON(res)
+		p.writeResult(addr, frames)
 		return
 	}
 	if len(frames) == 0 {
@@ -172,19 +161,64 @@ func (p *printer) one(text string) {
 	p.w.WriteByte('\n')
 }
 
-func toJSON(f index.Frame) jsonFrame {
-	jf := jsonFrame{
-		Column:        f.Column,
-		FileName:      f.File,
-		FunctionName:  f.Function,
-		Line:          f.Line,
-		StartFileName: f.StartFile,
-		StartLine:     f.StartLine,
+// writeResult writes one address's answer the way llvm-symbolizer 14's JSON does, field for
+// field and in its field order. It is written by hand: encoding/json's reflection cost more than
+// the lookup itself on large batches.
+func (p *printer) writeResult(addr uint64, frames []index.Frame) {
+	b := p.out[:0]
+	b = append(b, `{"Address":"0x`...)
+	b = strconv.AppendUint(b, addr, 16)
+	b = append(b, `","ModuleName":`...)
+	b = appendJSONString(b, p.module)
+	b = append(b, `,"Symbol":[`...)
+	if len(frames) == 0 {
+		frames = []index.Frame{{}}
 	}
-	if f.StartAddress != 0 {
-		jf.StartAddress = fmt.Sprintf("0x%x", f.StartAddress)
+	for i, f := range frames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"Column":`...)
+		b = strconv.AppendUint(b, uint64(f.Column), 10)
+		b = append(b, `,"Discriminator":0,"FileName":`...)
+		b = appendJSONString(b, f.File)
+		b = append(b, `,"FunctionName":`...)
+		b = appendJSONString(b, f.Function)
+		b = append(b, `,"Line":`...)
+		b = strconv.AppendUint(b, uint64(f.Line), 10)
+		b = append(b, `,"StartAddress":"`...)
+		if f.StartAddress != 0 {
+			b = append(b, "0x"...)
+			b = strconv.AppendUint(b, f.StartAddress, 16)
+		}
+		b = append(b, `","StartFileName":`...)
+		b = appendJSONString(b, f.StartFile)
+		b = append(b, `,"StartLine":`...)
+		b = strconv.AppendUint(b, uint64(f.StartLine), 10)
+		b = append(b, '}')
 	}
-	return jf
+	b = append(b, "]}"...)
+	p.w.Write(b)
+	p.out = b
+}
+
+// appendJSONString quotes s as encoding/json does with HTML escaping off (llvm does not escape
+// the <, > and & of C++ names either). Plain ASCII, nearly every name and path, is copied.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			var sb bytes.Buffer
+			enc := json.NewEncoder(&sb)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(s); err != nil {
+				return append(b, `""`...)
+			}
+			return append(b, bytes.TrimSuffix(sb.Bytes(), []byte("\n"))...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func (p *printer) writeJSON(v any) {
