@@ -204,3 +204,14 @@ func TestHostileNamesBounded(t *testing.T) {
 }
 
 func base36(n int) string { return strings.ToUpper(strconv.FormatInt(int64(n), 36)) }
+
+// TestRustV0EmptyInternalNamespace: rustc names a tuple struct's constructor with an
+// implementation-internal namespace and no identifier ("Nc...0"); rustc-demangle and LLVM print
+// nothing for it, where a stray "::" used to leave "Metadata::>".
+func TestRustV0EmptyInternalNamespace(t *testing.T) {
+	const sym = "_RINvMNtCsgEmfK2I1SDS_4core6resultINtB3_6ResultNtNtNtNtCsjrHSEGnQ3l9_3std3sys2fs4unix8FileAttrNtNtNtBQ_2io5error5ErrorE3mapNtNtBQ_2fs8MetadataNcB1W_0EBQ_"
+	const want = "<core::result::Result<std::sys::fs::unix::FileAttr, std::io::error::Error>>::map::<std::fs::Metadata, std::fs::Metadata>"
+	if got := Name(sym); got != want {
+		t.Errorf("Name = %q, want %q", got, want)
+	}
+}

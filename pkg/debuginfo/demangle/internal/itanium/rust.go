@@ -248,7 +248,9 @@ func (rst *rustState) path(needsSeparator bool) {
 				fmt.Fprintf(&rst.buf, "#%d}", dis)
 				rst.last = '}'
 			}
-		} else {
+		} else if len(ident) > 0 {
+			// profsym: an implementation-internal namespace with no name (rustc's tuple-struct
+			// constructors, "Nc...0") prints nothing, as rustc-demangle does.
 			rst.writeString("::")
 			rst.writeString(ident)
 		}
