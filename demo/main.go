@@ -384,7 +384,7 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 	pid := strconv.Itoa(wlPID)
 	var wlStacks []pipeline.Stack
 	procs := map[string]int64{}
-	var native, symbolized, kernel, kernelNamed, goFrames int
+	var native, symbolized, kernel, kernelNamed, goFrames, goSymbolized int
 	for _, s := range stacks {
 		if s.PID == pid {
 			wlStacks = append(wlStacks, s)
@@ -401,6 +401,9 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 			switch f.Kind {
 			case "go":
 				goFrames++
+				if f.Function != "" {
+					goSymbolized++
+				}
 			case "kernel":
 				kernel++
 				if f.Function != "" {
@@ -447,7 +450,7 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 	fmt.Fprintf(u.out, "  samples: %d sent by the collector, %d written by the gateway (%s)\n", in, outN, check)
 	fmt.Fprintf(u.out, "  native frames of the samples symbolized: %d of %d (binaries without symbols stay addresses)\n", symbolized, native)
 	if goFrames > 0 {
-		fmt.Fprintf(u.out, "  Go frames (frame type go, which the gateway passes through as they are): %d\n", goFrames)
+		fmt.Fprintf(u.out, "  Go frames symbolized (from pclntab, for Go binaries the node uploaded): %d of %d\n", goSymbolized, goFrames)
 	}
 	fmt.Fprintf(u.out, "  kernel frames named on the node from kallsyms: %d of %d\n", kernelNamed, kernel)
 

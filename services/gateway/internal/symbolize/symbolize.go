@@ -99,7 +99,7 @@ func New(cfg Config) *Symbolizer {
 
 // Report says what happened to the locations of one request.
 type Report struct {
-	// Seen counts locations that needed symbols: native (or no frame type), without lines.
+	// Seen counts locations that needed symbols: native, go or no frame type, without lines.
 	Seen int
 	// Symbolized counts those that got lines.
 	Symbolized int
@@ -145,14 +145,19 @@ func IDs(d pprofile.ProfilesDictionary, m pprofile.Mapping) (gnu, goID, htl stri
 	return gnu, goID, htl
 }
 
-// needsSymbols reports whether a location is one the gateway symbolizes: frame type native
-// or absent, and no lines yet.
+// needsSymbols reports whether a location is one the gateway symbolizes: frame type native,
+// go or absent, and no lines yet. Go frames count because profsym's collector sends them as
+// addresses too (the symbolizer reads Go binaries from pclntab); producers that symbolize Go on
+// the node send lines, and located frames are never touched.
 func needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
 	if loc.Lines().Len() > 0 {
 		return false
 	}
-	ft := dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType)
-	return ft == "" || ft == otlpattr.FrameTypeNative
+	switch dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType) {
+	case "", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo:
+		return true
+	}
+	return false
 }
 
 type outcome struct {

@@ -138,7 +138,8 @@ func TestProcessProperty(t *testing.T) {
 					continue
 				}
 				native := !strings.Contains(fmt.Sprint(fin.Attrs), otlpattr.FrameType) ||
-					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeNative+")")
+					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeNative+")") ||
+					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeGo+")")
 				ids := strings.Contains(fmt.Sprint(fin.MappingAttrs), "build_id")
 				notFound := strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDGNU+"=Str(f") &&
 					!strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDHTLHash)
