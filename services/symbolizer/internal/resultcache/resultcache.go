@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 )
 
 // Key names one cached result. BuildID is the ID the file was found under and Tag a short
@@ -72,13 +70,13 @@ type Cache struct {
 
 type writeJob struct {
 	keys []Key
-	vals []*symbolizerv1.Location
+	vals []string
 	sync chan struct{} // closed when written, for Flush
 }
 
 type localItem struct {
 	k Key
-	v *symbolizerv1.Location
+	v string
 }
 
 // New returns a cache.
@@ -129,7 +127,7 @@ func (c *Cache) writer() {
 }
 
 // PutAsync stores results in memory now and queues them for Redis.
-func (c *Cache) PutAsync(keys []Key, vals []*symbolizerv1.Location) {
+func (c *Cache) PutAsync(keys []Key, vals []string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -175,9 +173,10 @@ func (c *Cache) Close() {
 	})
 }
 
-// Get fills out[i] for every key found; a nil out[i] is a miss. out must have len(keys).
-// An empty Location is a cached negative result.
-func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Location) {
+// Get sets out[i] to the cached value of keys[i] (see EncodeLocation) and found[i] for every
+// key found; out and found must have len(keys). An empty value is a cached negative result
+// (an address that resolves to nothing).
+func (c *Cache) Get(ctx context.Context, keys []Key, out []string, found []bool) {
 	var missIdx []int
 	hits := 0
 	if c.opt.LocalSize > 0 {
@@ -185,7 +184,7 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 		for i, k := range keys {
 			if el, ok := c.items[k]; ok {
 				c.ll.MoveToFront(el)
-				out[i] = el.Value.(*localItem).v
+				out[i], found[i] = el.Value.(*localItem).v, true
 				hits++
 			} else {
 				missIdx = append(missIdx, i)
@@ -220,7 +219,7 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rhits[ch], errs[ch] = c.getChunk(ctx, keys, part, out)
+			rhits[ch], errs[ch] = c.getChunk(ctx, keys, part, out, found)
 			if errs[ch] != nil {
 				failed.Store(true)
 			}
@@ -238,7 +237,7 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []*symbolizerv1.Locatio
 	if rh > 0 && c.opt.LocalSize > 0 {
 		c.mu.Lock()
 		for _, i := range missIdx {
-			if out[i] != nil {
+			if found[i] {
 				c.addLocal(keys[i], out[i])
 			}
 		}
@@ -283,23 +282,24 @@ const (
 
 // getChunk fetches keys[i] for i in idx from Redis into out[i], fills the in-process layer,
 // and returns the number of hits.
-func (c *Cache) getChunk(ctx context.Context, keys []Key, idx []int, out []*symbolizerv1.Location) (int, error) {
+func (c *Cache) getChunk(ctx context.Context, keys []Key, idx []int, out []string, found []bool) (int, error) {
 	rkeys := redisKeys(keys, idx)
-	vals, found, err := c.mget(ctx, rkeys)
+	vals, ok, err := c.mget(ctx, rkeys)
 	if err != nil {
 		return 0, err
 	}
 	rh := 0
 	for j, v := range vals {
-		if !found[j] {
+		if !ok[j] {
 			continue
 		}
-		loc, err := decode(v)
-		if err != nil {
-			c.opt.Logger.Warn("undecodable result cache entry", "key", rkeys[j], "err", err)
+		// Values go into responses as they are: one that is not a well-formed Location
+		// would break the whole response, so each is checked (without decoding it).
+		if err := ValidateLocation(v); err != nil {
+			c.opt.Logger.Warn("unusable result cache entry", "key", rkeys[j], "err", err)
 			continue
 		}
-		out[idx[j]] = loc
+		out[idx[j]], found[idx[j]] = v, true
 		rh++
 	}
 	return rh, nil
@@ -342,7 +342,7 @@ func (c *Cache) mget(ctx context.Context, keys []string) ([]string, []bool, erro
 
 // Put stores results: in memory, and in Redis with one pipelined round trip before it
 // returns.
-func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Location) {
+func (c *Cache) Put(ctx context.Context, keys []Key, vals []string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -350,7 +350,7 @@ func (c *Cache) Put(ctx context.Context, keys []Key, vals []*symbolizerv1.Locati
 	c.putRedis(ctx, keys, vals)
 }
 
-func (c *Cache) putLocal(keys []Key, vals []*symbolizerv1.Location) {
+func (c *Cache) putLocal(keys []Key, vals []string) {
 	if c.opt.LocalSize > 0 {
 		c.mu.Lock()
 		for i, k := range keys {
@@ -360,22 +360,19 @@ func (c *Cache) putLocal(keys []Key, vals []*symbolizerv1.Location) {
 	}
 }
 
-func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []*symbolizerv1.Location) {
+func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []string) {
 	if !c.redisUp() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opt.WriteTimeout)
 	defer cancel()
-	var buf []byte
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			buf = encode(buf[:0], vals[i])
-			data := string(buf)
 			ttl := c.opt.TTL
-			if len(vals[i].GetFrames()) == 0 {
+			if vals[i] == "" {
 				ttl = c.opt.NegativeTTL
 			}
-			p.Set(ctx, k.redisKey(), data, ttl)
+			p.Set(ctx, k.redisKey(), vals[i], ttl)
 		}
 		return nil
 	})
@@ -384,7 +381,7 @@ func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []*symbolizerv1.L
 	}
 }
 
-func (c *Cache) addLocal(k Key, v *symbolizerv1.Location) {
+func (c *Cache) addLocal(k Key, v string) {
 	if el, ok := c.items[k]; ok {
 		el.Value.(*localItem).v = v
 		c.ll.MoveToFront(el)

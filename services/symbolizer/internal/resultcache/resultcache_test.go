@@ -31,11 +31,20 @@ func (m *countMetrics) RedisError(op string) {
 	m.errors++
 }
 
-func loc(fn string) *symbolizerv1.Location {
+func locMsg(fn string) *symbolizerv1.Location {
 	if fn == "" {
 		return &symbolizerv1.Location{}
 	}
 	return &symbolizerv1.Location{Frames: []*symbolizerv1.Frame{{FunctionName: fn, File: "a.c", Line: 3}}}
+}
+
+// loc is the cache value of a one-frame location in fn ("" for an empty location).
+func loc(fn string) string {
+	v, err := EncodeLocation(locMsg(fn))
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 func TestRedisOutageAndRecovery(t *testing.T) {
@@ -49,12 +58,12 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	c := New(Options{Redis: client, Timeout: 100 * time.Millisecond, Backoff: 100 * time.Millisecond, Metrics: m})
 	ctx := context.Background()
 	keys := []Key{{"abcd", "t1", 0x10}, {"abcd", "t1", 0x20}, {"abcd", "t1", 0x30}}
-	c.Put(ctx, keys[:2], []*symbolizerv1.Location{loc("main"), loc("")})
+	c.Put(ctx, keys[:2], []string{loc("main"), loc("")})
 
-	out := make([]*symbolizerv1.Location, 3)
-	c.Get(ctx, keys, out)
-	if !proto.Equal(out[0], loc("main")) || out[1] == nil || len(out[1].Frames) != 0 || out[2] != nil {
-		t.Fatalf("get = %v", out)
+	out, found := make([]string, 3), make([]bool, 3)
+	c.Get(ctx, keys, out, found)
+	if out[0] != loc("main") || !found[0] || !found[1] || out[1] != "" || found[2] {
+		t.Fatalf("get = %q %v", out, found)
 	}
 	if ttl := client.TTL(ctx, keys[1].redisKey()).Val(); ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("negative entry TTL = %v", ttl)
@@ -65,26 +74,26 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 
 	// A batch large enough to be fetched in parallel chunks.
 	big := make([]Key, 12000)
-	bigVals := make([]*symbolizerv1.Location, len(big))
+	bigVals := make([]string, len(big))
 	for i := range big {
 		big[i] = Key{"abcd", "t2", uint64(i)}
 		bigVals[i] = loc("f" + strconv.Itoa(i%7))
 	}
 	c.Put(ctx, big[:9000], bigVals[:9000])
-	bigOut := make([]*symbolizerv1.Location, len(big))
-	c.Get(ctx, big, bigOut)
+	bigOut, bigFound := make([]string, len(big)), make([]bool, len(big))
+	c.Get(ctx, big, bigOut, bigFound)
 	for i := range big {
-		if (i < 9000) != (bigOut[i] != nil) || (i < 9000 && !proto.Equal(bigOut[i], bigVals[i])) {
-			t.Fatalf("big batch: entry %d = %v", i, bigOut[i])
+		if (i < 9000) != bigFound[i] || (i < 9000 && bigOut[i] != bigVals[i]) {
+			t.Fatalf("big batch: entry %d = %q", i, bigOut[i])
 		}
 	}
 
 	r.Stop()
 	start := time.Now()
 	for i := 0; i < 5; i++ {
-		out := make([]*symbolizerv1.Location, 3)
-		c.Get(ctx, keys, out) // must return, as misses
-		c.Put(ctx, keys[2:], []*symbolizerv1.Location{loc("x")})
+		out, found := make([]string, 3), make([]bool, 3)
+		c.Get(ctx, keys, out, found) // must return, as misses
+		c.Put(ctx, keys[2:], []string{loc("x")})
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("calls with Redis down took %v", d)
@@ -97,10 +106,10 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		time.Sleep(150 * time.Millisecond)
-		c.Put(ctx, keys[:1], []*symbolizerv1.Location{loc("again")})
-		out := make([]*symbolizerv1.Location, 1)
-		c.Get(ctx, keys[:1], out)
-		if proto.Equal(out[0], loc("again")) && client.Exists(ctx, keys[0].redisKey()).Val() == 1 {
+		c.Put(ctx, keys[:1], []string{loc("again")})
+		out, found := make([]string, 1), make([]bool, 1)
+		c.Get(ctx, keys[:1], out, found)
+		if found[0] && out[0] == loc("again") && client.Exists(ctx, keys[0].redisKey()).Val() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -114,10 +123,10 @@ func TestLocalLayer(t *testing.T) {
 	c := New(Options{LocalSize: 2, Metrics: m})
 	ctx := context.Background()
 	k := []Key{{"a", "t", 1}, {"a", "t", 2}, {"a", "t", 3}}
-	c.Put(ctx, k, []*symbolizerv1.Location{loc("f1"), loc("f2"), loc("f3")})
-	out := make([]*symbolizerv1.Location, 3)
-	c.Get(ctx, k, out)
-	if out[0] != nil || out[1] == nil || out[2] == nil {
+	c.Put(ctx, k, []string{loc("f1"), loc("f2"), loc("f3")})
+	out, found := make([]string, 3), make([]bool, 3)
+	c.Get(ctx, k, out, found)
+	if found[0] || !found[1] || !found[2] || out[2] != loc("f3") {
 		t.Fatalf("LRU of 2 kept %v", out)
 	}
 	if m.hits["memory"] != 2 {
@@ -147,36 +156,41 @@ func TestRedisURLs(t *testing.T) {
 	}
 }
 
-func TestEncodeRoundTrip(t *testing.T) {
-	for _, loc := range []*symbolizerv1.Location{
+func TestValidateLocation(t *testing.T) {
+	for _, l := range []*symbolizerv1.Location{
 		{},
-		loc("main"),
-		{Frames: []*symbolizerv1.Frame{{FunctionName: "a", LinkageName: "_Z1av", File: "x.cc", Line: 1 << 31, Column: 7, StartLine: 3}, {FunctionName: "ü", File: ""}}},
+		locMsg("main"),
+		{Frames: []*symbolizerv1.Frame{{FunctionName: "a", LinkageName: "_Z1av", File: "x.cc", Line: 1<<32 - 1, Column: 7, StartLine: 3}, {FunctionName: "ü"}}},
 	} {
-		got, err := decode(string(encode(nil, loc)))
-		if err != nil || !proto.Equal(got, loc) {
-			t.Fatalf("round trip of %v = %v, %v", loc, got, err)
+		v, err := EncodeLocation(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateLocation(v); err != nil {
+			t.Fatalf("ValidateLocation(%v) = %v", l, err)
 		}
 	}
-	good := string(encode(nil, loc("main")))
-	for _, bad := range []string{"", "\x02", "\x01", "\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "\x01\x7f", good[:len(good)-1], good + "x", "\x01\x01\x7fabc", "\x01\x01\x01\xff\x00\x00\x00\x00\x00"} {
-		if _, err := decode(bad); err == nil {
-			t.Errorf("decode(%q) accepted", bad)
+	good := loc("main")
+	for _, bad := range []string{"\x08\x01", "\x0a", "\x0a\x05ab", good[:len(good)-1], good + "\x10", "\x0a\x03\x0a\x01\xff", "\x0a\x06\x20\xff\xff\xff\xff\x7f", "\x12\x00"} {
+		if err := ValidateLocation(bad); err == nil {
+			t.Errorf("ValidateLocation(%q) accepted", bad)
 		}
 	}
 }
 
-func FuzzDecode(f *testing.F) {
-	f.Add(string(encode(nil, loc("main"))))
-	f.Add("\x01\x00")
+// Whatever ValidateLocation accepts decodes as a Location, so a response that carries it
+// stays parseable.
+func FuzzValidateLocation(f *testing.F) {
+	good := loc("main")
+	f.Add(good)
+	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
-		loc, err := decode(s)
-		if err != nil {
+		if ValidateLocation(s) != nil {
 			return
 		}
-		again, err := decode(string(encode(nil, loc)))
-		if err != nil || !proto.Equal(again, loc) {
-			t.Fatalf("re-encoding changed %q", s)
+		var l symbolizerv1.Location
+		if err := proto.Unmarshal([]byte(s), &l); err != nil {
+			t.Fatalf("accepted %q, which does not decode: %v", s, err)
 		}
 	})
 }
@@ -201,7 +215,7 @@ func TestPutAsync(t *testing.T) {
 	c := New(Options{Redis: client, WriteQueue: 2})
 	ctx := context.Background()
 	keys := []Key{{"ab", "t", 1}, {"ab", "t", 2}}
-	c.PutAsync(keys, []*symbolizerv1.Location{loc("x"), loc("")})
+	c.PutAsync(keys, []string{loc("x"), loc("")})
 	c.Flush(ctx)
 	if n := client.Exists(ctx, keys[0].redisKey(), keys[1].redisKey()).Val(); n != 2 {
 		t.Fatalf("%d of 2 keys written", n)

@@ -219,7 +219,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	// a few MiB; anything far larger is refused before it is buffered.
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
-	mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...))
+	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...)
+	mux.Handle(symPath, symbolizeapi.WireFormat(symHandler))
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
 	mux.Handle(grpchealth.NewHandler(&healthChecker{s: s, static: grpchealth.NewStaticChecker(services...)}))

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,9 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -216,35 +220,38 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	// Unique addresses, so duplicates cost one lookup.
 	uniq := make(map[uint64]int, landed)
+	slot := make([]int, len(addrs)) // index into keys of address i
 	var keys []resultcache.Key
 	for i := range addrs {
 		if !ok[i] {
 			continue
 		}
-		if _, seen := uniq[vaddrs[i]]; !seen {
-			uniq[vaddrs[i]] = len(keys)
+		j, seen := uniq[vaddrs[i]]
+		if !seen {
+			j = len(keys)
+			uniq[vaddrs[i]] = j
 			keys = append(keys, resultcache.Key{BuildID: id.ID, Tag: f.SHA256[:16], Addr: vaddrs[i]})
 		}
+		slot[i] = j
 	}
-	locs := make([]*symbolizerv1.Location, len(keys))
+	vals := make([]string, len(keys))
+	found := make([]bool, len(keys))
 	if e := s.indexes.Get(f.SHA256); e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
 		s.countIndex(true)
-		lookupAll(e, keys, locs, nil)
+		lookupAll(e, keys, vals, nil)
 		if s.results != nil {
-			s.results.PutAsync(keys, locs)
+			s.results.PutAsync(keys, vals)
 		}
 	} else {
 		if s.results != nil {
-			s.results.Get(ctx, keys, locs)
+			s.results.Get(ctx, keys, vals, found)
 		}
-		var missKeys []resultcache.Key
 		var missIdx []int
-		for j, l := range locs {
-			if l == nil {
+		for j := range keys {
+			if !found[j] {
 				missIdx = append(missIdx, j)
-				missKeys = append(missKeys, keys[j])
 			}
 		}
 		if len(missIdx) > 0 {
@@ -258,47 +265,87 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 				}
 				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
 			}
-			lookupAll(e, keys, locs, missIdx)
+			lookupAll(e, keys, vals, missIdx)
 			if s.results != nil {
-				missVals := make([]*symbolizerv1.Location, len(missIdx))
+				missKeys := make([]resultcache.Key, len(missIdx))
+				missVals := make([]string, len(missIdx))
 				for n, j := range missIdx {
-					missVals[n] = locs[j]
+					missKeys[n], missVals[n] = keys[j], vals[j]
 				}
 				s.results.PutAsync(missKeys, missVals)
 			}
 		}
 	}
-	empty := &symbolizerv1.Location{}
+
+	if wantsJSON(ctx) {
+		// protojson does not write raw fields: decode each distinct result once.
+		decoded := make([]*symbolizerv1.Location, len(vals))
+		empty := &symbolizerv1.Location{}
+		for i := range addrs {
+			if !ok[i] {
+				res.Locations[i] = empty
+				continue
+			}
+			j := slot[i]
+			if decoded[j] == nil {
+				decoded[j] = &symbolizerv1.Location{}
+				if err := proto.Unmarshal([]byte(vals[j]), decoded[j]); err != nil {
+					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, fmt.Sprintf("decode result: %v", err))
+				}
+			}
+			res.Locations[i] = decoded[j]
+		}
+		return res
+	}
+	// Binary protobuf: the encoded locations become the bytes of ModuleResult.locations
+	// (field 6) as they are. Unknown fields are written after the known ones, and no
+	// Location is set, so the order on the wire is the order of the addresses.
+	size := 0
 	for i := range addrs {
 		if ok[i] {
-			res.Locations[i] = locs[uniq[vaddrs[i]]]
-		} else {
-			res.Locations[i] = empty
+			size += len(vals[slot[i]])
 		}
+		size += 4
 	}
+	raw := make([]byte, 0, size)
+	for i := range addrs {
+		v := ""
+		if ok[i] {
+			v = vals[slot[i]]
+		}
+		raw = protowire.AppendTag(raw, locationsField, protowire.BytesType)
+		raw = protowire.AppendString(raw, v)
+	}
+	res.Locations = nil
+	res.ProtoReflect().SetUnknown(protoreflect.RawFields(raw))
 	return res
 }
 
-// lookupAll resolves keys[j] for every j in idx (every key when idx is nil) into locs[j].
-func lookupAll(e *indexcache.Entry, keys []resultcache.Key, locs []*symbolizerv1.Location, idx []int) {
+// locationsField is the field number of ModuleResult.locations.
+const locationsField = 6
+
+// lookupAll resolves keys[j] for every j in idx (every key when idx is nil) and stores the
+// Location in protobuf wire format in vals[j], written straight from the index's frames.
+func lookupAll(e *indexcache.Entry, keys []resultcache.Key, vals []string, idx []int) {
 	var frames []index.Frame
+	var buf, frame []byte
 	one := func(j int) {
 		frames = e.Index.AppendLookup(frames[:0], keys[j].Addr)
-		loc := &symbolizerv1.Location{}
-		if len(frames) > 0 {
-			pfs := make([]symbolizerv1.Frame, len(frames))
-			loc.Frames = make([]*symbolizerv1.Frame, len(frames))
-			for k, fr := range frames {
-				pf := &pfs[k]
-				pf.FunctionName, pf.File = validUTF8(fr.Function), validUTF8(fr.File)
-				pf.Line, pf.Column, pf.StartLine = fr.Line, fr.Column, fr.StartLine
-				if fr.LinkageName != fr.Function {
-					pf.LinkageName = validUTF8(fr.LinkageName)
-				}
-				loc.Frames[k] = pf
+		buf = buf[:0]
+		for _, fr := range frames {
+			frame = frame[:0]
+			frame = appendString(frame, 1, validUTF8(fr.Function))
+			if fr.LinkageName != fr.Function {
+				frame = appendString(frame, 2, validUTF8(fr.LinkageName))
 			}
+			frame = appendString(frame, 3, validUTF8(fr.File))
+			frame = appendUint(frame, 4, fr.Line)
+			frame = appendUint(frame, 5, fr.Column)
+			frame = appendUint(frame, 6, fr.StartLine)
+			buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+			buf = protowire.AppendBytes(buf, frame)
 		}
-		locs[j] = loc
+		vals[j] = string(buf)
 	}
 	if idx == nil {
 		for j := range keys {
@@ -309,6 +356,44 @@ func lookupAll(e *indexcache.Entry, keys []resultcache.Key, locs []*symbolizerv1
 	for _, j := range idx {
 		one(j)
 	}
+}
+
+// appendString and appendUint write a proto3 field, leaving out zero values as protobuf does.
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+func appendUint(b []byte, num protowire.Number, v uint32) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(v))
+}
+
+type jsonKey struct{}
+
+// WireFormat wraps the service's handler so Symbolize knows whether the response is encoded
+// as JSON (Connect JSON, gRPC+JSON, or a GET with encoding=json), which cannot carry the
+// pre-encoded locations.
+func WireFormat(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		isJSON := strings.Contains(r.Header.Get("Content-Type"), "json") ||
+			(r.Method == http.MethodGet && r.URL.Query().Get("encoding") == "json")
+		if isJSON {
+			r = r.WithContext(context.WithValue(r.Context(), jsonKey{}, true))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func wantsJSON(ctx context.Context) bool {
+	v, _ := ctx.Value(jsonKey{}).(bool)
+	return v
 }
 
 // validUTF8 keeps a response marshalable: protobuf strings must be UTF-8, and symbol names

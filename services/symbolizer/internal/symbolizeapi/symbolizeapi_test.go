@@ -100,11 +100,31 @@ func TestIndexBuiltOnceAndStoredIndexUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range resp.Msg.Modules[0].Locations {
-		if resp.Msg.Modules[0].Locations[i].String() != resp2.Msg.Modules[0].Locations[i].String() {
-			t.Fatalf("location %d differs after reload", i)
-		}
+	// Locations travel pre-encoded: compare what a client decodes.
+	a, b := roundTrip(t, resp.Msg), roundTrip(t, resp2.Msg)
+	if len(a.Modules[0].Locations) != 100 || !proto.Equal(a, b) {
+		t.Fatalf("results differ after reload (%d locations)", len(a.Modules[0].Locations))
 	}
+	frames := 0
+	for _, l := range a.Modules[0].Locations {
+		frames += len(l.Frames)
+	}
+	if frames == 0 {
+		t.Fatal("no frames")
+	}
+}
+
+func roundTrip(t *testing.T, m *symbolizerv1.SymbolizeResponse) *symbolizerv1.SymbolizeResponse {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out symbolizerv1.SymbolizeResponse
+	if err := proto.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
 }
 
 func BenchmarkSymbolize10k(b *testing.B) {
