@@ -47,7 +47,7 @@ var served = map[string]struct {
 // externalSecrets are created by the operator in production (docs/operations.md says how),
 // never committed.
 var externalSecrets = map[string][]string{
-	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls"},
+	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca"},
 }
 
 type rendered struct {
@@ -119,6 +119,7 @@ func TestOverlays(t *testing.T) {
 			checkPods(t, overlay, r)
 			checkRBAC(t, r)
 			checkSecrets(t, overlay, r)
+			checkTLS(t, r)
 			checkFlags(t, r)
 		})
 	}
@@ -368,6 +369,35 @@ func checkSecrets(t *testing.T, overlay string, r rendered) {
 				}
 			}
 		}
+	}
+}
+
+// checkTLS: a peer that serves TLS is reached over TLS. The symbolizer with --tls-cert needs an
+// https --symbolizer-url at the gateway; a gateway with --tls-cert needs collectors that are not
+// told --gateway-insecure.
+func checkTLS(t *testing.T, r rendered) {
+	args := map[string][]string{}
+	for _, w := range workloads(r) {
+		for _, c := range w.pod.Spec.Containers {
+			args[c.Name] = c.Args
+		}
+	}
+	has := func(svc, prefix string) string {
+		for _, a := range args[svc] {
+			if strings.HasPrefix(a, prefix) {
+				return a
+			}
+		}
+		return ""
+	}
+	if has("symbolizer", "--tls-cert") != "" {
+		if u := has("gateway", "--symbolizer-url="); !strings.HasPrefix(u, "--symbolizer-url=https://") {
+			t.Errorf("the symbolizer serves TLS but the gateway calls it with %q", u)
+		}
+	}
+	gwTLS := has("gateway", "--tls-cert") != ""
+	if insecure := has("collector", "--gateway-insecure") != ""; gwTLS == insecure {
+		t.Errorf("gateway TLS %v, but collector --gateway-insecure %v", gwTLS, insecure)
 	}
 }
 
