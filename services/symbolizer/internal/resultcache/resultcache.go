@@ -126,13 +126,29 @@ func (c *Cache) writer() {
 	}
 }
 
-// PutAsync stores results in memory now and queues them for Redis.
+// PutAsync stores results in memory now and queues them for Redis. Keys the in-process
+// layer already holds with the same value were written recently and are not sent again, so a
+// steady stream of requests answered by a resident index does not rewrite Redis each time.
 func (c *Cache) PutAsync(keys []Key, vals []string) {
 	if len(keys) == 0 {
 		return
 	}
-	c.putLocal(keys, vals)
-	if c.writes == nil || !c.redisUp() {
+	if c.opt.LocalSize > 0 {
+		var newKeys []Key
+		var newVals []string
+		c.mu.Lock()
+		for i, k := range keys {
+			if el, ok := c.items[k]; ok && el.Value.(*localItem).v == vals[i] {
+				c.ll.MoveToFront(el)
+				continue
+			}
+			c.addLocal(k, vals[i])
+			newKeys, newVals = append(newKeys, k), append(newVals, vals[i])
+		}
+		c.mu.Unlock()
+		keys, vals = newKeys, newVals
+	}
+	if len(keys) == 0 || c.writes == nil || !c.redisUp() {
 		return
 	}
 	select {

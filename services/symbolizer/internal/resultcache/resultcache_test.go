@@ -222,4 +222,22 @@ func TestPutAsync(t *testing.T) {
 	}
 	c.Close()
 	c.Close() // idempotent
+
+	// With the in-process layer, a key written recently is not written again.
+	c2 := New(Options{Redis: client, LocalSize: 10})
+	defer c2.Close()
+	k := []Key{{"ab", "t", 99}}
+	c2.PutAsync(k, []string{loc("y")})
+	c2.Flush(ctx)
+	client.Del(ctx, k[0].redisKey())
+	c2.PutAsync(k, []string{loc("y")})
+	c2.Flush(ctx)
+	if client.Exists(ctx, k[0].redisKey()).Val() != 0 {
+		t.Fatal("an unchanged recent result was written again")
+	}
+	c2.PutAsync(k, []string{loc("z")})
+	c2.Flush(ctx)
+	if client.Exists(ctx, k[0].redisKey()).Val() != 1 {
+		t.Fatal("a changed result was not written")
+	}
 }

@@ -397,7 +397,11 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 	_, err = retry(ctx, u.Retries, func() (struct{}, error) {
 		return struct{}{}, u.put(ctx, hc, tok, init.Msg, c, bar)
 	})
-	if err != nil {
+	var he *httpStatusError
+	// 404: the upload is no longer open, which happens when another client sending the same
+	// file (InitiateUpload handed both the same upload) finished it first. FinishUpload
+	// then returns the stored record, or NOT_FOUND if the upload really is gone.
+	if err != nil && !(errors.As(err, &he) && he.status == http.StatusNotFound) {
 		res.Outcome, res.Err = "failed", err
 		return res
 	}
