@@ -1,0 +1,62 @@
+package uploadcli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"connectrpc.com/connect"
+)
+
+func TestCollect(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(content), 0o755)
+		return p
+	}
+	a := write("bin/a", "\x7fELF rest")
+	write("bin/readme.txt", "text")
+	b := write("lib/sub/b.so", "\x7fELF more")
+	os.Symlink(a, filepath.Join(dir, "bin", "link"))
+	explicit := write("notes", "not elf")
+
+	got, err := collect([]string{dir, explicit, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range got {
+		paths = append(paths, f.path)
+	}
+	// Directories contribute their ELF files (no symlinks, no duplicates); a file named
+	// explicitly is kept even when it is not ELF, so it fails loudly later.
+	want := []string{a, b, explicit}
+	if !reflect.DeepEqual(paths, want) {
+		t.Fatalf("collect = %v, want %v", paths, want)
+	}
+	if _, err := collect([]string{filepath.Join(dir, "missing")}); err == nil {
+		t.Fatal("a missing path was accepted")
+	}
+}
+
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{connect.NewError(connect.CodeUnavailable, errors.New("x")), true},
+		{connect.NewError(connect.CodeInvalidArgument, errors.New("x")), false},
+		{connect.NewError(connect.CodePermissionDenied, errors.New("x")), false},
+		{&httpStatusError{status: 503}, true},
+		{&httpStatusError{status: 400}, false},
+		{errors.New("connection reset"), true},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v", tc.err, got)
+		}
+	}
+}
