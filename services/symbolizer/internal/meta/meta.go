@@ -75,7 +75,7 @@ type Record struct {
 }
 
 // Proto renders the record for the API; nil when there is nothing to show.
-func (r *Record) Proto(now time.Time) *debuginfov1.Debuginfo {
+func (r *Record) Proto() *debuginfov1.Debuginfo {
 	if f := r.Current; f != nil {
 		d := &debuginfov1.Debuginfo{
 			BuildId: f.BuildID.ID, BuildIdType: f.BuildID.Type, Type: f.Type, Source: f.Source,
@@ -639,7 +639,6 @@ func (m *Meta) List(ctx context.Context, pageSize int, token string) ([]*debugin
 	if err != nil {
 		return nil, "", err
 	}
-	now := m.opt.Now()
 	var all []*debuginfov1.Debuginfo
 	for _, k := range keys {
 		if !strings.HasSuffix(k, "/record.json") {
@@ -649,7 +648,7 @@ func (m *Meta) List(ctx context.Context, pageSize int, token string) ([]*debugin
 		if err != nil {
 			return nil, "", err
 		}
-		if d := r.Proto(now); d != nil && d.BuildId > after {
+		if d := r.Proto(); d != nil && d.BuildId > after {
 			all = append(all, d)
 		}
 	}

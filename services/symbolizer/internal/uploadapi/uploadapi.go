@@ -205,7 +205,7 @@ func (s *Service) FinishUpload(ctx context.Context, req *connect.Request[debugin
 		s.Changed()
 	}
 	s.log.Info("upload stored", "build_id", rec.Current.BuildID.String(), "type", rec.Current.Type, "source", rec.Current.Source, "size", rec.Current.Size)
-	return connect.NewResponse(&debuginfov1.FinishUploadResponse{Debuginfo: rec.Proto(time.Now())}), nil
+	return connect.NewResponse(&debuginfov1.FinishUploadResponse{Debuginfo: rec.Proto()}), nil
 }
 
 func (s *Service) count(result string) {
@@ -251,7 +251,7 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[debuginfov1.GetR
 		if err != nil {
 			return nil, storeErr(err)
 		}
-		return connect.NewResponse(&debuginfov1.GetResponse{Debuginfo: rec.Proto(time.Now())}), nil
+		return connect.NewResponse(&debuginfov1.GetResponse{Debuginfo: rec.Proto()}), nil
 	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("nothing is stored under %s", req.Msg.GetBuildId()))
 }
