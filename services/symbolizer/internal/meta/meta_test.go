@@ -344,3 +344,42 @@ func TestValidateID(t *testing.T) {
 	}
 	_ = reasn
 }
+
+func TestSweep(t *testing.T) {
+	good := load(t, testsupport.CompileC(t, prog, "-g"))
+	other := load(t, testsupport.CompileC(t, prog+"int z;\n", "-g"))
+	now := time.Now()
+	m := newMeta(t, &now)
+	ctx := context.Background()
+	put := func(f fixture) *Upload {
+		up, err := m.Initiate(ctx, Desc{BuildID: ID{gnu, f.ids.GNU}, Type: dbg, SHA256: f.sum, Size: uint64(len(f.data)), Source: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Store().Put(ctx, up.Object(), bytes.NewReader(f.data), int64(len(f.data)))
+		return up
+	}
+	stale := put(good)
+	now = now.Add(2 * time.Minute) // stale expires
+	live := put(other)
+	m.Store().Put(ctx, "uploads/"+strings.Repeat("e", 32), strings.NewReader("stray"), 5)
+
+	n, err := m.Sweep(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("sweep removed %d, %v; want 2", n, err)
+	}
+	if _, err := m.Store().Size(ctx, stale.Object()); !errors.Is(err, store.ErrNotExist) {
+		t.Fatalf("stale upload kept: %v", err)
+	}
+	if _, err := m.Store().Size(ctx, live.Object()); err != nil {
+		t.Fatalf("live upload removed: %v", err)
+	}
+	if _, err := m.Finish(ctx, ID{gnu, other.ids.GNU}, live.ID); err != nil {
+		t.Fatalf("finish after sweep: %v", err)
+	}
+	// The stale upload is still reported as stale, and can be redone.
+	dec, _ := m.ShouldUpload(ctx, Desc{BuildID: ID{gnu, good.ids.GNU}, Type: dbg, SHA256: good.sum, Size: uint64(len(good.data)), Source: u})
+	if dec.Reason != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_PREVIOUS_UPLOAD_STALE {
+		t.Fatalf("after sweep: %v", dec.Reason)
+	}
+}

@@ -289,6 +289,25 @@ func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest)
 	return resp, nil
 }
 
+// sweep removes abandoned upload bytes at start and then hourly.
+func (s *Server) sweep(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := s.Meta.Sweep(ctx)
+		if err != nil {
+			s.log.Warn("sweep abandoned uploads", "err", err)
+		} else if n > 0 {
+			s.log.Info("removed abandoned upload objects", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // Close releases clients.
 func (s *Server) Close() {
 	for _, c := range s.closers {
@@ -341,6 +360,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
+	go s.sweep(ctx)
 	errc := make(chan error, 1)
 	go func() {
 		if srv.TLSConfig != nil {
