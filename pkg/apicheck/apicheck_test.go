@@ -128,8 +128,7 @@ func TestEveryElementDocumented(t *testing.T) {
 				t.Errorf("%s: %s has no leading comment", path, d.FullName())
 			}
 		}
-		var walkEnums func(protoreflect.EnumDescriptors)
-		walkEnums = func(es protoreflect.EnumDescriptors) {
+		walkEnums := func(es protoreflect.EnumDescriptors) {
 			for i := range es.Len() {
 				e := es.Get(i)
 				check(e)

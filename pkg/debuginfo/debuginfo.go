@@ -310,7 +310,6 @@ func (b *Binary) build() (*index.Index, error) {
 			}
 			b.info.DWARFVersion = st.Version
 			b.info.Sources = append(b.info.Sources, fmt.Sprintf("dwarf v%d", st.Version))
-			usedDebug = true
 			if err := addOuterNames(b.outerNameSource(), bld); err != nil {
 				warn("symtab outer names", err)
 			}

@@ -56,7 +56,7 @@ func ValidHex(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}
@@ -100,11 +100,11 @@ func HTLHash(r io.ReaderAt, size int64) (string, error) {
 	n := min(size, htlChunk)
 	buf := make([]byte, n)
 	h := sha256.New()
-	if _, err := r.ReadAt(buf, 0); err != nil && !(err == io.EOF && n == 0) {
+	if _, err := r.ReadAt(buf, 0); err != nil && (!errors.Is(err, io.EOF) || n != 0) {
 		return "", fmt.Errorf("htlhash: read head: %w", err)
 	}
 	h.Write(buf)
-	if _, err := r.ReadAt(buf, size-n); err != nil && !(err == io.EOF && n == 0) {
+	if _, err := r.ReadAt(buf, size-n); err != nil && (!errors.Is(err, io.EOF) || n != 0) {
 		return "", fmt.Errorf("htlhash: read tail: %w", err)
 	}
 	h.Write(buf)

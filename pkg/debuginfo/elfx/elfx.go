@@ -101,7 +101,7 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*File, error) {
 		return err
 	})
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, fmt.Errorf("open ELF: headers point %w (size %d): %v", ErrTruncated, size, err)
+		return nil, fmt.Errorf("open ELF: headers point %w (size %d): %w", ErrTruncated, size, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open ELF: %w", err)
@@ -388,7 +388,7 @@ func (f *File) decompress(name string, typ elf.CompressionType, comp []byte, siz
 	out := bytes.NewBuffer(make([]byte, 0, initial))
 	n, err := io.Copy(out, io.LimitReader(rd, int64(size)+1))
 	if err != nil {
-		return nil, fmt.Errorf("section %s: decompress %s: %w: %v", name, typ, ErrCompression, err)
+		return nil, fmt.Errorf("section %s: decompress %s: %w: %w", name, typ, ErrCompression, err)
 	}
 	if uint64(n) != size {
 		return nil, fmt.Errorf("section %s: %s stream gave %d bytes, header says %d: %w", name, typ, n, size, errors.Join(ErrCompression, errSizeMismatch))

@@ -265,13 +265,7 @@ func (t *table) entryAddr(v uint64) uint64 {
 	return v
 }
 
-// cstring reads a NUL-terminated string at off in data.
-func cstring(data []byte, off uint64, what string) (string, error) {
-	b, err := cbytes(data, off, what)
-	return string(b), err
-}
-
-// cbytes is cstring without the copy.
+// cbytes returns the NUL-terminated string at off in data, without a copy.
 func cbytes(data []byte, off uint64, what string) ([]byte, error) {
 	if off >= uint64(len(data)) {
 		return nil, fmt.Errorf("%w: %s offset %#x beyond %d bytes", ErrCorrupt, what, off, len(data))

@@ -128,7 +128,7 @@ func TestSearchHint(t *testing.T) {
 		h := makeHint(s)
 		probes := []uint64{0, 0x3fffff, v, v + 1, ^uint64(0)}
 		for range 5000 {
-			probes = append(probes, 0x400000+uint64(r.Uint64N(v-0x400000+2)))
+			probes = append(probes, 0x400000+r.Uint64N(v-0x400000+2))
 		}
 		for _, i := range []int{0, n / 2, n - 1} {
 			if i >= 0 && i < n {

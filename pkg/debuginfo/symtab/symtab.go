@@ -99,7 +99,7 @@ func Functions(f *elf.File) (fns []Function, st Stats, err error) {
 	}
 	var keep []owned
 	for i, c := range cands {
-		hi := uint64(math.MaxUint64)
+		var hi uint64
 		if i+1 < len(cands) {
 			hi = cands[i+1].addr
 		} else {

@@ -29,7 +29,7 @@ func KeyOf(st os.FileInfo) (FileKey, error) {
 		return FileKey{}, fmt.Errorf("stat %s: no device and inode", st.Name())
 	}
 	return FileKey{
-		Dev:     uint64(sys.Dev),
+		Dev:     sys.Dev,
 		Inode:   sys.Ino,
 		Size:    st.Size(),
 		MtimeNs: st.ModTime().UnixNano(),

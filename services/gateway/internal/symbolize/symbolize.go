@@ -123,7 +123,6 @@ type module struct {
 	key      modKey
 	filename string
 	addrs    []uint64
-	mappings []int32
 }
 
 // IDs returns the binary IDs a mapping carries, in the form the symbolizer accepts; IDs that

@@ -1300,7 +1300,7 @@ func (vq *VendorQualifier) Copy(fn func(AST) AST, skip func(AST) bool) AST {
 	if typ == nil {
 		typ = vq.Type
 	}
-	vq = &VendorQualifier{Qualifier: qualifier, Type: vq.Type}
+	vq = &VendorQualifier{Qualifier: qualifier, Type: typ}
 	if r := fn(vq); r != nil {
 		return r
 	}

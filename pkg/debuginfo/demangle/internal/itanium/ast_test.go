@@ -40,3 +40,21 @@ func TestASTToString(t *testing.T) {
 		}
 	}
 }
+
+// A copy of a VendorQualifier must carry the copied type, not the original one.
+func TestVendorQualifierCopyKeepsType(t *testing.T) {
+	vq := &VendorQualifier{Qualifier: &Name{Name: "q"}, Type: &Name{Name: "old"}}
+	got := vq.Copy(func(a AST) AST {
+		if n, ok := a.(*Name); ok && n.Name == "old" {
+			return &Name{Name: "new"}
+		}
+		return nil
+	}, func(AST) bool { return false })
+	cp, ok := got.(*VendorQualifier)
+	if !ok {
+		t.Fatalf("Copy = %T, want *VendorQualifier", got)
+	}
+	if n, ok := cp.Type.(*Name); !ok || n.Name != "new" {
+		t.Errorf("copied Type = %#v, want Name new", cp.Type)
+	}
+}

@@ -414,7 +414,8 @@ func adjustErr(err error, adj int) error {
 	if err == nil {
 		return nil
 	}
-	if de, ok := err.(demangleErr); ok {
+	var de demangleErr
+	if errors.As(err, &de) {
 		de.off += adj
 		return de
 	}
@@ -2212,10 +2213,7 @@ func (st *state) refQualifier() string {
 //	<type>+
 func (st *state) parmlist(explicitObjectParameter bool) []AST {
 	var ret []AST
-	for {
-		if len(st.str) < 1 {
-			break
-		}
+	for len(st.str) >= 1 {
 		if st.str[0] == 'E' || st.str[0] == '.' {
 			break
 		}
@@ -2400,10 +2398,11 @@ func (st *state) compactNumber() int {
 	if len(st.str) == 0 {
 		st.fail("missing index")
 	}
-	if st.str[0] == '_' {
+	switch st.str[0] {
+	case '_':
 		st.advance(1)
 		return 0
-	} else if st.str[0] == 'n' {
+	case 'n':
 		st.fail("unexpected negative number")
 	}
 	n := st.number()
@@ -2841,10 +2840,11 @@ func (st *state) expression() AST {
 				st.fail("missing uuidof argument")
 			}
 			var operand AST
-			if st.str[0] == 't' {
+			switch st.str[0] {
+			case 't':
 				st.advance(1)
 				operand = st.demangleType(false)
-			} else if st.str[0] == 'z' {
+			case 'z':
 				st.advance(1)
 				operand = st.expression()
 			}
@@ -2922,9 +2922,10 @@ func (st *state) expression() AST {
 			} else {
 				left = st.expression()
 			}
-			if code == "cl" || code == "cp" {
+			switch code {
+			case "cl", "cp":
 				right = st.exprList('E')
-			} else if code == "dt" || code == "pt" {
+			case "dt", "pt":
 				if len(st.str) > 0 && st.str[0] == 'L' {
 					right = st.exprPrimary()
 				} else {
@@ -2933,13 +2934,14 @@ func (st *state) expression() AST {
 						right = st.template(right)
 					}
 				}
-			} else {
+			default:
 				right = st.expression()
 			}
 			return &Binary{Op: o, Left: left, Right: right}
 
 		case 3:
-			if code[0] == 'n' {
+			switch code[0] {
+			case 'n':
 				if code[1] != 'w' && code[1] != 'a' {
 					panic("internal error")
 				}
@@ -2962,12 +2964,12 @@ func (st *state) expression() AST {
 					st.fail("unrecognized new initializer")
 				}
 				return &New{Op: o, Place: place, Type: t, Init: ini}
-			} else if code[0] == 'f' {
+			case 'f':
 				first, _ := st.operatorName(true)
 				second := st.expression()
 				third := st.expression()
 				return &Fold{Left: code[1] == 'L', Op: first, Arg1: second, Arg2: third}
-			} else {
+			default:
 				first := st.expression()
 				second := st.expression()
 				third := st.expression()

@@ -6,6 +6,7 @@ package itanium
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -124,7 +125,7 @@ func oneTest(t *testing.T, report int, input, expect string, params bool) {
 			return
 		}
 
-		if err != ErrNotMangledName {
+		if !errors.Is(err, ErrNotMangledName) {
 			if input == expect {
 				return
 			}

@@ -488,13 +488,14 @@ func (rst *rustState) genericArg() {
 	if len(rst.str) < 1 {
 		rst.fail("expected generic-arg")
 	}
-	if rst.str[0] == 'L' {
+	switch rst.str[0] {
+	case 'L':
 		rst.advance(1)
 		rst.writeLifetime(rst.base62Number())
-	} else if rst.str[0] == 'K' {
+	case 'K':
 		rst.advance(1)
 		rst.demangleConst()
-	} else {
+	default:
 		rst.demangleType()
 	}
 }

@@ -6,6 +6,7 @@ package itanium
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -52,7 +53,7 @@ func oneRustTest(t *testing.T, report int, input, expect string) {
 
 	s, err := ToString(input)
 	if err != nil {
-		if err != ErrNotMangledName {
+		if !errors.Is(err, ErrNotMangledName) {
 			if input == expect {
 				return
 			}
