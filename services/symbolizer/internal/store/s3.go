@@ -173,6 +173,26 @@ func (s *S3) PresignPut(ctx context.Context, key string, expiry time.Duration) (
 	return u.String(), map[string]string{}, true, nil
 }
 
+// EnsureBucket creates the bucket when it does not exist, for development setups (an in-cluster
+// MinIO starts empty); production buckets are made, with their policies, by their owners.
+func (s *S3) EnsureBucket(ctx context.Context, region string) error {
+	ok, err := s.c.BucketExists(ctx, s.bucket)
+	if err != nil {
+		return fmt.Errorf("s3 bucket %s: %w", s.bucket, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := s.c.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: region}); err != nil {
+		// Another replica may have made it in between.
+		if ok, err2 := s.c.BucketExists(ctx, s.bucket); err2 == nil && ok {
+			return nil
+		}
+		return fmt.Errorf("s3 create bucket %s: %w", s.bucket, err)
+	}
+	return nil
+}
+
 // Ping checks that the bucket exists and the credentials work.
 func (s *S3) Ping(ctx context.Context) error {
 	ok, err := s.c.BucketExists(ctx, s.bucket)

@@ -112,6 +112,27 @@ func TestFolder(t *testing.T) {
 	}
 }
 
+// TestS3EnsureBucket: a missing bucket is created once, and an existing one is left alone.
+func TestS3EnsureBucket(t *testing.T) {
+	m := testsupport.StartMinIO(t)
+	s, err := NewS3(S3Config{Endpoint: m.Endpoint(), Bucket: "fresh", Region: m.Region(), AccessKey: m.AccessKey(), SecretKey: m.SecretKey(), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping succeeded before the bucket exists")
+	}
+	for range 2 {
+		if err := s.EnsureBucket(ctx, m.Region()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after EnsureBucket: %v", err)
+	}
+}
+
 func TestS3(t *testing.T) {
 	m := testsupport.StartMinIO(t)
 	m.NewBucket(t, "psym")
