@@ -148,7 +148,7 @@ func ensureCorpus(t *testing.T) string {
 		return build
 	}
 	start := time.Now()
-	cmd := exec.Command("bash", filepath.Join(corpusDir, "build.sh"))
+	cmd := exec.CommandContext(t.Context(), "bash", filepath.Join(corpusDir, "build.sh"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("testdata/build.sh failed (%v); run it from the repository root to see why:\n%s", err, out)

@@ -122,8 +122,7 @@ func Open(path string, opts Options) (*Binary, error) {
 	b.describe(b.elf)
 
 	if err := b.findDebugFile(); err != nil {
-		b.Close()
-		return nil, err
+		return nil, errors.Join(err, b.Close())
 	}
 	return b, nil
 }
@@ -403,12 +402,12 @@ func byteOrder(f *elf.File) binary.ByteOrder {
 }
 
 // OpenIndex is Open followed by Index and Close, for callers that only want the index.
-func OpenIndex(path string, opts Options) (*index.Index, Info, error) {
+func OpenIndex(path string, opts Options) (_ *index.Index, _ Info, err error) {
 	b, err := Open(path, opts)
 	if err != nil {
 		return nil, Info{}, err
 	}
-	defer b.Close()
+	defer func() { err = errors.Join(err, b.Close()) }()
 	ix, err := b.Index()
 	return ix, b.Info(), err
 }

@@ -64,7 +64,9 @@ func TestSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	gnu := b.IDs().GNU
-	b.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
 	debugDir := filepath.Join(dir, "debug")
 	idPath := filepath.Join(debugDir, ".build-id", gnu[:2], gnu[2:]+".debug")
 	if err := os.MkdirAll(filepath.Dir(idPath), 0o755); err != nil {
@@ -152,7 +154,9 @@ func TestOpenErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := debuginfo.Open(tt.path, tt.opts)
 			if err == nil {
-				b.Close()
+				if cerr := b.Close(); cerr != nil {
+					t.Errorf("close: %v", cerr)
+				}
 				t.Fatalf("Open succeeded, want error containing %q", tt.wantErr)
 			}
 			if !strings.Contains(err.Error(), tt.wantErr) {

@@ -225,14 +225,17 @@ func TestNormalizeLiveProcess(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			exe := elfxtest.CC(t, dir, c.name, liveMain, append(c.args, "-O1", lib, lib2, "-Wl,-rpath,"+dir)...)
-			cmd := exec.Command(exe)
+			cmd := exec.CommandContext(t.Context(), exe)
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer func() {
-				stdin.Close()
+				// EOF on stdin is the program's signal to exit.
+				if err := stdin.Close(); err != nil {
+					t.Errorf("close program stdin: %v", err)
+				}
 				done := make(chan error, 1)
 				go func() { done <- cmd.Wait() }()
 				select {
@@ -241,7 +244,9 @@ func TestNormalizeLiveProcess(t *testing.T) {
 						t.Errorf("program: %v", err)
 					}
 				case <-time.After(10 * time.Second):
-					cmd.Process.Kill()
+					if err := cmd.Process.Kill(); err != nil {
+						t.Errorf("kill program: %v", err)
+					}
 					t.Error("program did not exit")
 				}
 			}()

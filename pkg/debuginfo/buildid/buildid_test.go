@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -21,13 +20,23 @@ import (
 
 // referenceHTLHash follows the OTel eBPF profiler's FileIDFromExecutableReader step by step
 // on an io.ReadSeeker, to check the ReaderAt version against it.
-func referenceHTLHash(r io.ReadSeeker) string {
+func referenceHTLHash(t *testing.T, r io.ReadSeeker) string {
+	t.Helper()
 	h := sha256.New()
-	io.Copy(h, io.LimitReader(r, 4096))
-	size, _ := r.Seek(0, io.SeekEnd)
+	if _, err := io.Copy(h, io.LimitReader(r, 4096)); err != nil {
+		t.Fatalf("reference hash: read head: %v", err)
+	}
+	size, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		t.Fatalf("reference hash: seek end: %v", err)
+	}
 	tail := min(size, 4096)
-	r.Seek(-tail, io.SeekEnd)
-	io.Copy(h, r)
+	if _, err := r.Seek(-tail, io.SeekEnd); err != nil {
+		t.Fatalf("reference hash: seek tail: %v", err)
+	}
+	if _, err := io.Copy(h, r); err != nil {
+		t.Fatalf("reference hash: read tail: %v", err)
+	}
 	var l [8]byte
 	binary.BigEndian.PutUint64(l[:], uint64(size))
 	h.Write(l[:])
@@ -43,7 +52,7 @@ func TestHTLHashMatchesReference(t *testing.T) {
 		if err != nil {
 			t.Fatalf("size %d: %v", n, err)
 		}
-		if want := referenceHTLHash(bytes.NewReader(data)); got != want {
+		if want := referenceHTLHash(t, bytes.NewReader(data)); got != want {
 			t.Errorf("size %d: %s, reference %s", n, got, want)
 		}
 		if !ValidHex(got) || len(got) != 32 {
@@ -139,13 +148,17 @@ func TestNotesFromProgramHeaders(t *testing.T) {
 }
 
 func TestGoBuildID(t *testing.T) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		t.Skip("no go toolchain")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain in PATH")
 	}
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println(\"hi\") }\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println(\"hi\") }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		flags []string
@@ -156,7 +169,7 @@ func TestGoBuildID(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
-			cmd := exec.Command(goBin, append(append([]string{"build", "-o", out}, c.flags...), ".")...)
+			cmd := exec.CommandContext(t.Context(), goBin, append(append([]string{"build", "-o", out}, c.flags...), ".")...)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
 			if b, err := cmd.CombinedOutput(); err != nil {

@@ -22,7 +22,9 @@ func split(t *testing.T, dir, name string, gccArgs ...string) (bin, dbg string) 
 	elfxtest.Run(t, "objcopy", "--only-keep-debug", full, dbg)
 	elfxtest.Run(t, "strip", "--strip-debug", "--strip-unneeded", "-o", bin, full)
 	elfxtest.Run(t, "objcopy", "--add-gnu-debuglink="+dbg, bin)
-	os.Remove(full)
+	if err := os.Remove(full); err != nil {
+		t.Fatal(err)
+	}
 	return bin, dbg
 }
 
@@ -56,7 +58,9 @@ func TestFind(t *testing.T) {
 
 	t.Run("build-id", func(t *testing.T) {
 		dir := filepath.Join(root, "bid")
-		os.MkdirAll(dir, 0o755)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=sha1")
 		f, ids := open(t, bin)
 		if ids.GNU == "" {
@@ -64,7 +68,9 @@ func TestFind(t *testing.T) {
 		}
 		want := filepath.Join(global, ".build-id", ids.GNU[:2], ids.GNU[2:]+".debug")
 		place(t, dbg, want)
-		os.Remove(dbg)
+		if err := os.Remove(dbg); err != nil {
+			t.Fatal(err)
+		}
 		got, how, err := Find(f, ids, bin, []string{filepath.Join(root, "empty"), global})
 		if err != nil || got != want || how != HowBuildID {
 			t.Fatalf("Find = %q %q %v, want %q", got, how, err, want)
@@ -77,10 +83,14 @@ func TestFind(t *testing.T) {
 
 	t.Run("build-id file of another binary is refused", func(t *testing.T) {
 		dir := filepath.Join(root, "bidwrong")
-		os.MkdirAll(dir, 0o755)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		bin, _ := split(t, dir, "prog", "-Wl,--build-id=sha1")
 		_, other := split(t, dir, "other", "-Wl,--build-id=md5")
-		os.Remove(filepath.Join(dir, "prog.debug"))
+		if err := os.Remove(filepath.Join(dir, "prog.debug")); err != nil {
+			t.Fatal(err)
+		}
 		f, ids := open(t, bin)
 		gdir := filepath.Join(root, "g2")
 		place(t, other, filepath.Join(gdir, ".build-id", ids.GNU[:2], ids.GNU[2:]+".debug"))
@@ -100,12 +110,16 @@ func TestFind(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(root, "dl", string(rune('a'+i)))
-			os.MkdirAll(dir, 0o755)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
 			want := c.where(dir)
 			if want != dbg {
 				place(t, dbg, want)
-				os.Remove(dbg)
+				if err := os.Remove(dbg); err != nil {
+					t.Fatal(err)
+				}
 			}
 			f, ids := open(t, bin)
 			if ids.GNU != "" {
@@ -120,7 +134,9 @@ func TestFind(t *testing.T) {
 
 	t.Run("wrong CRC is not chosen", func(t *testing.T) {
 		dir := filepath.Join(root, "crc")
-		os.MkdirAll(dir, 0o755)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
 		// A rebuilt debug file with the same name but different content sits beside the
 		// binary; the right one sits in .debug/.
@@ -140,7 +156,9 @@ func TestFind(t *testing.T) {
 		if err != nil || got != right {
 			t.Fatalf("Find = %q %v, want %q", got, err, right)
 		}
-		os.Remove(right)
+		if err := os.Remove(right); err != nil {
+			t.Fatal(err)
+		}
 		if got, _, err := Find(f, ids, bin, nil); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("only a wrong-CRC file: Find = %q %v", got, err)
 		}
@@ -148,7 +166,9 @@ func TestFind(t *testing.T) {
 
 	t.Run("no debuglink, no build ID", func(t *testing.T) {
 		dir := filepath.Join(root, "none")
-		os.MkdirAll(dir, 0o755)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		p := elfxtest.CC(t, dir, "plain", elfxtest.Hello, "-Wl,--build-id=none")
 		f, ids := open(t, p)
 		if _, _, err := Find(f, ids, p, []string{global}); !errors.Is(err, ErrNotFound) {

@@ -363,7 +363,8 @@ func (f *File) decompress(name string, typ elf.CompressionType, comp []byte, siz
 		if err != nil {
 			return nil, fmt.Errorf("section %s: zlib: %w", name, err)
 		}
-		defer zr.Close()
+		// zlib's Close only repeats a decoding error, which io.Copy below already returns.
+		defer func() { _ = zr.Close() }()
 		rd = zr
 	case elf.COMPRESS_ZSTD:
 		// No window needs to be larger than the output it produces.

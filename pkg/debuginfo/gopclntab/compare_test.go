@@ -3,6 +3,7 @@ package gopclntab
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -125,7 +126,9 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if buildDir != "" {
-		os.RemoveAll(buildDir)
+		if err := os.RemoveAll(buildDir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove test build dir: %v\n", err)
+		}
 	}
 	os.Exit(code)
 }
@@ -140,7 +143,7 @@ func buildTestProgram(t testing.TB) (full, stripped string) {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "gopclntab-test-")
 		if buildErr == nil {
-			builtFull, builtStripped, buildErr = compileTestProgram(buildDir)
+			builtFull, builtStripped, buildErr = compileTestProgram(t.Context(), buildDir)
 		}
 	})
 	if buildErr != nil {
@@ -149,7 +152,7 @@ func buildTestProgram(t testing.TB) (full, stripped string) {
 	return builtFull, builtStripped
 }
 
-func compileTestProgram(dir string) (full, stripped string, err error) {
+func compileTestProgram(ctx context.Context, dir string) (full, stripped string, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(testProgram), 0o644); err != nil {
 		return "", "", err
 	}
@@ -162,11 +165,11 @@ func compileTestProgram(dir string) (full, stripped string, err error) {
 		flags []string
 	}{{full, nil}, {stripped, []string{"-ldflags=-s -w"}}} {
 		args := append([]string{"build", "-o", c.out}, c.flags...)
-		cmd := exec.Command("go", append(args, ".")...)
+		cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("go build: %v\n%s", err, out)
+			return "", "", fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	}
 	return full, stripped, nil
@@ -263,7 +266,7 @@ func llvmSymbolize(t testing.TB, obj string, pcs []uint64) [][]llvmFrame {
 	for _, pc := range pcs {
 		fmt.Fprintf(&in, "0x%x\n", pc)
 	}
-	cmd := exec.Command("llvm-symbolizer", "--obj="+obj, "--output-style=JSON", "--inlines")
+	cmd := exec.CommandContext(t.Context(), "llvm-symbolizer", "--obj="+obj, "--output-style=JSON", "--inlines")
 	cmd.Stdin = &in
 	out, err := cmd.Output()
 	if err != nil {
