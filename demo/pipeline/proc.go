@@ -35,7 +35,9 @@ func Start(name, logPath, bin string, args ...string) (*Proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: log file: %w", name, err)
 	}
-	cmd := exec.Command(bin, args...)
+	// Not bound to a context: Stop ends the child in order (SIGTERM, grace, SIGKILL), which a
+	// canceled context would cut short with an immediate SIGKILL.
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own group: the terminal's Ctrl-C goes to the parent only, which stops children in
 	// order; Pdeathsig ends a child whose parent was killed outright.
@@ -139,25 +141,35 @@ func TailFile(path string, n int) string {
 // take it before the caller binds it; callers start services through StartService, which
 // retries on a new port when that happens.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A loopback bind does not block, so there is nothing for a context to cancel.
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free loopback port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("release probe port %d: %w", port, err)
+	}
+	return port, nil
 }
 
 // FreePorts returns n distinct ports that were free a moment ago.
-func FreePorts(n int) ([]int, error) {
+func FreePorts(n int) (ports []int, err error) {
+	// All n stay bound until the end so that the ports are distinct; a port whose listener
+	// cannot be released is of no use to the caller.
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			if cerr := l.Close(); cerr != nil && err == nil {
+				ports, err = nil, fmt.Errorf("release probe port: %w", cerr)
+			}
 		}
 	}()
-	ports := make([]int, 0, n)
+	var lc net.ListenConfig
+	ports = make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free loopback port: %w", err)
 		}
@@ -191,7 +203,11 @@ func WaitReady(ctx context.Context, p *Proc, url string) error {
 		}
 		select {
 		case <-p.Done():
-			return fmt.Errorf("%s exited before it was ready (%v); last log lines:\n%s", p.Name, p.Err(), p.Tail(15))
+			exitErr := p.Err()
+			if exitErr == nil {
+				exitErr = errors.New("exit status 0")
+			}
+			return fmt.Errorf("%s exited before it was ready (%w); last log lines:\n%s", p.Name, exitErr, p.Tail(15))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s (%s): %w", p.Name, url, last, ctx.Err())
 		case <-tick.C:

@@ -178,8 +178,12 @@ func latency(c pprofileotlp.GRPCClient, reqs []pprofile.Profiles, n int) []time.
 }
 
 // buckets reads the gateway's request-duration histogram (cumulative counts by upper bound).
-func buckets(admin string) (map[float64]float64, error) {
-	resp, err := http.Get("http://" + admin + "/metrics")
+func buckets(ctx context.Context, admin string) (map[float64]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -240,9 +244,11 @@ func main() {
 	conc := flag.Int("concurrency", 8, "senders in the throughput phase")
 	dur := flag.Duration("duration", 15*time.Second, "length of the throughput phase")
 	flag.Parse()
+	ctx := context.Background()
+	var lc net.ListenConfig
 
 	if *sinkListen != "" {
-		ln, err := net.Listen("tcp", *sinkListen)
+		ln, err := lc.Listen(ctx, "tcp", *sinkListen)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -266,13 +272,17 @@ func main() {
 	}
 
 	// A sink of our own gives the baseline: the same request, the same client, no gateway.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
 	direct := grpc.NewServer()
 	pprofileotlp.RegisterGRPCServer(direct, &sink{})
-	go direct.Serve(ln)
+	go func() {
+		if err := direct.Serve(ln); err != nil {
+			log.Printf("baseline sink: %v", err)
+		}
+	}()
 	base := dial(ln.Addr().String())
 	gw := dial(*gateway)
 
@@ -283,7 +293,7 @@ func main() {
 
 	var before map[float64]float64
 	if *admin != "" {
-		if before, err = buckets(*admin); err != nil {
+		if before, err = buckets(ctx, *admin); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -297,7 +307,7 @@ func main() {
 		(pct(g, .5) - pct(b, .5)).Round(10*time.Microsecond), (pct(g, .99) - pct(b, .99)).Round(10*time.Microsecond))
 
 	if *admin != "" {
-		after, err := buckets(*admin)
+		after, err := buckets(ctx, *admin)
 		if err != nil {
 			log.Fatal(err)
 		}
