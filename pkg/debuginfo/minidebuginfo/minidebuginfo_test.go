@@ -154,7 +154,7 @@ func TestExtractAbsent(t *testing.T) {
 
 func xzBytes(t *testing.T, data []byte, args ...string) []byte {
 	elfxtest.Need(t, "xz")
-	cmd := exec.Command("xz", append([]string{"-c"}, args...)...)
+	cmd := exec.CommandContext(t.Context(), "xz", append([]string{"-c"}, args...)...)
 	cmd.Stdin = bytes.NewReader(data)
 	out, err := cmd.Output()
 	if err != nil {

@@ -57,7 +57,9 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{}, // neither gateway nor output file
 		{"--output-file", "x", "--log-level", "loud"},
 	} {
-		os.Unsetenv("PROFSYM_GATEWAY")
+		if err := os.Unsetenv("PROFSYM_GATEWAY"); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := parse(t, nil, bad...); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -96,7 +98,7 @@ func TestReadiness(t *testing.T) {
 	h := handler(prometheus.NewRegistry(), &r)
 	get := func(path string) int {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil))
 		return rec.Code
 	}
 	if get("/healthz") != 200 || get("/readyz") != 503 {

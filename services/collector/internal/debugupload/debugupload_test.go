@@ -41,10 +41,10 @@ func buildSymbolizer(t *testing.T) string {
 			symbolizerBin.err = err
 		} else {
 			out := filepath.Join(dir, "symbolizer")
-			cmd := exec.Command("go", "build", "-o", out, "./services/symbolizer")
+			cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, "./services/symbolizer")
 			cmd.Dir = filepath.Join("..", "..", "..", "..")
 			if b, err := cmd.CombinedOutput(); err != nil {
-				symbolizerBin.err = fmt.Errorf("go build symbolizer: %v\n%s", err, b)
+				symbolizerBin.err = fmt.Errorf("go build symbolizer: %w\n%s", err, b)
 			}
 			symbolizerBin.path = out
 		}
@@ -58,7 +58,9 @@ func buildSymbolizer(t *testing.T) string {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if symbolizerBin.path != "" {
-		os.RemoveAll(filepath.Dir(symbolizerBin.path))
+		if err := os.RemoveAll(filepath.Dir(symbolizerBin.path)); err != nil {
+			fmt.Fprintf(os.Stderr, "remove test build dir: %v\n", err)
+		}
 	}
 	os.Exit(code)
 }
@@ -74,7 +76,7 @@ func startSymbolizer(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--store-dir", t.TempDir(),
+		cmd := exec.CommandContext(t.Context(), bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--store-dir", t.TempDir(),
 			"--upload-token", testToken, "--shutdown-timeout", "2s")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -82,14 +84,21 @@ func startSymbolizer(t *testing.T) string {
 			t.Fatal(err)
 		}
 		done := make(chan struct{})
-		go func() { cmd.Wait(); logf.Close(); close(done) }()
+		// The exit status is not needed: an early exit shows through done, the log says why.
+		go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 		t.Cleanup(func() {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("kill symbolizer: %v", err)
+			}
 			<-done
 		})
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			resp, err := http.Get(url + "/readyz")
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/readyz", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -136,7 +145,7 @@ int main(int argc, char **argv) { printf("%%d\n", work%d(argc)); return 0; }
 func strip(t *testing.T, in string, args ...string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), filepath.Base(in)+".stripped")
-	if b, err := exec.Command("strip", append(args, "-o", out, in)...).CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(t.Context(), "strip", append(args, "-o", out, in)...).CombinedOutput(); err != nil {
 		t.Fatalf("strip: %v\n%s", err, b)
 	}
 	return out
@@ -254,7 +263,7 @@ func TestCIUploadWins(t *testing.T) {
 	if ids(t, onNode).GNU != id {
 		t.Fatal("strip changed the build ID")
 	}
-	up := exec.Command(buildSymbolizer(t), "upload", "--server", url, "--token", testToken, "--source", "ci", "--progress", "plain", full)
+	up := exec.CommandContext(t.Context(), buildSymbolizer(t), "upload", "--server", url, "--token", testToken, "--source", "ci", "--progress", "plain", full)
 	if b, err := up.CombinedOutput(); err != nil {
 		t.Fatalf("symbolizer upload: %v\n%s", err, b)
 	}

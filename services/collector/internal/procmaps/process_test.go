@@ -197,7 +197,7 @@ func need(t *testing.T, tools ...string) {
 
 func run(t *testing.T, name string, args ...string) {
 	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 }
@@ -230,8 +230,12 @@ func TestResolveRealProcess(t *testing.T) {
 	need(t, "gcc")
 	dir := t.TempDir()
 	lib := filepath.Join(dir, "libbased.so")
-	os.WriteFile(filepath.Join(dir, "lib.c"), []byte(libSrc), 0o644)
-	os.WriteFile(filepath.Join(dir, "main.c"), []byte(mainSrc), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "lib.c"), []byte(libSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.c"), []byte(mainSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run(t, "gcc", "-O1", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-Wl,-Ttext-segment=0x10000000",
 		"-o", lib, filepath.Join(dir, "lib.c"))
 	if v := symbolValue(t, lib, "lib_func"); v < 0x10000000 {
@@ -242,7 +246,7 @@ func TestResolveRealProcess(t *testing.T) {
 			bin := filepath.Join(dir, "main-"+mode.name)
 			run(t, "gcc", "-O1", "-g", mode.flag, "-Wl,--build-id", "-o", bin, filepath.Join(dir, "main.c"),
 				"-L"+dir, "-lbased", "-Wl,-rpath,"+dir)
-			cmd := exec.Command(bin)
+			cmd := exec.CommandContext(t.Context(), bin)
 			out, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -306,8 +310,11 @@ func TestResolveRealProcess(t *testing.T) {
 				t.Errorf("exe = %q (%q), want %q", p.ExePath, p.ExeName, bin)
 			}
 			// Process knowledge survives the exit until the sweep.
-			cmd.Process.Kill()
-			cmd.Wait()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatalf("kill: %v", err)
+			}
+			// Wait only reaps: after the kill it always reports "signal: killed".
+			_ = cmd.Wait()
 			tab.MarkExec(pid)
 			p2, m := tab.Resolve(pid, addrs[0])
 			if m == nil || p2.Err != nil {
