@@ -53,8 +53,13 @@ func sample() pprofile.Profiles {
 func gz(b []byte) []byte {
 	var buf bytes.Buffer
 	w := gzip.NewWriter(&buf)
-	w.Write(b)
-	w.Close()
+	// Writes to a bytes.Buffer cannot fail; a failure here is a broken test.
+	if _, err := w.Write(b); err != nil {
+		panic(err)
+	}
+	if err := w.Close(); err != nil {
+		panic(err)
+	}
 	return buf.Bytes()
 }
 
@@ -104,7 +109,10 @@ func TestHTTP(t *testing.T) {
 			if method == "" {
 				method = http.MethodPost
 			}
-			req, _ := http.NewRequest(method, srv.URL+receiver.Path, bytes.NewReader(tc.body))
+			req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+receiver.Path, bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
 			req.Header.Set("Content-Type", tc.ct)
 			if tc.enc != "" {
 				req.Header.Set("Content-Encoding", tc.enc)
@@ -165,12 +173,19 @@ func TestGRPC(t *testing.T) {
 			rec := &recorder{err: tc.err}
 			s := grpc.NewServer()
 			receiver.RegisterGRPC(s, rec)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			var lc net.ListenConfig
+			ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
-			go s.Serve(ln)
-			defer s.Stop()
+			serveErr := make(chan error, 1)
+			go func() { serveErr <- s.Serve(ln) }()
+			defer func() {
+				s.Stop()
+				if err := <-serveErr; err != nil {
+					t.Errorf("grpc serve: %v", err)
+				}
+			}()
 			cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"sync"
@@ -113,7 +112,7 @@ func TestDrillDownstreamStoppedThenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post("http://"+g.httpAddr+"/v1development/profiles", "application/x-protobuf", bytes.NewReader(body))
+	resp, err := post(t.Context(), http.DefaultClient, "http://"+g.httpAddr+"/v1development/profiles", body)
 	if err != nil {
 		t.Fatal(err)
 	}

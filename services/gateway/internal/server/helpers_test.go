@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -39,9 +42,10 @@ var symbolizerBin = sync.OnceValues(func() (string, error) {
 	}
 	symbolizerDir = dir
 	out := filepath.Join(dir, "symbolizer")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/profsym/profsym/services/symbolizer")
+	// Built once for the whole test binary, so no single test's context applies.
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", out, "github.com/profsym/profsym/services/symbolizer")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build symbolizer: %v\n%s", err, b)
+		return "", fmt.Errorf("build symbolizer: %w\n%s", err, b)
 	}
 	return out, nil
 })
@@ -53,6 +57,10 @@ type realSymbolizer struct {
 	port                           int
 	cmd                            *exec.Cmd
 	logs                           *os.File
+	// t and ctx belong to the test that owns the server: restarts in the drills live as long
+	// as that test, not as the subtest that restarts them.
+	t   *testing.T
+	ctx context.Context
 }
 
 func startSymbolizer(t *testing.T, redisURL string) *realSymbolizer {
@@ -62,7 +70,8 @@ func startSymbolizer(t *testing.T, redisURL string) *realSymbolizer {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	s := &realSymbolizer{bin: bin, storeDir: filepath.Join(dir, "store"), token: "gateway-test-token", redisURL: redisURL}
+	s := &realSymbolizer{bin: bin, storeDir: filepath.Join(dir, "store"), token: "gateway-test-token", redisURL: redisURL,
+		t: t, ctx: t.Context()}
 	s.logs, err = os.Create(filepath.Join(dir, "symbolizer.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,13 +101,14 @@ func (s *realSymbolizer) Start(t *testing.T) {
 		if s.redisURL != "" {
 			args = append(args, "--redis-url", s.redisURL, "--redis-timeout", "100ms")
 		}
-		cmd := exec.Command(s.bin, args...)
+		cmd := exec.CommandContext(s.ctx, s.bin, args...)
 		cmd.Stdout, cmd.Stderr = s.logs, s.logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
+		// An early exit shows through exited; the log says why.
+		go func() { _ = cmd.Wait(); close(exited) }()
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
 			select {
@@ -110,7 +120,11 @@ func (s *realSymbolizer) Start(t *testing.T) {
 				t.Fatal("symbolizer exited during start; see its log")
 			default:
 			}
-			if resp, err := http.Get(s.URL() + "/readyz"); err == nil {
+			req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.URL()+"/readyz", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
 					s.cmd = cmd
@@ -119,7 +133,9 @@ func (s *realSymbolizer) Start(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		cmd.Process.Kill()
+		if err := cmd.Process.Kill(); err != nil {
+			t.Errorf("kill symbolizer: %v", err)
+		}
 		t.Fatal("symbolizer not ready after 20s")
 	retry:
 	}
@@ -130,7 +146,9 @@ func (s *realSymbolizer) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	s.cmd.Process.Kill()
+	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.t.Errorf("kill symbolizer: %v", err)
+	}
 	for range 200 {
 		if s.cmd.ProcessState != nil {
 			break
@@ -143,7 +161,7 @@ func (s *realSymbolizer) Stop() {
 // Upload sends files with the real upload client.
 func (s *realSymbolizer) Upload(t *testing.T, paths ...string) {
 	t.Helper()
-	cmd := exec.Command(s.bin, append([]string{"upload", "--server", s.URL(), "--token", s.token, "--progress", "plain"}, paths...)...)
+	cmd := exec.CommandContext(t.Context(), s.bin, append([]string{"upload", "--server", s.URL(), "--token", s.token, "--progress", "plain"}, paths...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("symbolizer upload: %v\n%s", err, b)
 	}
@@ -172,8 +190,9 @@ func startSink(t *testing.T) *sink {
 func (s *sink) Start(t *testing.T) {
 	var ln net.Listener
 	var err error
+	var lc net.ListenConfig
 	for range 50 {
-		if ln, err = net.Listen("tcp", s.addr); err == nil {
+		if ln, err = lc.Listen(t.Context(), "tcp", s.addr); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -187,7 +206,12 @@ func (s *sink) Start(t *testing.T) {
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
-	go srv.Serve(ln)
+	go func() {
+		// Serve outlives the calling test's body, so its failure is logged, not reported to t.
+		if err := srv.Serve(ln); err != nil {
+			slog.Error("test sink stopped serving", "addr", s.addr, "err", err)
+		}
+	}()
 }
 
 func (s *sink) Stop() {
@@ -261,12 +285,24 @@ func startGateway(t *testing.T, cfg server.Config) *gateway {
 	}
 	g.client = pprofileotlp.NewGRPCClient(cc)
 	t.Cleanup(func() {
-		cc.Close()
+		if err := cc.Close(); err != nil {
+			t.Errorf("close gateway client: %v", err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
 	return g
+}
+
+// post sends an OTLP/HTTP profiles body to url; the caller closes the response body.
+func post(ctx context.Context, c *http.Client, url string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	return c.Do(req)
 }
 
 func (g *gateway) send(ctx context.Context, pd pprofile.Profiles) error {
@@ -289,7 +325,7 @@ func llvmSymbolize(t *testing.T, path string, vaddrs []uint64) [][]llvmFrame {
 	for _, a := range vaddrs {
 		fmt.Fprintf(&in, "0x%x\n", a)
 	}
-	cmd := exec.Command("llvm-symbolizer", "--output-style=JSON", "--inlining", "--obj="+path)
+	cmd := exec.CommandContext(t.Context(), "llvm-symbolizer", "--output-style=JSON", "--inlining", "--obj="+path)
 	cmd.Stdin = strings.NewReader(in.String())
 	out, err := cmd.Output()
 	if err != nil {
@@ -372,7 +408,7 @@ func compile(t *testing.T, dir, src string, args ...string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "prog")
-	cmd := exec.Command("gcc", append([]string{"-o", out, srcPath}, args...)...)
+	cmd := exec.CommandContext(t.Context(), "gcc", append([]string{"-o", out, srcPath}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
@@ -391,7 +427,7 @@ func buildGo(t *testing.T, dir, src string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "gwtest")
-	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

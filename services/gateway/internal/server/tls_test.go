@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -50,8 +49,12 @@ func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
 	}
 	dir := t.TempDir()
 	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cert, _ := x509.ParseCertificate(der)
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
@@ -73,7 +76,7 @@ func TestTLSReceivers(t *testing.T) {
 	}
 	body, _ := (&pprofile.ProtoMarshaler{}).MarshalProfiles(oneSample())
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	resp, err := hc.Post("https://"+g.httpAddr+"/v1development/profiles", "application/x-protobuf", bytes.NewReader(body))
+	resp, err := post(t.Context(), hc, "https://"+g.httpAddr+"/v1development/profiles", body)
 	if err != nil {
 		t.Fatalf("HTTP over TLS: %v", err)
 	}
@@ -83,7 +86,7 @@ func TestTLSReceivers(t *testing.T) {
 	}
 	sk.waitSamples(t, 2, 10*time.Second)
 	// Plain HTTP to the TLS port is refused.
-	if resp, err := http.Post("http://"+g.httpAddr+"/v1development/profiles", "application/x-protobuf", bytes.NewReader(body)); err == nil {
+	if resp, err := post(t.Context(), http.DefaultClient, "http://"+g.httpAddr+"/v1development/profiles", body); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == 200 {
 			t.Fatal("plain HTTP accepted on the TLS receiver")
