@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"debug/elf"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -52,43 +53,63 @@ type proc struct {
 }
 
 func (p *proc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
+	name := filepath.Base(p.cmd.Path)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		log.Printf("stop %s: %v", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		// Both servers exit 0 on SIGTERM: anything else means the measured run is suspect.
+		if err != nil {
+			log.Printf("%s: %v", name, err)
+		}
 	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
+		log.Printf("%s ignored SIGTERM for 10s; killing it", name)
+		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			log.Printf("kill %s: %v", name, err)
+		}
+		if err := <-done; err != nil {
+			log.Printf("%s: %v", name, err) // normally "signal: killed"
+		}
 	}
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) int {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		log.Fatalf("free port %d: %v", port, err)
+	}
+	return port
 }
 
-func startRedis() (*proc, string) {
-	port := freePort()
+func startRedis(ctx context.Context) (*proc, string) {
+	port := freePort(ctx)
 	dir := filepath.Join(*work, "redis")
-	os.MkdirAll(dir, 0o755)
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
 	if err := cmd.Start(); err != nil {
 		log.Fatalf("redis-server: %v", err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitTCP(addr)
+	waitTCP(ctx, addr)
 	return &proc{cmd}, "redis://" + addr + "/0"
 }
 
-func waitTCP(addr string) {
+func waitTCP(ctx context.Context, addr string) {
+	var d net.Dialer
 	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
+		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+			// A probe connection that carried nothing: its close cannot fail in a way that matters.
+			_ = c.Close()
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -96,17 +117,17 @@ func waitTCP(addr string) {
 	log.Fatalf("%s does not accept connections", addr)
 }
 
-func startServer(store string, extra ...string) (*proc, string) {
-	port := freePort()
+func startServer(ctx context.Context, store string, extra ...string) (*proc, string) {
+	port := freePort(ctx)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{"serve", "--listen", addr, "--store-dir", store, "--upload-token", "bench",
 		"--result-cache-entries", "0", "--log-level", "warn"}, extra...)
-	cmd := exec.Command(*symbolizerBin, args...)
+	cmd := exec.CommandContext(ctx, *symbolizerBin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		log.Fatalf("start symbolizer: %v", err)
 	}
-	waitTCP(addr)
+	waitTCP(ctx, addr)
 	return &proc{cmd}, "http://" + addr
 }
 
@@ -167,9 +188,9 @@ func client(url string) symbolizerv1connect.SymbolizerServiceClient {
 	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}, url, opts...)
 }
 
-func call(c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
+func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
 	start := time.Now()
-	resp, err := c.Symbolize(context.Background(), connect.NewRequest(req))
+	resp, err := c.Symbolize(ctx, connect.NewRequest(req))
 	d := time.Since(start)
 	if err != nil {
 		log.Fatalf("Symbolize: %v", err)
@@ -223,17 +244,26 @@ func (r row) print() {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// removeIndexes deletes the stored serialized indexes so the next server builds them again:
+// an index left behind would turn the cold phase into a stored one.
 func removeIndexes(store string) {
-	filepath.Walk(store, func(p string, info os.FileInfo, err error) error {
-		if err == nil && strings.HasSuffix(p, ".index") {
-			os.Remove(p)
+	err := filepath.Walk(store, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".index") {
+			return os.Remove(p)
 		}
 		return nil
 	})
+	if err != nil {
+		log.Fatalf("remove stored indexes: %v", err)
+	}
 }
 
 func main() {
 	flag.Parse()
+	ctx := context.Background()
 	if *against != "" && *binary != "" {
 		t := loadTarget(*binary)
 		rnd := rand.New(rand.NewPCG(1, 2))
@@ -245,7 +275,7 @@ func main() {
 		var lat []time.Duration
 		for end := time.Now().Add(*duration); time.Now().Before(end); {
 			for _, req := range reqs {
-				d, _ := call(c, req)
+				d, _ := call(ctx, c, req)
 				lat = append(lat, d)
 			}
 		}
@@ -260,8 +290,8 @@ func main() {
 	st, _ := os.Stat(*binary)
 	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches per phase, gzip responses: %v\n", *binary, float64(st.Size())/(1<<20), *batch, *batches, *gzipResp)
 
-	srv, url := startServer(store)
-	up := exec.Command(*symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
+	srv, url := startServer(ctx, store)
+	up := exec.CommandContext(ctx, *symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
 	up.Stdout, up.Stderr = os.Stdout, os.Stderr
 	if err := up.Run(); err != nil {
 		log.Fatalf("upload: %v", err)
@@ -276,9 +306,9 @@ func main() {
 			if phase == "cold" {
 				removeIndexes(store)
 			}
-			srv, url := startServer(store)
+			srv, url := startServer(ctx, store)
 			c0 := cpuTime(srv)
-			d, res := call(client(url), t.batch(rnd))
+			d, res := call(ctx, client(url), t.batch(rnd))
 			r.cpu += cpuTime(srv) - c0
 			r.lat = append(r.lat, d)
 			r.n += *batch
@@ -290,40 +320,40 @@ func main() {
 	}
 
 	// warm: the index in memory answers (no Redis; the in-process result cache is off).
-	srv, url = startServer(store)
+	srv, url = startServer(ctx, store)
 	c := client(url)
-	call(c, t.batch(rnd)) // load the index
+	call(ctx, c, t.batch(rnd)) // load the index
 	var reqs []*symbolizerv1.SymbolizeRequest
 	for i := 0; i < *batches; i++ {
 		reqs = append(reqs, t.batch(rnd))
 	}
-	measure("warm", srv, c, reqs).print()
+	measure(ctx, "warm", srv, c, reqs).print()
 	srv.stop()
 
 	// cached: a replica without the index in memory (an index cache too small to keep it)
 	// whose Redis holds every address of the batches: the first pass fills Redis, the
 	// measured second pass is all Redis hits.
-	redis, rurl := startRedis()
+	redis, rurl := startRedis(ctx)
 	defer redis.stop()
-	srv, url = startServer(store, "--redis-url", rurl, "--index-cache-bytes", "1")
+	srv, url = startServer(ctx, store, "--redis-url", rurl, "--index-cache-bytes", "1")
 	c = client(url)
 	// Results reach Redis in the background: a second pass writes what the first could
 	// not queue, then the queue drains.
 	for pass := 0; pass < 2; pass++ {
 		for _, req := range reqs {
-			call(c, req)
+			call(ctx, c, req)
 		}
 		time.Sleep(3 * time.Second)
 	}
-	measure("cached", srv, c, reqs).print()
+	measure(ctx, "cached", srv, c, reqs).print()
 	srv.stop()
 }
 
-func measure(phase string, srv *proc, c symbolizerv1connect.SymbolizerServiceClient, reqs []*symbolizerv1.SymbolizeRequest) row {
+func measure(ctx context.Context, phase string, srv *proc, c symbolizerv1connect.SymbolizerServiceClient, reqs []*symbolizerv1.SymbolizeRequest) row {
 	r := row{phase: phase}
 	c0 := cpuTime(srv)
 	for _, req := range reqs {
-		d, res := call(c, req)
+		d, res := call(ctx, c, req)
 		r.lat = append(r.lat, d)
 		r.n += len(req.Modules[0].Addresses)
 		r.resolved += res

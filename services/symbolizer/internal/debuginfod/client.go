@@ -157,7 +157,9 @@ func (c *Client) fetch(ctx context.Context, id string) (bool, error) {
 			}
 			u.result(true)
 			_, err = c.meta.Ingest(ctx, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: id}, path, kind.typ, debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD)
-			os.Remove(path)
+			if rerr := os.Remove(path); rerr != nil {
+				c.opt.Logger.Warn("remove downloaded debuginfod file", "path", path, "err", rerr)
+			}
 			if err != nil {
 				c.count(u.url, "error")
 				c.opt.Logger.Warn("debuginfod file not stored", "upstream", u.url, "build_id", id, "err", err)
@@ -196,7 +198,8 @@ func (c *Client) download(ctx context.Context, url string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = resp.Body.Close() }()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return "", errNotFound
@@ -222,7 +225,9 @@ func (c *Client) download(ctx context.Context, url string) (string, error) {
 		err = fmt.Errorf("body over the size cap of %d bytes", limit)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		if rerr := os.Remove(f.Name()); rerr != nil {
+			c.opt.Logger.Warn("remove partial debuginfod download", "path", f.Name(), "err", rerr)
+		}
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
 	return f.Name(), nil

@@ -3,6 +3,7 @@ package debuginfod
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -15,8 +16,11 @@ import (
 )
 
 // Handler serves the store read-only at /buildid/<id>/debuginfo and /buildid/<id>/executable.
-// tokens is nil when reads are open.
-func Handler(md *meta.Meta, tokens *auth.Tokens) http.Handler {
+// tokens is nil when reads are open; log nil means slog.Default().
+func Handler(md *meta.Meta, tokens *auth.Tokens, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -36,7 +40,7 @@ func Handler(md *meta.Meta, tokens *auth.Tokens) http.Handler {
 		}
 		id := parts[0]
 		var rec *meta.Record
-		var err error = meta.ErrNotFound
+		err := meta.ErrNotFound
 		for _, typ := range []debuginfov1.BuildIDType{debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH} {
 			if meta.ValidateID(typ, id) != nil {
 				continue
@@ -76,11 +80,20 @@ func Handler(md *meta.Meta, tokens *auth.Tokens) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		defer rc.Close()
+		// Only read from: a failing close loses nothing.
+		defer func() { _ = rc.Close() }()
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		if r.Method == http.MethodHead {
 			return
 		}
-		io.Copy(w, rc)
+		// The status and length are sent: the client sees a short body, the log says why. A
+		// client that hung up is routine and not worth a warning.
+		if n, err := io.Copy(w, rc); err != nil {
+			lvl := slog.LevelWarn
+			if r.Context().Err() != nil {
+				lvl = slog.LevelDebug
+			}
+			log.Log(r.Context(), lvl, "debuginfod response cut short", "build_id", id, "object", f.Object, "sent", n, "size", size, "err", err)
+		}
 	})
 }

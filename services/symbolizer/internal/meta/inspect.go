@@ -55,7 +55,8 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
 	}
-	defer closer.Close()
+	// Both only read the file: a failing close loses nothing.
+	defer func() { _ = closer.Close() }()
 	ins := &Inspection{Loads: ef.Loads(), Runnable: runnable(ef.ELF())}
 	ins.IDs, err = buildid.Compute(ef.ReaderAt(), ef.Size())
 	if err != nil {
@@ -65,7 +66,7 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	ins.Index, ins.IndexErr = b.Index()
 	info := b.Info()
 	ins.Quality = Quality{

@@ -204,7 +204,8 @@ func (m *Meta) readJSON(ctx context.Context, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = rc.Close() }()
 	if size > 16<<20 {
 		return fmt.Errorf("%s: record of %d bytes is implausibly large", key, size)
 	}
@@ -475,12 +476,22 @@ func (m *Meta) Finish(ctx context.Context, id ID, uploadID string) (*Record, err
 	if old != nil && old.Object != file.Object {
 		m.deleteFile(ctx, old)
 	}
-	m.s.Delete(ctx, p.Object())
-	m.s.Delete(ctx, "uploads-index/"+p.ID)
+	m.deletePending(ctx, p)
 	if m.opt.OnIndex != nil && ins.Index != nil {
 		m.opt.OnIndex(file, ins)
 	}
 	return r, nil
+}
+
+// deletePending removes an upload's bytes and index entry once no record names them. A
+// failure leaves garbage, not a wrong answer: it is logged and the sweep of abandoned uploads
+// removes it later.
+func (m *Meta) deletePending(ctx context.Context, p *Upload) {
+	for _, k := range []string{p.Object(), "uploads-index/" + p.ID} {
+		if err := m.s.Delete(ctx, k); err != nil {
+			m.opt.Logger.Warn("delete finished upload", "object", k, "err", err)
+		}
+	}
 }
 
 func (m *Meta) deleteFile(ctx context.Context, f *File) {
@@ -615,8 +626,7 @@ func (m *Meta) Delete(ctx context.Context, id ID) error {
 		}
 	}
 	if p := r.Pending; p != nil {
-		m.s.Delete(ctx, p.Object())
-		m.s.Delete(ctx, "uploads-index/"+p.ID)
+		m.deletePending(ctx, p)
 	}
 	if err := m.s.Delete(ctx, key+"/record.json"); err != nil {
 		return err

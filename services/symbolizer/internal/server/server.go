@@ -100,7 +100,11 @@ func (c *Config) Run() error {
 // Logger builds the configured logger.
 func (c *Config) Logger() *slog.Logger {
 	var lvl slog.Level
-	lvl.UnmarshalText([]byte(c.LogLevel))
+	// kong's enum refuses an unknown level on the command line; a Config built in code may
+	// leave it empty, which means info.
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
@@ -193,7 +197,11 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.closers = append(s.closers, func() { client.Close() })
+		s.closers = append(s.closers, func() {
+			if err := client.Close(); err != nil {
+				log.Warn("close redis client", "err", err)
+			}
+		})
 		rcOpt.Redis = client
 	}
 	rc = resultcache.New(rcOpt)
@@ -238,8 +246,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/upload/", up.PutHandler(s.Tokens))
-	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, readTokens))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, readTokens, log))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { s.writeProbe(w, "healthz") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
@@ -251,7 +259,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ok\n"))
+		s.writeProbe(w, "readyz")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	if c.Pprof {
@@ -338,9 +346,18 @@ func NewHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
+// writeProbe answers a health probe. The status is already decided; a failed write means the
+// prober hung up and will count it as a failure itself.
+func (s *Server) writeProbe(w http.ResponseWriter, probe string) {
+	if _, err := w.Write([]byte("ok\n")); err != nil {
+		s.log.Debug("probe answer not written", "probe", probe, "err", err)
+	}
+}
+
 // Serve listens and serves until ctx ends, then finishes in-flight requests.
 func (s *Server) Serve(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 	}
@@ -353,8 +370,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	if s.cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
 		if err != nil {
-			ln.Close()
-			return fmt.Errorf("load TLS key pair: %w", err)
+			return errors.Join(fmt.Errorf("load TLS key pair: %w", err), ln.Close())
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -35,7 +36,10 @@ func NewFolder(dir string) (*Folder, error) {
 	// Leftovers of a crash mid-write are never visible objects; clear them.
 	if entries, err := os.ReadDir(filepath.Join(abs, folderTmp)); err == nil {
 		for _, e := range entries {
-			os.Remove(filepath.Join(abs, folderTmp, e.Name()))
+			// One that stays costs disk space only; the next start tries again.
+			if err := os.Remove(filepath.Join(abs, folderTmp, e.Name())); err != nil {
+				slog.Warn("remove leftover temporary file", "path", filepath.Join(abs, folderTmp, e.Name()), "err", err)
+			}
 		}
 	}
 	return &Folder{root: abs}, nil
@@ -84,7 +88,9 @@ func (f *Folder) Put(ctx context.Context, key string, r io.Reader, size int64) e
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("remove temporary file: %w", rerr))
+		}
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
@@ -113,9 +119,13 @@ func (f *Folder) Open(ctx context.Context, key string) (io.ReadCloser, int64, er
 		return nil, 0, notExist(key, err)
 	}
 	st, err := fh.Stat()
-	if err != nil || !st.Mode().IsRegular() {
+	if err != nil {
 		fh.Close()
-		return nil, 0, fmt.Errorf("open %s: not a regular file (%v): %w", key, err, ErrNotExist)
+		return nil, 0, fmt.Errorf("open %s: not a regular file (%w): %w", key, err, ErrNotExist)
+	}
+	if !st.Mode().IsRegular() {
+		fh.Close()
+		return nil, 0, fmt.Errorf("open %s: not a regular file: %w", key, ErrNotExist)
 	}
 	return fh, st.Size(), nil
 }
@@ -152,12 +162,18 @@ func (f *Folder) Delete(ctx context.Context, key string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
+	f.removeEmptyParents(path)
+	return nil
+}
+
+// removeEmptyParents removes the directories above path that are now empty. The first one
+// that cannot be removed, normally because it still holds objects, ends the climb.
+func (f *Folder) removeEmptyParents(path string) {
 	for dir := filepath.Dir(path); dir != f.root && strings.HasPrefix(dir, f.root); dir = filepath.Dir(dir) {
 		if os.Remove(dir) != nil {
-			break
+			return
 		}
 	}
-	return nil
 }
 
 // Copy copies through a temporary file.
@@ -166,7 +182,8 @@ func (f *Folder) Copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = rc.Close() }()
 	return f.Put(ctx, dst, rc, size)
 }
 

@@ -96,7 +96,8 @@ func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, int64, error)
 	}
 	st, err := obj.Stat()
 	if err != nil {
-		obj.Close()
+		// Nothing was read yet: a failing close loses nothing.
+		_ = obj.Close()
 		return nil, 0, s3Err(key, err)
 	}
 	return obj, st.Size, nil

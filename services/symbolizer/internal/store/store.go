@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -63,12 +64,17 @@ func CheckKey(key string) error {
 		}
 	}
 	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '-' || c == '_' || c == '.') {
+		if c := key[i]; !keyByte(c) {
 			return fmt.Errorf("object key %q: byte %#x not allowed", key, c)
 		}
 	}
 	return nil
+}
+
+// keyByte reports whether c may appear in an object key: letters, digits and / - _ . only,
+// which every backend stores as is.
+func keyByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '-' || c == '_' || c == '.'
 }
 
 // LocalCopy gives a local file holding the object: the object itself when the backend is a
@@ -91,12 +97,17 @@ func LocalCopy(ctx context.Context, s Store, key, dir string) (path string, clea
 	if err != nil {
 		return "", nil, err
 	}
-	defer rc.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = rc.Close() }()
 	f, err := os.CreateTemp(dir, "object-*")
 	if err != nil {
 		return "", nil, fmt.Errorf("download %s: %w", key, err)
 	}
-	cleanup = func() { os.Remove(f.Name()) }
+	cleanup = func() {
+		if err := os.Remove(f.Name()); err != nil {
+			slog.Warn("remove downloaded object copy", "path", f.Name(), "err", err)
+		}
+	}
 	n, err := io.Copy(f, rc)
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -28,7 +28,8 @@ func (c *InspectCmd) run(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = b.Close() }()
 	var ixErr error
 	if !c.NoIndex {
 		_, ixErr = b.Index()

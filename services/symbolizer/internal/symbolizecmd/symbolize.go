@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,7 +51,6 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	defer w.Flush()
 	p := printer{w: w, module: c.Obj, json: c.OutputStyle == "JSON", inlines: c.Inlines, ix: ix}
 
 	if len(c.Addresses) > 0 {
@@ -81,7 +81,8 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read addresses: %w", err)
+		// What was symbolized before the read failed is still printed.
+		return errors.Join(fmt.Errorf("read addresses: %w", err), w.Flush())
 	}
 	return w.Flush()
 }
@@ -91,7 +92,8 @@ func (c *Cmd) loadIndex() (*index.Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = b.Close() }()
 	return b.Index()
 }
 

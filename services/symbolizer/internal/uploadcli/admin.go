@@ -34,7 +34,7 @@ func (c *ListCmd) Run() error {
 	for {
 		resp, err := client.List(context.Background(), connect.NewRequest(&debuginfov1.ListRequest{PageSize: 1000, PageToken: token}))
 		if err != nil {
-			return fmt.Errorf("List: %w", err)
+			return fmt.Errorf("list records: %w", err)
 		}
 		for _, d := range resp.Msg.GetDebuginfos() {
 			printRecord(out, d, c.JSON)
@@ -71,7 +71,7 @@ func (c *GetCmd) Run() error {
 	}
 	resp, err := client.Get(context.Background(), connect.NewRequest(&debuginfov1.GetRequest{BuildId: c.BuildID}))
 	if err != nil {
-		return fmt.Errorf("Get %s: %w", c.BuildID, err)
+		return fmt.Errorf("get %s: %w", c.BuildID, err)
 	}
 	out := c.Out
 	if out == nil {
@@ -94,7 +94,7 @@ func (c *DeleteCmd) Run() error {
 		return err
 	}
 	if _, err := client.Delete(context.Background(), connect.NewRequest(&debuginfov1.DeleteRequest{BuildId: c.BuildID})); err != nil {
-		return fmt.Errorf("Delete %s: %w", c.BuildID, err)
+		return fmt.Errorf("delete %s: %w", c.BuildID, err)
 	}
 	fmt.Fprintln(os.Stdout, "deleted", c.BuildID)
 	return nil

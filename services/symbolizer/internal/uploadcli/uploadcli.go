@@ -179,7 +179,8 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 	}
 	wg.Wait()
 	if bar != nil {
-		bar.Finish()
+		// The bar only draws on the terminal: a failed draw must not fail the uploads.
+		_ = bar.Finish()
 		fmt.Fprintln(errw)
 	}
 	for _, r := range results {
@@ -261,7 +262,8 @@ func (u *UploadCmd) describe(ref fileRef) (*candidate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a readable ELF file: %w", err)
 	}
-	defer closer.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = closer.Close() }()
 	ids, err := buildid.Compute(ef.ReaderAt(), ef.Size())
 	if err != nil {
 		return nil, err
@@ -370,16 +372,12 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 		if reason == debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE {
 			res.Outcome, res.Err = "failed", errors.New(should.Msg.GetMessage())
 		}
-		if bar != nil {
-			bar.Add64(c.size)
-		}
+		progress(bar, c.size)
 		return res
 	}
 	if u.DryRun {
 		res.Outcome = "would-upload"
-		if bar != nil {
-			bar.Add64(c.size)
-		}
+		progress(bar, c.size)
 		return res
 	}
 	init, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.InitiateUploadResponse], error) {
@@ -401,7 +399,8 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 	// 404: the upload is no longer open, which happens when another client sending the same
 	// file (InitiateUpload handed both the same upload) finished it first. FinishUpload
 	// then returns the stored record, or NOT_FOUND if the upload really is gone.
-	if err != nil && !(errors.As(err, &he) && he.status == http.StatusNotFound) {
+	gone := errors.As(err, &he) && he.status == http.StatusNotFound
+	if err != nil && !gone {
 		res.Outcome, res.Err = "failed", err
 		return res
 	}
@@ -429,7 +428,7 @@ func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *
 	if bar != nil {
 		body = io.TeeReader(f, writerFunc(func(p []byte) (int, error) {
 			counted += int64(len(p))
-			bar.Add(len(p))
+			progress(bar, int64(len(p)))
 			return len(p), nil
 		}))
 	}
@@ -450,21 +449,26 @@ func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := hc.Do(req)
-	if bar != nil && err != nil {
-		bar.Add64(-counted)
-	}
 	if err != nil {
+		progress(bar, -counted)
 		return fmt.Errorf("PUT: %w", err)
 	}
-	defer resp.Body.Close()
+	// Only read from: a failing close loses nothing.
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		if bar != nil {
-			bar.Add64(-counted)
-		}
+		progress(bar, -counted)
 		return &httpStatusError{resp.StatusCode, strings.TrimSpace(string(msg))}
 	}
 	return nil
+}
+
+// progress moves bar by n bytes; bar is nil when no bar is drawn. The bar only draws on the
+// terminal: a failed draw must not fail an upload.
+func progress(bar *progressbar.ProgressBar, n int64) {
+	if bar != nil {
+		_ = bar.Add64(n)
+	}
 }
 
 type writerFunc func([]byte) (int, error)
