@@ -72,7 +72,10 @@ func TestNegativeCacheBreakerAndCap(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c.Fetch(ctx, strings.Repeat(string("0123456789"[i]), 2)+"00")
+			id := strings.Repeat(string("0123456789"[i]), 2) + "00"
+			if found, err := c.Fetch(ctx, id); found || err != nil {
+				t.Errorf("fetch %s = %v %v, want a miss", id, found, err)
+			}
 		}(i)
 	}
 	wg.Wait()

@@ -88,7 +88,7 @@ func upload(t *testing.T, m *Meta, f fixture, id ID, typ debuginfov1.DebuginfoTy
 func TestUploadLifecycle(t *testing.T) {
 	full := load(t, testsupport.CompileC(t, prog, "-g", "-O2"))
 	stripped := filepath.Join(t.TempDir(), "stripped")
-	if out, err := exec.Command("objcopy", "--strip-debug", full.path, stripped).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "objcopy", "--strip-debug", full.path, stripped).CombinedOutput(); err != nil {
 		t.Fatalf("objcopy: %v %s", err, out)
 	}
 	exeF := load(t, stripped)
@@ -213,9 +213,12 @@ func TestUploadRejections(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
-			keys, _ := m.Store().List(ctx, "")
+			keys, err := m.Store().List(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, k := range keys {
-				if !strings.HasSuffix(k, "record.json") && !strings.HasPrefix(k, "uploads-index/") && !(tc.want == ErrNotUploaded) {
+				if !strings.HasSuffix(k, "record.json") && !strings.HasPrefix(k, "uploads-index/") && !errors.Is(tc.want, ErrNotUploaded) {
 					t.Errorf("rejected upload left %s", k)
 				}
 			}
@@ -223,7 +226,7 @@ func TestUploadRejections(t *testing.T) {
 				t.Fatalf("rejected file is visible: %v", err)
 			}
 			// A good upload still works afterwards.
-			if tc.want == ErrVerification {
+			if errors.Is(tc.want, ErrVerification) {
 				if _, err := upload(t, m, good, gid, dbg, u, good.data); err != nil {
 					t.Fatalf("good upload after rejection: %v", err)
 				}
@@ -298,7 +301,9 @@ func TestConcurrentAndStaleUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2.Store().Put(ctx, up.Object(), bytes.NewReader(good.data), int64(len(good.data)))
+	if err := m2.Store().Put(ctx, up.Object(), bytes.NewReader(good.data), int64(len(good.data))); err != nil {
+		t.Fatal(err)
+	}
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Add(1)
@@ -356,13 +361,17 @@ func TestSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Store().Put(ctx, up.Object(), bytes.NewReader(f.data), int64(len(f.data)))
+		if err := m.Store().Put(ctx, up.Object(), bytes.NewReader(f.data), int64(len(f.data))); err != nil {
+			t.Fatal(err)
+		}
 		return up
 	}
 	stale := put(good)
 	now = now.Add(2 * time.Minute) // stale expires
 	live := put(other)
-	m.Store().Put(ctx, "uploads/"+strings.Repeat("e", 32), strings.NewReader("stray"), 5)
+	if err := m.Store().Put(ctx, "uploads/"+strings.Repeat("e", 32), strings.NewReader("stray"), 5); err != nil {
+		t.Fatal(err)
+	}
 
 	n, err := m.Sweep(ctx)
 	if err != nil || n != 2 {

@@ -151,7 +151,9 @@ func TestRedisURLs(t *testing.T) {
 			t.Errorf("%s: err = %v", tc.url, err)
 		}
 		if c != nil {
-			c.Close()
+			if err := c.Close(); err != nil {
+				t.Errorf("%s: close: %v", tc.url, err)
+			}
 		}
 	}
 }

@@ -26,8 +26,13 @@ import (
 func TestDebuginfodUpstream(t *testing.T) {
 	dir := t.TempDir()
 	bin := compile(t, "-g", "-O1")
-	data, _ := os.ReadFile(bin.path)
-	os.WriteFile(filepath.Join(dir, "prog"), data, 0o755)
+	data, err := os.ReadFile(bin.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prog"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	up := testsupport.StartDebuginfod(t, dir)
 	up.WaitForBuildID(t, bin.ids.GNU, 30*time.Second)
 
@@ -80,7 +85,7 @@ func TestDebuginfodServer(t *testing.T) {
 	r := start(t)
 	full := compile(t, "-g")
 	debugOnly := filepath.Join(t.TempDir(), "prog.debug")
-	if out, err := exec.Command("objcopy", "--only-keep-debug", full.path, debugOnly).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "objcopy", "--only-keep-debug", full.path, debugOnly).CombinedOutput(); err != nil {
 		t.Fatalf("objcopy: %v %s", err, out)
 	}
 	other := compile(t, "-g", "-DX=1", "-O1")
@@ -88,7 +93,7 @@ func TestDebuginfodServer(t *testing.T) {
 
 	run := func(kind, id string) ([]byte, error) {
 		cache := t.TempDir()
-		cmd := exec.Command(find, kind, id)
+		cmd := exec.CommandContext(t.Context(), find, kind, id)
 		cmd.Env = append(os.Environ(), "DEBUGINFOD_URLS="+r.url, "DEBUGINFOD_CACHE_PATH="+cache, "DEBUGINFOD_TIMEOUT=10")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -121,13 +126,8 @@ func TestDebuginfodServer(t *testing.T) {
 		"/buildid/ABCD/debuginfo":                       404,
 		"/buildid/..%2f..%2fetc/debuginfo":              404,
 	} {
-		resp, err := http.Get(r.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != code {
-			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, code)
+		if got, _ := httpGet(t, r.url+path); got != code {
+			t.Errorf("GET %s = %d, want %d", path, got, code)
 		}
 	}
 }
@@ -175,7 +175,12 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("serve returned %v", err)
 	}
 	r.done <- nil // for the cleanup
-	if _, err := http.Get(r.url + "/healthz"); err == nil {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.url+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		defer resp.Body.Close()
 		t.Fatal("the server still accepts connections after shutdown")
 	}
 }

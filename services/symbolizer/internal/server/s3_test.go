@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,7 +25,9 @@ func TestS3EndToEnd(t *testing.T) {
 	m := testsupport.StartMinIO(t)
 	mc := m.NewBucket(t, "debuginfo")
 	secretFile := filepath.Join(t.TempDir(), "secret")
-	os.WriteFile(secretFile, []byte(m.SecretKey()+"\n"), 0o600)
+	if err := os.WriteFile(secretFile, []byte(m.SecretKey()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r := start(t, "--s3-endpoint", m.Endpoint(), "--s3-bucket", "debuginfo", "--s3-region", m.Region(),
 		"--s3-access-key", m.AccessKey(), "--s3-secret-key-file", secretFile, "--s3-insecure", "--index-cache-bytes", "1")
 	bin := compile(t, "-g", "-O2")
@@ -59,13 +60,11 @@ func TestS3EndToEnd(t *testing.T) {
 	}
 	sameLocations(t, "s3", sresp.Msg.Modules[0].Locations, engineFrames(t, bin.path, bin.addrs))
 
-	hresp, err := http.Get(r.url + "/buildid/" + bin.ids.GNU + "/debuginfo")
+	_, got := httpGet(t, r.url+"/buildid/"+bin.ids.GNU+"/debuginfo")
+	want, err := os.ReadFile(bin.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := io.ReadAll(hresp.Body)
-	hresp.Body.Close()
-	want, _ := os.ReadFile(bin.path)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("debuginfod path from S3: %d bytes, want %d", len(got), len(want))
 	}
@@ -74,9 +73,7 @@ func TestS3EndToEnd(t *testing.T) {
 			t.Errorf("upload leftover %s", obj.Key)
 		}
 	}
-	resp2, err := http.Get(r.url + "/readyz")
-	if err != nil || resp2.StatusCode != 200 {
-		t.Fatalf("readyz with S3: %v %v", resp2, err)
+	if code, body := httpGet(t, r.url+"/readyz"); code != 200 {
+		t.Fatalf("readyz with S3: %d %s", code, body)
 	}
-	resp2.Body.Close()
 }

@@ -71,7 +71,9 @@ func start(t *testing.T, args ...string) *running {
 func startWith(t *testing.T, hook func(*Server), args ...string) *running {
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(tokens, []byte(token+"\n"), 0o600)
+	if err := os.WriteFile(tokens, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var cli struct {
 		Serve Config `cmd:""`
 	}
@@ -92,7 +94,8 @@ func startWith(t *testing.T, hook func(*Server), args ...string) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +106,31 @@ func startWith(t *testing.T, hook func(*Server), args ...string) *running {
 	go func() { r.done <- s.ServeListener(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
 		s.Close()
 	})
 	return r
+}
+
+// httpGet GETs url and returns the status and the body.
+func httpGet(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", url, err)
+	}
+	return resp.StatusCode, body
 }
 
 func upload(t *testing.T, url string, paths ...string) []uploadcli.Result {
@@ -287,7 +311,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// curl with JSON (Connect protocol); uint64 addresses are JSON strings.
 	body, _ := json.Marshal(map[string]any{"modules": []map[string]any{{"gnuBuildId": bin.ids.GNU, "addresses": u64Strings(bin.addrs)}}})
-	out, err := exec.Command("curl", "-sS", "--fail-with-body", "-H", "Content-Type: application/json", "--data-binary", string(body),
+	out, err := exec.CommandContext(t.Context(), "curl", "-sS", "--fail-with-body", "-H", "Content-Type: application/json", "--data-binary", string(body),
 		r.url+symbolizerv1connect.SymbolizerServiceSymbolizeProcedure).CombinedOutput()
 	if err != nil {
 		t.Fatalf("curl: %v\n%s", err, out)
@@ -322,12 +346,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Metrics name every layer.
-	mresp, err := http.Get(r.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsText, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
+	_, metricsText := httpGet(t, r.url+"/metrics")
 	for _, want := range []string{
 		`symbolizer_rpc_requests_total{code="ok",procedure="/profsym.symbolizer.v1.SymbolizerService/Symbolize"}`,
 		`symbolizer_cache_lookups_total{layer="redis",result="hit"}`,
@@ -340,13 +359,8 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	for path, code := range map[string]int{"/healthz": 200, "/readyz": 200, "/upload/xyz": 405} {
-		resp, err := http.Get(r.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != code {
-			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, code)
+		if got, _ := httpGet(t, r.url+path); got != code {
+			t.Errorf("GET %s = %d, want %d", path, got, code)
 		}
 	}
 }
@@ -468,7 +482,10 @@ func TestUploadAPIEdgeCases(t *testing.T) {
 		t.Fatalf("initiate = %v", init.Msg)
 	}
 	put := func(body []byte, tok string) int {
-		req, _ := http.NewRequest(http.MethodPut, init.Msg.UploadUrl, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, init.Msg.UploadUrl, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
@@ -476,7 +493,7 @@ func TestUploadAPIEdgeCases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
 		return resp.StatusCode
 	}
 	if c := put(data, ""); c != 401 {
@@ -556,8 +573,12 @@ func TestUploadAPIEdgeCases(t *testing.T) {
 
 	// Non-ELF and truncated files through the CLI: clear failures, nothing stored.
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "notelf"), bytes.Repeat([]byte("text"), 100), 0o644)
-	os.WriteFile(filepath.Join(dir, "truncated"), data[:len(data)/2], 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "notelf"), bytes.Repeat([]byte("text"), 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "truncated"), data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
 	res := upload(t, r.url, filepath.Join(dir, "notelf"), filepath.Join(dir, "truncated"))
 	for _, x := range res {
 		if x.Err == nil {
@@ -624,13 +645,8 @@ func TestRequireReadToken(t *testing.T) {
 	if _, err := client.Symbolize(context.Background(), req); err != nil {
 		t.Fatalf("read with token = %v", err)
 	}
-	resp, err := http.Get(r.url + "/buildid/abcd/debuginfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 {
-		t.Fatalf("debuginfod path without token = %d", resp.StatusCode)
+	if code, _ := httpGet(t, r.url+"/buildid/abcd/debuginfo"); code != 401 {
+		t.Fatalf("debuginfod path without token = %d", code)
 	}
 }
 
@@ -664,14 +680,18 @@ func TestCLIResumesAfterCrashAndDryRun(t *testing.T) {
 	// The crashed PUT: half the body, then the connection drops.
 	pr, pw := io.Pipe()
 	go func() {
-		pw.Write(data[:len(data)/2])
-		pw.CloseWithError(errors.New("client crashed"))
+		_, err := pw.Write(data[:len(data)/2])
+		// The connection drops after half the body, also when the transport gave up earlier.
+		pw.CloseWithError(errors.Join(errors.New("client crashed"), err))
 	}()
-	put, _ := http.NewRequest(http.MethodPut, first.Msg.UploadUrl, pr)
+	put, err := http.NewRequestWithContext(t.Context(), http.MethodPut, first.Msg.UploadUrl, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	put.ContentLength = int64(len(data))
 	put.Header.Set("Authorization", "Bearer "+token)
 	if resp, err := http.DefaultClient.Do(put); err == nil {
-		resp.Body.Close()
+		defer resp.Body.Close()
 		if resp.StatusCode == 200 {
 			t.Fatal("a truncated PUT was accepted")
 		}
@@ -700,13 +720,8 @@ func TestReadinessFollowsTheStore(t *testing.T) {
 	defer conn.Close()
 	check := func(wantHTTP int, want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
-		resp, err := http.Get(r.url + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != wantHTTP {
-			t.Fatalf("/readyz = %d, want %d", resp.StatusCode, wantHTTP)
+		if code, _ := httpGet(t, r.url+"/readyz"); code != wantHTTP {
+			t.Fatalf("/readyz = %d, want %d", code, wantHTTP)
 		}
 		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if err != nil || hc.Status != want {
@@ -714,9 +729,11 @@ func TestReadinessFollowsTheStore(t *testing.T) {
 		}
 	}
 	check(200, healthpb.HealthCheckResponse_SERVING)
-	os.RemoveAll(store)
+	if err := os.RemoveAll(store); err != nil {
+		t.Fatal(err)
+	}
 	check(503, healthpb.HealthCheckResponse_NOT_SERVING)
-	if resp, err := http.Get(r.url + "/healthz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/healthz with the store gone: %v %v", resp, err)
+	if code, _ := httpGet(t, r.url+"/healthz"); code != 200 {
+		t.Fatalf("/healthz with the store gone: %d", code)
 	}
 }

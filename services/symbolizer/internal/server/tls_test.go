@@ -42,8 +42,12 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	kder, _ := x509.MarshalECPrivateKey(key)
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cert, _ := x509.ParseCertificate(der)
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
@@ -64,11 +68,15 @@ func TestTLS(t *testing.T) {
 	if resp.Msg.Modules[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND {
 		t.Fatalf("status %v", resp.Msg.Modules[0].Status)
 	}
-	hr, err := hc.Get(url + "/healthz")
+	hreq, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/healthz", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr.Body.Close()
+	hr, err := hc.Do(hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hr.Body.Close()
 	if hr.ProtoMajor != 2 {
 		t.Fatalf("TLS connection negotiated %s, want HTTP/2", hr.Proto)
 	}

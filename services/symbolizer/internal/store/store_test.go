@@ -30,8 +30,13 @@ func suite(t *testing.T, s Store) {
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	got, _ := io.ReadAll(rc)
-	rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
 	if n != int64(len(body)) || !bytes.Equal(got, body) {
 		t.Fatalf("open = %q (%d), want %q", got, n, body)
 	}
@@ -148,7 +153,10 @@ func TestS3(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("presign: %v %v", ok, err)
 	}
-	req, _ := http.NewRequest(http.MethodPut, u, strings.NewReader("presigned body"))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, u, strings.NewReader("presigned body"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -156,7 +164,7 @@ func TestS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("presigned PUT: %s", resp.Status)
 	}

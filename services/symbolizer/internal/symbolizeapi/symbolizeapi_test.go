@@ -49,7 +49,9 @@ func setup(tb testing.TB, rc *resultcache.Cache) (*Service, string, uint64, uint
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.Put(context.Background(), up.Object(), bytes.NewReader(data), int64(len(data)))
+	if err := s.Put(context.Background(), up.Object(), bytes.NewReader(data), int64(len(data))); err != nil {
+		tb.Fatal(err)
+	}
 	if _, err := md.Finish(context.Background(), id, up.ID); err != nil {
 		tb.Fatal(err)
 	}
@@ -79,7 +81,9 @@ func TestIndexBuiltOnceAndStoredIndexUsed(t *testing.T) {
 	keys, _ := svc.meta.Store().List(context.Background(), "records/")
 	for _, k := range keys {
 		if bytes.HasSuffix([]byte(k), []byte(".index")) {
-			svc.meta.Store().Delete(context.Background(), k)
+			if err := svc.meta.Store().Delete(context.Background(), k); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	resp, err := svc.Symbolize(context.Background(), batch(gnu, lo, hi, 100))
@@ -139,7 +143,9 @@ func BenchmarkSymbolize10k(b *testing.B) {
 			}
 			svc, gnu, lo, hi := setup(b, rc)
 			req := batch(gnu, lo, hi, 10000)
-			svc.Symbolize(context.Background(), req)
+			if _, err := svc.Symbolize(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
 			if rc != nil {
 				rc.Flush(context.Background())
 				// A replica without the index in memory: every address is a Redis hit.

@@ -36,7 +36,7 @@ func build(t *testing.T) (string, []string) {
 	// DWARF 4: with DWARF 5 gcc writes some DW_AT_decl_file values as DW_FORM_implicit_const,
 	// which llvm-symbolizer 14 cannot read (it prints an empty StartFileName where we print the
 	// file); TestLLVMQuirks pins that difference.
-	if out, err := exec.Command("gcc", "-O2", "-gdwarf-4", "-o", bin, src).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "gcc", "-O2", "-gdwarf-4", "-o", bin, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	f, err := elf.Open(bin)
@@ -91,7 +91,7 @@ func TestMatchesLLVMSymbolizer(t *testing.T) {
 				c.Addresses = addrs[:len(addrs)-1]
 				args = append(args, c.Addresses...)
 			}
-			cmd := exec.Command("llvm-symbolizer", args...)
+			cmd := exec.CommandContext(t.Context(), "llvm-symbolizer", args...)
 			cmd.Stdin = strings.NewReader(in)
 			want, err := cmd.Output()
 			if err != nil {
@@ -139,7 +139,7 @@ func TestLLVMQuirks(t *testing.T) {
 	if err := os.WriteFile(src, []byte(program), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("gcc", "-O2", "-gdwarf-5", "-o", bin5, src).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "gcc", "-O2", "-gdwarf-5", "-o", bin5, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	f, err := elf.Open(bin5)

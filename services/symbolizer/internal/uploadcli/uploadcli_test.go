@@ -14,14 +14,20 @@ func TestCollect(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(content), 0o755)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		return p
 	}
 	a := write("bin/a", "\x7fELF rest")
 	write("bin/readme.txt", "text")
 	b := write("lib/sub/b.so", "\x7fELF more")
-	os.Symlink(a, filepath.Join(dir, "bin", "link"))
+	if err := os.Symlink(a, filepath.Join(dir, "bin", "link")); err != nil {
+		t.Fatal(err)
+	}
 	explicit := write("notes", "not elf")
 
 	got, err := collect([]string{dir, explicit, a})
