@@ -1,6 +1,7 @@
 package testsupport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -27,16 +28,22 @@ func FreePort(t testing.TB) int {
 // together so that the kernel cannot hand out the same port twice.
 // Listening on the wildcard address finds a port free on both IPv4 and IPv6,
 // which matters for debuginfod: it always binds the wildcard of both.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
+func freePorts(n int) (ports []int, err error) {
 	var listeners []net.Listener
+	// A port whose probe listener cannot be released is of no use to the
+	// server that is about to bind it.
 	defer func() {
 		for _, l := range listeners {
-			l.Close()
+			if cerr := l.Close(); cerr != nil && err == nil {
+				ports, err = nil, fmt.Errorf("release probe port: %w", cerr)
+			}
 		}
 	}()
+	// A bind does not block, so there is nothing for a context to cancel.
+	var lc net.ListenConfig
+	ports = make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", ":0")
+		l, err := lc.Listen(context.Background(), "tcp", ":0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
@@ -60,7 +67,7 @@ func CompileC(t testing.TB, src string, args ...string) string {
 	}
 	out := filepath.Join(dir, "prog")
 	cmdArgs := append([]string{"-o", out, srcPath}, args...)
-	cmd := exec.Command(gcc, cmdArgs...)
+	cmd := exec.CommandContext(t.Context(), gcc, cmdArgs...)
 	cmd.Dir = dir
 	if output, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", strings.Join(cmdArgs, " "), err, output)

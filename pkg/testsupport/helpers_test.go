@@ -21,11 +21,14 @@ func TestFreePort(t *testing.T) {
 			t.Fatalf("FreePort = %d", p)
 		}
 		seen[p] = true
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		var lc net.ListenConfig
+		l, err := lc.Listen(t.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
 			t.Fatalf("FreePort %d is not bindable: %v", p, err)
 		}
-		l.Close()
+		if err := l.Close(); err != nil {
+			t.Fatalf("close listener on %d: %v", p, err)
+		}
 	}
 	if len(seen) < 2 {
 		t.Fatalf("FreePort returned the same port 5 times: %v", seen)
@@ -42,7 +45,7 @@ func TestFreePort(t *testing.T) {
 func TestCompileC(t *testing.T) {
 	t.Parallel()
 	bin := CompileC(t, "#include <stdio.h>\nint main(void){puts(\"fixture\");return 0;}\n", "-g", "-O2", "-Wl,--build-id")
-	out, err := exec.Command(bin).Output()
+	out, err := exec.CommandContext(t.Context(), bin).Output()
 	if err != nil {
 		t.Fatalf("run %s: %v", bin, err)
 	}

@@ -149,7 +149,9 @@ func (s *server) startOn(ports []int) (time.Duration, error) {
 	args := s.spec.args(ports)
 	fmt.Fprintf(logFile, "=== %s\n", commandLine(s.spec.bin, args))
 
-	cmd := exec.Command(s.spec.bin, args...)
+	// Not bound to a context: stop ends the server in order (SIGTERM to its
+	// group, grace, SIGKILL), which a canceled context would cut short.
+	cmd := exec.CommandContext(context.Background(), s.spec.bin, args...)
 	cmd.Env = s.spec.env
 	cmd.Dir = s.spec.dir
 	cmd.Stdout = logFile
@@ -178,7 +180,11 @@ func (s *server) startOn(ports []int) (time.Duration, error) {
 		select {
 		case <-p.done:
 			out := readFrom(s.logPath, offset)
-			err := fmt.Errorf("%s exited before it was ready (%v); output:\n%s", s.spec.name, p.waitErr, lastLines(out, logTailLines))
+			exitErr := p.waitErr
+			if exitErr == nil {
+				exitErr = errors.New("exit status 0")
+			}
+			err := fmt.Errorf("%s exited before it was ready (%w); output:\n%s", s.spec.name, exitErr, lastLines(out, logTailLines))
 			if bytes.Contains(bytes.ToLower(out), []byte("already in use")) {
 				err = fmt.Errorf("%w: %w", errAddrInUse, err)
 			}

@@ -86,13 +86,17 @@ func redisAddr(port int) string {
 
 // redisPing speaks just enough RESP to know the server accepts commands;
 // a listening socket alone is not enough while Redis loads.
-func redisPing(ctx context.Context, addr string) error {
+func redisPing(ctx context.Context, addr string) (err error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() {
+		if cerr := conn.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close PING connection: %w", cerr)
+		}
+	}()
 	if deadline, ok := ctx.Deadline(); ok {
 		if err := conn.SetDeadline(deadline); err != nil {
 			return err

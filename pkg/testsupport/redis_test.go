@@ -76,7 +76,8 @@ func TestRedisSetGetAndRestart(t *testing.T) {
 // errAddrInUse, and start moves on to a fresh port.
 func TestPortRaceRetries(t *testing.T) {
 	t.Parallel()
-	held, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	held, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,8 @@ func TestListeningInodes(t *testing.T) {
 }
 
 func TestOwnsListener(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,9 @@ func TestOwnsListener(t *testing.T) {
 	if ok, err := ownsListener(1, port); err != nil || ok {
 		t.Fatalf("ownsListener(1, %d) = %v, %v; want false", port, ok, err)
 	}
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatalf("close listener: %v", err)
+	}
 	if ok, err := ownsListener(os.Getpid(), port); err != nil || ok {
 		t.Fatalf("ownsListener after close = %v, %v; want false", ok, err)
 	}
