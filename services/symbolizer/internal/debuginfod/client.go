@@ -198,8 +198,7 @@ func (c *Client) download(ctx context.Context, url string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = resp.Body.Close() }()
+	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return "", errNotFound

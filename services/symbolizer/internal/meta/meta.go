@@ -204,8 +204,7 @@ func (m *Meta) readJSON(ctx context.Context, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = rc.Close() }()
+	defer rc.Close()
 	if size > 16<<20 {
 		return fmt.Errorf("%s: record of %d bytes is implausibly large", key, size)
 	}

@@ -182,8 +182,7 @@ func (f *Folder) Copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = rc.Close() }()
+	defer rc.Close()
 	return f.Put(ctx, dst, rc, size)
 }
 

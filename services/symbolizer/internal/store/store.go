@@ -97,8 +97,7 @@ func LocalCopy(ctx context.Context, s Store, key, dir string) (path string, clea
 	if err != nil {
 		return "", nil, err
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = rc.Close() }()
+	defer rc.Close()
 	f, err := os.CreateTemp(dir, "object-*")
 	if err != nil {
 		return "", nil, fmt.Errorf("download %s: %w", key, err)

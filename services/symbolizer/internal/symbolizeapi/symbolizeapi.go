@@ -525,8 +525,7 @@ func (s *Service) loadStored(ctx context.Context, f *meta.File) (*index.Index, e
 	if err != nil {
 		return nil, err
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = rc.Close() }()
+	defer rc.Close()
 	var buf bytes.Buffer
 	buf.Grow(int(min(size, 1<<30)))
 	if _, err := io.Copy(&buf, io.LimitReader(rc, size)); err != nil {

@@ -453,8 +453,7 @@ func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *
 		progress(bar, -counted)
 		return fmt.Errorf("PUT: %w", err)
 	}
-	// Only read from: a failing close loses nothing.
-	defer func() { _ = resp.Body.Close() }()
+	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		progress(bar, -counted)
