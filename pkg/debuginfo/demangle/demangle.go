@@ -238,7 +238,7 @@ func legacyRust(name string) (base, hash, suffix string, ok bool) {
 	}
 	for i := n - 17; i < n-1; i++ {
 		c := base[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return "", "", "", false
 		}
 	}

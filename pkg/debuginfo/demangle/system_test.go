@@ -47,7 +47,7 @@ func TestSystemLibraryNames(t *testing.T) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		cmd := exec.Command(cxxfilt)
+		cmd := exec.CommandContext(t.Context(), cxxfilt)
 		cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
 		out, err := cmd.Output()
 		if err != nil {

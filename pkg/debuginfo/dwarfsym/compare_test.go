@@ -70,7 +70,7 @@ func (tb testBinary) build(t testing.TB, dir string) string {
 	for _, s := range tb.srcs {
 		args = append(args, filepath.Join(src, s))
 	}
-	cmd := exec.Command(tb.cc, args...)
+	cmd := exec.CommandContext(t.Context(), tb.cc, args...)
 	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", tb.cc, strings.Join(args, " "), err, b)
@@ -192,7 +192,7 @@ func llvmSymbolizeCPU(t testing.TB, bin string, addrs []uint64) ([][]llvmFrame, 
 	for _, a := range addrs {
 		fmt.Fprintf(&in, "0x%x\n", a)
 	}
-	cmd := exec.Command("llvm-symbolizer", "--obj="+bin, "--output-style=JSON")
+	cmd := exec.CommandContext(t.Context(), "llvm-symbolizer", "--obj="+bin, "--output-style=JSON")
 	cmd.Stdin = &in
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -393,7 +393,7 @@ func llvmDemangle(t testing.TB, names []string) map[string]string {
 			uniq = append(uniq, n)
 		}
 	}
-	cmd := exec.Command("llvm-cxxfilt")
+	cmd := exec.CommandContext(t.Context(), "llvm-cxxfilt")
 	cmd.Stdin = strings.NewReader(strings.Join(uniq, "\n") + "\n")
 	b, err := cmd.Output()
 	if err != nil {

@@ -382,7 +382,7 @@ func exec32(t testing.TB, dir string) bool {
 	if err := os.WriteFile(p, []byte("int x;"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runOK("gcc", "-m32", "-c", "-o", filepath.Join(dir, "probe.o"), p)
+	return runOK(t.Context(), "gcc", "-m32", "-c", "-o", filepath.Join(dir, "probe.o"), p)
 }
 
 func FuzzOpen(f *testing.F) {

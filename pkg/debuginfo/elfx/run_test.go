@@ -1,7 +1,10 @@
 package elfx
 
-import "os/exec"
+import (
+	"context"
+	"os/exec"
+)
 
-func runOK(name string, args ...string) bool {
-	return exec.Command(name, args...).Run() == nil
+func runOK(ctx context.Context, name string, args ...string) bool {
+	return exec.CommandContext(ctx, name, args...).Run() == nil
 }

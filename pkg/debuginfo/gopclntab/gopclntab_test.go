@@ -180,7 +180,7 @@ func TestPresent(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "c")
-	if b, err := exec.Command("cc", "-o", out, src).CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(t.Context(), "cc", "-o", out, src).CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, b)
 	}
 	f, err := elf.Open(out)
@@ -202,7 +202,7 @@ func TestLinkModes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds eight binaries")
 	}
-	haveCC := exec.Command("cc", "--version").Run() == nil
+	haveCC := exec.CommandContext(t.Context(), "cc", "--version").Run() == nil
 	tests := []struct {
 		name      string
 		flags     []string
@@ -225,7 +225,7 @@ func TestLinkModes(t *testing.T) {
 			if tc.toolchain != "" {
 				// Only a toolchain already in the module cache: tests do not download.
 				env = []string{"GOTOOLCHAIN=" + tc.toolchain, "GOPROXY=off"}
-				cmd := exec.Command("go", "version")
+				cmd := exec.CommandContext(t.Context(), "go", "version")
 				cmd.Env = append(os.Environ(), env...)
 				if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), tc.toolchain+" ") {
 					t.Skipf("toolchain %s not in the module cache", tc.toolchain)
@@ -271,7 +271,7 @@ func buildVariant(t *testing.T, flags []string, cgo bool, env ...string) (full, 
 		if ld != "" {
 			args = append(args, "-ldflags="+ld)
 		}
-		cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), ".")...)
+		cmd := exec.CommandContext(t.Context(), "go", append(append([]string{"build", "-o", out}, args...), ".")...)
 		cmd.Dir = dir
 		cmd.Env = append(append(os.Environ(), "GOWORK=off", cgoEnv), env...)
 		if b, err := cmd.CombinedOutput(); err != nil {

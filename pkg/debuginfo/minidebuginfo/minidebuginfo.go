@@ -65,12 +65,12 @@ func Decompress(comp []byte, maxSize int64) ([]byte, error) {
 	}
 	r, err := xz.ReaderConfig{SingleStream: true}.NewReader(bytes.NewReader(stream))
 	if err != nil {
-		return nil, fmt.Errorf("xz: %w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("xz: %w: %w", ErrCorrupt, err)
 	}
 	out := bytes.NewBuffer(make([]byte, 0, min(total, uint64(len(comp))*8+4096)))
 	n, err := io.Copy(out, io.LimitReader(r, int64(total)+1))
 	if err != nil {
-		return nil, fmt.Errorf("xz: %w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("xz: %w: %w", ErrCorrupt, err)
 	}
 	if uint64(n) != total {
 		return nil, fmt.Errorf("xz: stream gave %d bytes, index says %d: %w", n, total, ErrCorrupt)

@@ -67,7 +67,7 @@ func need(t *testing.T, tools ...string) {
 
 func run(t *testing.T, dir, name string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
+	cmd := exec.CommandContext(t.Context(), name, args...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
@@ -175,7 +175,7 @@ func llvmNames(t *testing.T, path string, addrs []uint64, demangle bool) []strin
 	if !demangle {
 		args = append(args, "--no-demangle")
 	}
-	cmd := exec.Command("llvm-symbolizer", args...)
+	cmd := exec.CommandContext(t.Context(), "llvm-symbolizer", args...)
 	cmd.Stdin = &in
 	out, err := cmd.Output()
 	if err != nil {
@@ -541,7 +541,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 		src := filepath.Join(dir, "s.c")
 		obj := filepath.Join(dir, "s.o")
 		if err := os.WriteFile(src, []byte("static int a(int x){return x+1;}\nint b(int x){return a(x)*2;}\nint c(int x) __attribute__((alias(\"b\")));\n"), 0o644); err == nil {
-			if exec.Command("gcc", "-O2", "-c", "-o", obj, src).Run() == nil {
+			if exec.CommandContext(f.Context(), "gcc", "-O2", "-c", "-o", obj, src).Run() == nil {
 				if data, err := os.ReadFile(obj); err == nil {
 					seeds = append(seeds, data)
 				}

@@ -22,7 +22,7 @@ func Need(tb testing.TB, tools ...string) {
 // Run runs a command and fails the test with its output when it fails.
 func Run(tb testing.TB, name string, args ...string) []byte {
 	tb.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
+	out, err := exec.CommandContext(tb.Context(), name, args...).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}

@@ -184,7 +184,7 @@ int main(int argc, char **argv) { (void)argv; return g(argc); }
 	if err := writeFile(src, prog); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("gcc", "-O2", "-g", "-o", bin, src).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "gcc", "-O2", "-g", "-o", bin, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	funcs, err := FunctionSymbols(bin)
