@@ -68,21 +68,33 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		}
 		return w.Flush()
 	}
-	sc := bufio.NewScanner(stdin)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
+	// Programs drive llvm-symbolizer one address at a time (go tool pprof does), waiting for
+	// each answer: flush whenever the input read so far is used up, so they get it, while a
+	// piped file is still answered in large writes.
+	r := bufio.NewReaderSize(stdin, 1<<16)
+	for {
+		line, err := r.ReadString('\n')
+		if len(line) > 1<<20 {
+			return errors.Join(fmt.Errorf("read addresses: a line of %d bytes", len(line)), w.Flush())
 		}
-		p.one(line)
-		if p.json {
-			w.WriteByte('\n')
+		if text := strings.TrimSpace(line); text != "" {
+			p.one(text)
+			if p.json {
+				w.WriteByte('\n')
+			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		// What was symbolized before the read failed is still printed.
-		return errors.Join(fmt.Errorf("read addresses: %w", err), w.Flush())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// What was symbolized before the read failed is still printed.
+			return errors.Join(fmt.Errorf("read addresses: %w", err), w.Flush())
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
 	}
 	return w.Flush()
 }

@@ -1,14 +1,17 @@
 package symbolizecmd
 
 import (
+	"bufio"
 	"bytes"
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const program = `#include <stdio.h>
@@ -192,5 +195,36 @@ func TestOpenErrors(t *testing.T) {
 	err := c.run(strings.NewReader(""), &out)
 	if err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("err = %v, want a missing-file error", err)
+	}
+}
+
+// TestInteractive drives the command the way go tool pprof drives llvm-symbolizer: one
+// address, then wait for its answer before sending the next.
+func TestInteractive(t *testing.T) {
+	bin, addrs := build(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true}
+	done := make(chan error, 1)
+	go func() { done <- c.run(inR, outW); outW.Close() }()
+	lines := bufio.NewReader(outR)
+	for _, a := range addrs[:5] {
+		if _, err := io.WriteString(inW, a+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		answer := make(chan string, 1)
+		go func() { l, _ := lines.ReadString('\n'); answer <- l }()
+		select {
+		case l := <-answer:
+			if !strings.Contains(l, `"Address":"`+a+`"`) {
+				t.Fatalf("answer to %s: %s", a, l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no answer to %s within 10 s: output is not flushed per request", a)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
