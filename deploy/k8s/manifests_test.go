@@ -442,7 +442,7 @@ func helpOf(t *testing.T, service string, sub []string) string {
 	if !ok {
 		bin = filepath.Join(binDir, service)
 		// Built as deploy/docker/*.Dockerfile builds it: static, CGO off.
-		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../../services/"+service)
+		cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", bin, "../../services/"+service)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binMu.Unlock()
@@ -459,7 +459,7 @@ func helpOf(t *testing.T, service string, sub []string) string {
 		bins[service] = bin
 	}
 	binMu.Unlock()
-	out, err := exec.Command(bin, append(sub, "--help")...).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), bin, append(sub, "--help")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v --help: %v\n%s", service, sub, err, out)
 	}
@@ -474,7 +474,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(binDir)
+	// The verdict is already in code; a leftover directory only needs to be named.
+	if err := os.RemoveAll(binDir); err != nil {
+		fmt.Fprintf(os.Stderr, "remove test binaries: %v\n", err)
+	}
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "manifests are invalid; see docs/operations.md for the rules they follow")
 	}
