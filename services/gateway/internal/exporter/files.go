@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,18 +26,23 @@ func writeAtomic(dir, name string, write func(f *os.File) error) error {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}
 	tmp := f.Name()
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	// A temporary file that cannot be removed stays behind in the output directory, so its
+	// failure is reported with the error that abandoned it.
+	abandon := func(err error) error {
+		if rerr := os.Remove(tmp); rerr != nil {
+			return errors.Join(err, fmt.Errorf("remove %s: %w", tmp, rerr))
+		}
 		return err
 	}
+	if err := write(f); err != nil {
+		f.Close()
+		return abandon(err)
+	}
 	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("close %s: %w", tmp, err)
+		return abandon(fmt.Errorf("close %s: %w", tmp, err))
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rename %s: %w", tmp, err)
+		return abandon(fmt.Errorf("rename %s: %w", tmp, err))
 	}
 	return nil
 }

@@ -163,7 +163,9 @@ func readBody(w http.ResponseWriter, r *http.Request, maxBytes int64) ([]byte, i
 		if err != nil {
 			return nil, http.StatusBadRequest, fmt.Errorf("gzip body: %w", err)
 		}
-		defer zr.Close()
+		// Close only repeats the error a Read already returned (a bad checksum, a truncated
+		// stream), which ReadAll below reports; there is nothing else to release.
+		defer func() { _ = zr.Close() }()
 		rd = zr
 	default:
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content encoding %q: want gzip or none", enc)

@@ -234,8 +234,10 @@ func (s *Server) Start() error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	// A bind does not block, so there is nothing for a context to cancel.
+	var lc net.ListenConfig
 	listen := func(addr string) (net.Listener, error) {
-		l, err := net.Listen("tcp", addr)
+		l, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen %s: %w", addr, err)
 		}
@@ -243,10 +245,13 @@ func (s *Server) Start() error {
 		return l, nil
 	}
 	fail := func(err error) error {
+		errs := []error{err}
 		for _, l := range s.listeners {
-			l.Close()
+			if cerr := l.Close(); cerr != nil {
+				errs = append(errs, fmt.Errorf("close listener %s: %w", l.Addr(), cerr))
+			}
 		}
-		return err
+		return errors.Join(errs...)
 	}
 
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(s.cfg.MaxRequestBytes))}

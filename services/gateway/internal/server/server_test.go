@@ -133,12 +133,19 @@ func TestPassThroughExporters(t *testing.T) {
 		"/readyz":  "ready",
 		"/metrics": `profsym_gateway_requests_total{outcome="invalid",transport="grpc"} 1`,
 	} {
-		resp, err := http.Get("http://" + g.adminAddr + path)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: read body: %v", path, err)
+		}
 		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
 			t.Fatalf("%s: %d %q lacks %q", path, resp.StatusCode, body, want)
 		}
