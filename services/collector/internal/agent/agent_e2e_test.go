@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -126,7 +127,7 @@ func build(t *testing.T, dir string) []*workload {
 		return p
 	}
 	run := func(name string, args ...string) {
-		cmd := exec.Command(name, args...)
+		cmd := exec.CommandContext(t.Context(), name, args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -146,7 +147,7 @@ func build(t *testing.T, dir string) []*workload {
 	// A library whose link base is 0x10000000; the dynamic loader puts it elsewhere.
 	run("gcc", append(cflags, "-shared", "-fPIC", "-Wl,-Ttext-segment=0x10000000", "-o", libSO, lib)...)
 	run("gcc", append(cflags, "-o", libBin, libMain, "-L"+dir, "-lchain", "-Wl,-rpath,"+dir)...)
-	run(filepath.Join(runtime_GOROOT(), "bin", "go"), "build", "-o", goBin, "main.go")
+	run(filepath.Join(runtime_GOROOT(t.Context()), "bin", "go"), "build", "-o", goBin, "main.go")
 	c := []string{"leaf", "middle", "main"}
 	return []*workload{
 		{name: "pie", bin: pie, chain: c, files: []string{pie}, kind: otlpattr.FrameTypeNative},
@@ -157,8 +158,8 @@ func build(t *testing.T, dir string) []*workload {
 }
 
 // runtime_GOROOT finds the Go toolchain that runs the test.
-func runtime_GOROOT() string {
-	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+func runtime_GOROOT(ctx context.Context) string {
+	if out, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output(); err == nil {
 		return strings.TrimSpace(string(out))
 	}
 	return "/usr/local/go"
@@ -231,7 +232,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	var pids []uint32
 	byPID := map[int64]*workload{}
 	for _, w := range wls {
-		w.cmd = exec.Command(w.bin, "40")
+		w.cmd = exec.CommandContext(t.Context(), w.bin, "40")
 		if err := w.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -239,22 +240,34 @@ func TestCollectorEndToEnd(t *testing.T) {
 		byPID[int64(w.cmd.Process.Pid)] = w
 	}
 	// dd copies one byte per read and write: most of its time is in the kernel.
-	dd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000000000")
+	dd := exec.CommandContext(t.Context(), "dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000000000")
 	if err := dd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pids = append(pids, uint32(dd.Process.Pid))
+	// A workload that cannot be killed or reaped outlives the test and loads the machine for
+	// the tests after it: report it.
+	stop := func(cmd *exec.Cmd) {
+		if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Errorf("kill %s: %v", cmd.Path, err)
+		}
+		if err := cmd.Wait(); err != nil {
+			// The kill itself comes back as an *exec.ExitError.
+			var exitErr *exec.ExitError
+			if !errors.As(err, &exitErr) {
+				t.Errorf("wait for %s: %v", cmd.Path, err)
+			}
+		}
+	}
 	defer func() {
 		for _, w := range wls {
-			w.cmd.Process.Kill()
-			w.cmd.Wait()
+			stop(w.cmd)
 		}
-		dd.Process.Kill()
-		dd.Wait()
+		stop(dd)
 	}()
 	time.Sleep(200 * time.Millisecond) // let the dynamic loader map the library
 
-	sink, err := otlpsink.Start("127.0.0.1:0")
+	sink, err := otlpsink.Start(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

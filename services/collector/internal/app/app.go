@@ -106,7 +106,7 @@ func (c *CLI) Logger() *slog.Logger {
 }
 
 // Run runs the collector until ctx ends.
-func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
+func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr error) {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -147,7 +147,12 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 		if err != nil {
 			return err
 		}
-		defer fw.Close()
+		// The file was written to: a failed close can mean records that never reached the disk.
+		defer func() {
+			if err := fw.Close(); err != nil {
+				retErr = errors.Join(retErr, fmt.Errorf("close output file %s: %w", c.OutputFile, err))
+			}
+		}()
 		sinks = append(sinks, func(b []byte) {
 			if err := fw.Write(b); err != nil {
 				log.Error("write output file", "err", err)
@@ -158,11 +163,12 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 	var ready readiness
 	var srv *http.Server
 	if c.MetricsAddr != "" {
-		lis, err := net.Listen("tcp", c.MetricsAddr)
+		var lc net.ListenConfig
+		lis, err := lc.Listen(ctx, "tcp", c.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("metrics endpoint: %w", err)
 		}
-		srv = &http.Server{Handler: handler(reg, &ready), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: handler(reg, &ready, log), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics endpoint", "err", err)
@@ -202,7 +208,9 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 	}, log)
 	if err != nil {
 		if srv != nil {
-			srv.Close()
+			if cerr := srv.Close(); cerr != nil {
+				log.Warn("close metrics endpoint", "err", cerr)
+			}
 		}
 		return err
 	}
@@ -235,7 +243,9 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) error {
 	}
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shut down metrics endpoint", "err", err)
+		}
 		cancel()
 	}
 	return runErr
@@ -249,15 +259,21 @@ func (r *readiness) set() {
 	}
 }
 
-func handler(reg *prometheus.Registry, ready *readiness) http.Handler {
+func handler(reg *prometheus.Registry, ready *readiness, log *slog.Logger) http.Handler {
 	ready.ch = make(chan struct{})
+	// A probe that hung up before reading its answer has nobody left to tell.
+	ok := func(w http.ResponseWriter, r *http.Request) {
+		if _, err := w.Write([]byte("ok\n")); err != nil {
+			log.Debug("answer probe", "path", r.URL.Path, "err", err)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ready.ch:
-			w.Write([]byte("ok\n"))
+			ok(w, r)
 		default:
 			http.Error(w, "eBPF programs not attached yet", http.StatusServiceUnavailable)
 		}

@@ -174,7 +174,9 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 	}
 	defer func() {
 		if err != nil {
-			s.Close()
+			if cerr := s.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("release after failed open: %w", cerr))
+			}
 		}
 	}()
 	for _, pid := range opts.PIDs {
@@ -243,13 +245,19 @@ func openCPUClock(cpu, freq, progFD int) (int, error) {
 		}
 		return -1, privilegeError(fmt.Sprintf("open CPU-clock perf event on CPU %d", cpu), err)
 	}
+	// An event that cannot be closed keeps its perf buffer; say so beside the reason it was
+	// abandoned.
+	abandon := func(err error) error {
+		if cerr := unix.Close(fd); cerr != nil {
+			return errors.Join(err, fmt.Errorf("close perf event on CPU %d: %w", cpu, cerr))
+		}
+		return err
+	}
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, progFD); err != nil {
-		unix.Close(fd)
-		return -1, privilegeError(fmt.Sprintf("attach eBPF program to perf event on CPU %d", cpu), err)
+		return -1, abandon(privilegeError(fmt.Sprintf("attach eBPF program to perf event on CPU %d", cpu), err))
 	}
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("enable perf event on CPU %d: %w", cpu, err)
+		return -1, abandon(fmt.Errorf("enable perf event on CPU %d: %w", cpu, err))
 	}
 	return fd, nil
 }
@@ -339,7 +347,12 @@ func parseCPUList(s string) ([]int, error) {
 // Run reads the ring buffer until ctx ends or the sampler is closed,
 // delivering records to h on the calling goroutine.
 func (s *Sampler) Run(ctx context.Context, h Handler) error {
-	stop := context.AfterFunc(ctx, func() { s.reader.Close() })
+	// Closing the reader is what ends a blocked ReadInto; Close may have got there first.
+	stop := context.AfterFunc(ctx, func() {
+		if err := s.reader.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			s.log.Warn("close ring buffer", "err", err)
+		}
+	})
 	defer stop()
 	var rec ringbuf.Record
 	var sample Sample

@@ -4,6 +4,7 @@ package bpfprog
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"reflect"
@@ -88,7 +89,7 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for eBPF")
 	}
-	busy := exec.Command("sh", "-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done")
+	busy := exec.CommandContext(t.Context(), "sh", "-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done")
 	s, err := Open(Options{FrequencyHz: 99}, nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -111,8 +112,17 @@ func TestSamplerSeesBusyProcess(t *testing.T) {
 			break
 		}
 	}
-	busy.Process.Kill()
-	busy.Wait()
+	// The exit assertion below needs the process gone and reaped.
+	if err := busy.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("kill busy process: %v", err)
+	}
+	if err := busy.Wait(); err != nil {
+		// The kill itself comes back as an *exec.ExitError.
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) {
+			t.Fatalf("wait for busy process: %v", err)
+		}
+	}
 	time.Sleep(500 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
@@ -143,7 +153,7 @@ func TestSamplerPIDFilter(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for eBPF")
 	}
-	busy := exec.Command("sh", "-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done")
+	busy := exec.CommandContext(t.Context(), "sh", "-c", "i=0; while [ $i -lt 100000000 ]; do i=$((i+1)); done")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -67,12 +67,16 @@ func tags(ps []pprofile.Profiles) []string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	// The address must be free again: the tests start with the gateway down.
+	if err := l.Close(); err != nil {
+		t.Fatalf("release %s: %v", addr, err)
+	}
 	return addr
 }
 
@@ -106,7 +110,7 @@ func TestExporterGatewayDownThenUp(t *testing.T) {
 
 	var sink *otlpsink.Sink
 	for i := 0; ; i++ {
-		sink, err = otlpsink.Start(addr)
+		sink, err = otlpsink.Start(t.Context(), addr)
 		if err == nil {
 			break
 		}
@@ -215,8 +219,13 @@ func TestFileWriterRoundTrip(t *testing.T) {
 	if err := w.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	w.Close()
-	raw, _ := os.ReadFile(path)
+	if err := w.Close(); err != nil {
+		t.Fatalf("close output file: %v", err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	recs, err := ReadRecords(bytes.NewReader(raw))
 	if err != nil || len(recs) != 2 || !bytes.Equal(recs[0], a) || !bytes.Equal(recs[1], b) {
 		t.Fatalf("ReadRecords = %d records, %v", len(recs), err)

@@ -5,6 +5,7 @@ package otlpsink
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 
@@ -28,15 +29,21 @@ type Sink struct {
 	arrived  chan struct{}
 }
 
-// Start listens on addr ("127.0.0.1:0" for any free port).
-func Start(addr string) (*Sink, error) {
-	lis, err := net.Listen("tcp", addr)
+// Start listens on addr ("127.0.0.1:0" for any free port); ctx bounds the bind only.
+func Start(ctx context.Context, addr string) (*Sink, error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("otlpsink: listen %s: %w", addr, err)
 	}
 	s := &Sink{Addr: lis.Addr().String(), srv: grpc.NewServer(), arrived: make(chan struct{}, 1)}
 	pprofileotlp.RegisterGRPCServer(s.srv, s)
-	go s.srv.Serve(lis)
+	go func() {
+		// Serve returns nil after Stop; anything else ends the sink under a running test.
+		if err := s.srv.Serve(lis); err != nil {
+			slog.Error("otlpsink: serve", "addr", s.Addr, "err", err)
+		}
+	}()
 	return s, nil
 }
 

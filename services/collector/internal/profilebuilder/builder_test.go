@@ -28,7 +28,7 @@ func attrMap(p pprofile.Profiles, idx interface {
 }
 
 func TestBuilderRealProcess(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
+	cmd := exec.CommandContext(t.Context(), "sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
