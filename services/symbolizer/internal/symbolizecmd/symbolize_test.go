@@ -206,7 +206,12 @@ func TestInteractive(t *testing.T) {
 	outR, outW := io.Pipe()
 	c := &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true}
 	done := make(chan error, 1)
-	go func() { done <- c.run(inR, outW); outW.Close() }()
+	go func() {
+		err := c.run(inR, outW)
+		// Closing a pipe's writer never fails; it ends the reader's stream.
+		_ = outW.Close()
+		done <- err
+	}()
 	lines := bufio.NewReader(outR)
 	for _, a := range addrs[:5] {
 		if _, err := io.WriteString(inW, a+"\n"); err != nil {
@@ -223,7 +228,9 @@ func TestInteractive(t *testing.T) {
 			t.Fatalf("no answer to %s within 10 s: output is not flushed per request", a)
 		}
 	}
-	inW.Close()
+	if err := inW.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
