@@ -97,7 +97,7 @@ func sqrtNewton(v float64) float64 {
 	return x
 }
 
-func mix(h, v uint32) uint32 { return rotl(h^v*0x9e3779b1, 13)*5 + 0xe6546b64 }
+func mix(h, v uint32) uint32       { return rotl(h^v*0x9e3779b1, 13)*5 + 0xe6546b64 }
 func rotl(x uint32, r uint) uint32 { return x<<r | x>>(32-r) }
 func hashString(s string) uint32 {
 	h := uint32(len(s))
