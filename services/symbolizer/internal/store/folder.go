@@ -82,10 +82,7 @@ func (f *Folder) Put(ctx context.Context, key string, r io.Reader, size int64) e
 		err = cerr
 	}
 	if err == nil {
-		err = os.MkdirAll(filepath.Dir(path), 0o755)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = f.moveInto(tmp, path)
 	}
 	if err != nil {
 		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
@@ -94,6 +91,29 @@ func (f *Folder) Put(ctx context.Context, key string, r io.Reader, size int64) e
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
+}
+
+// moveInto renames tmp to path, making path's directory first. Delete prunes directories that
+// become empty, so a concurrent Delete can remove the directory between MkdirAll and Rename
+// (the last upload of uploads/ finishing while the next one arrives): make it again and retry.
+func (f *Folder) moveInto(tmp, path string) error {
+	var err error
+	for range 32 {
+		// MkdirAll can lose the same race (it saw the directory appear, then vanish).
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if err = os.Rename(tmp, path); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if _, serr := os.Stat(tmp); serr != nil {
+			return err // the temporary file itself is gone: nothing to retry
+		}
+	}
+	return err
 }
 
 type ctxReader struct {

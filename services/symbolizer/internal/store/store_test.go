@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +97,42 @@ func suite(t *testing.T, s Store) {
 	defer cleanup()
 	if b, _ := os.ReadFile(p); !bytes.Equal(b, body) {
 		t.Fatalf("local copy = %q", b)
+	}
+}
+
+// TestFolderPutRacesPrune: Delete prunes directories that become empty, and a Put into the same
+// directory must survive that happening between its MkdirAll and its Rename (uploads/ empties
+// whenever the last pending upload finishes). Before the fix some of these Puts failed with
+// "rename ...: no such file or directory".
+func TestFolderPutRacesPrune(t *testing.T) {
+	f, err := NewFolder(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4000)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 250 {
+				key := fmt.Sprintf("uploads/%d-%d", w, i)
+				if err := f.Put(ctx, key, strings.NewReader("x"), 1); err != nil {
+					errs <- err
+					return
+				}
+				if err := f.Delete(ctx, key); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
