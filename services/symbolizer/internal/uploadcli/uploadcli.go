@@ -409,6 +409,10 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 	})
 	if err != nil {
 		res.Outcome, res.Err = "failed", fmt.Errorf("FinishUpload: %w", err)
+		if gone {
+			// The PUT's answer is what went wrong first; say it too.
+			res.Err = fmt.Errorf("%w (after the upload PUT answered %s)", res.Err, he.Error())
+		}
 		return res
 	}
 	q := fin.Msg.GetDebuginfo().GetQuality()
