@@ -184,9 +184,11 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 	mapInfo := map[int32]modInfo{}
 	modules := map[modKey]*module{}
 	slots := make(map[slotKey]int32, lt.Len())
+	// Sized for every location up front: growing these per request was most of the gateway's
+	// allocation, and its garbage collections were the tail of the added latency.
 	var (
-		slotKeys []cacheKey
-		slotOut  []outcome
+		slotKeys = make([]cacheKey, 0, lt.Len())
+		slotOut  = make([]outcome, 0, lt.Len())
 		locSlot  = make([]int32, lt.Len()) // 0: not symbolized here; else slot+1
 	)
 
