@@ -1,7 +1,6 @@
 package debuginfo_test
 
 import (
-	"debug/elf"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,26 +19,6 @@ __attribute__((noinline)) int top(int x) { return mid(x) * 2; }
 int main(int c, char **v) { (void)v; printf("%d\n", top(c)); return 0; }
 `
 
-func symAddr(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s has no symbol %s", path, name)
-	return 0
-}
-
 func names(frames []index.Frame) string {
 	var s []string
 	for _, f := range frames {
@@ -54,7 +33,7 @@ func TestSources(t *testing.T) {
 	elfxtest.Need(t, "gcc", "objcopy", "strip")
 	dir := t.TempDir()
 	full := elfxtest.CC(t, dir, "full", inlined, "-O2", "-g", "-Wl,--build-id")
-	top := symAddr(t, full, "top")
+	top := elfxtest.SymbolValue(t, full, "top")
 
 	// Stripped binary with its debug file in a .build-id tree.
 	stripped := filepath.Join(dir, "stripped")
@@ -107,7 +86,7 @@ func TestSources(t *testing.T) {
 			}
 			addr := top
 			if tt.path == symOnly {
-				addr = symAddr(t, symOnly, "top")
+				addr = elfxtest.SymbolValue(t, symOnly, "top")
 			}
 			if got := names(ix.Lookup(addr)); got != tt.wantChain {
 				t.Errorf("chain at %#x = %q, want %q", addr, got, tt.wantChain)
@@ -183,7 +162,7 @@ func TestGoUsesPclntab(t *testing.T) {
 	bin, twin := filepath.Join(dir, "gobin"), filepath.Join(dir, "gobin-full")
 	elfxtest.Run(t, "go", "build", "-o", bin, "-ldflags=-s -w", src)
 	elfxtest.Run(t, "go", "build", "-o", twin, src)
-	work := symAddr(t, twin, "main.work")
+	work := elfxtest.SymbolValue(t, twin, "main.work")
 	b, err := debuginfo.Open(bin, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)

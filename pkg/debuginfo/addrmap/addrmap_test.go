@@ -92,26 +92,6 @@ func kernelMappings(loads []Load, base uint64) []Mapping {
 	return out
 }
 
-func symbolValue(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s: no symbol %s", path, name)
-	return 0
-}
-
 func loadsOf(t *testing.T, path string) []Load {
 	t.Helper()
 	f, err := elf.Open(path)
@@ -139,7 +119,7 @@ func TestNormalizeCompiled(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := elfxtest.CC(t, dir, strings.NewReplacer(" ", "_", "-", "_").Replace(c.name), elfxtest.Hello, append([]string{"-g", "-O1"}, c.args...)...)
 			loads := loadsOf(t, p)
-			sym := symbolValue(t, p, "middle")
+			sym := elfxtest.SymbolValue(t, p, "middle")
 			addr := c.base + sym + 3
 			var hit int
 			for _, m := range kernelMappings(loads, c.base) {
@@ -278,7 +258,7 @@ func TestNormalizeLiveProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := symbolValue(t, fn.file, fn.sym); got != want {
+				if want := elfxtest.SymbolValue(t, fn.file, fn.sym); got != want {
 					t.Errorf("%s: runtime %#x in %+v -> %#x, st_value %#x", fn.sym, fn.addr, m, got, want)
 				}
 				if fn.addr != got {

@@ -3,6 +3,7 @@
 package elfxtest
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,4 +67,26 @@ func Read(tb testing.TB, path string) []byte {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// SymbolValue returns the value (address) of the .symtab symbol called name in the ELF file at
+// path, failing the test when there is none.
+func SymbolValue(tb testing.TB, path, name string) uint64 {
+	tb.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name == name {
+			return s.Value
+		}
+	}
+	tb.Fatalf("%s: no symbol %s", path, name)
+	return 0
 }

@@ -2,7 +2,6 @@ package procmaps
 
 import (
 	"bufio"
-	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 )
 
 func TestLoadBias(t *testing.T) {
@@ -202,26 +202,6 @@ func run(t *testing.T, name string, args ...string) {
 	}
 }
 
-func symbolValue(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s: no symbol %s", path, name)
-	return 0
-}
-
 // TestResolveRealProcess runs a program linked against a library whose link base is
 // 0x10000000 (the dynamic loader puts it elsewhere) and checks that the runtime addresses
 // the program prints convert to the symbols' ELF virtual addresses, for a PIE and a non-PIE
@@ -238,7 +218,7 @@ func TestResolveRealProcess(t *testing.T) {
 	}
 	run(t, "gcc", "-O1", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-Wl,-Ttext-segment=0x10000000",
 		"-o", lib, filepath.Join(dir, "lib.c"))
-	if v := symbolValue(t, lib, "lib_func"); v < 0x10000000 {
+	if v := elfxtest.SymbolValue(t, lib, "lib_func"); v < 0x10000000 {
 		t.Fatalf("lib_func at %#x: the library is not linked at 0x10000000", v)
 	}
 	for _, mode := range []struct{ name, flag string }{{"pie", "-pie"}, {"nopie", "-no-pie"}} {
@@ -276,7 +256,7 @@ func TestResolveRealProcess(t *testing.T) {
 				if m == nil {
 					t.Fatalf("%s at %#x: no mapping (process %+v)", want.sym, addrs[i], p)
 				}
-				wantVA := symbolValue(t, want.file, want.sym)
+				wantVA := elfxtest.SymbolValue(t, want.file, want.sym)
 				if got := m.ELFAddress(addrs[i]); got != wantVA {
 					t.Errorf("%s: runtime %#x -> ELF VA %#x, want %#x (mapping %+v)", want.sym, addrs[i], got, wantVA, m)
 				}
