@@ -2,103 +2,116 @@ package resultcache
 
 import (
 	"context"
+	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/redis/go-redis/v9"
 
-	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 type countMetrics struct {
 	mu     sync.Mutex
 	hits   map[string]int
-	errors int
+	misses map[string]int
+	errors map[string]int
+}
+
+func newCountMetrics() *countMetrics {
+	return &countMetrics{hits: map[string]int{}, misses: map[string]int{}, errors: map[string]int{}}
 }
 
 func (m *countMetrics) CacheResult(layer string, hits, misses int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.hits[layer] += hits
+	m.misses[layer] += misses
 }
 
 func (m *countMetrics) RedisError(op string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.errors++
+	m.errors[op]++
 }
 
-func locMsg(fn string) *symbolizerv1.Location {
-	if fn == "" {
-		return &symbolizerv1.Location{}
+func (m *countMetrics) errorCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.errors {
+		n += e
 	}
-	return &symbolizerv1.Location{Frames: []*symbolizerv1.Frame{{FunctionName: fn, File: "a.c", Line: 3}}}
+	return n
 }
 
-// loc is the cache value of a one-frame location in fn ("" for an empty location).
-func loc(fn string) string {
-	v, err := EncodeLocation(locMsg(fn))
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
+// val is an opaque cache value; the cache never looks inside.
+func val(s string) string { return "v\x00" + s + "\xff" }
 
-func TestRedisOutageAndRecovery(t *testing.T) {
+func startRedis(t *testing.T) (*testsupport.Redis, redis.UniversalClient) {
+	t.Helper()
 	r := testsupport.StartRedis(t)
 	client, err := NewRedisClient(r.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	m := &countMetrics{hits: map[string]int{}}
+	t.Cleanup(func() { client.Close() })
+	return r, client
+}
+
+func get(t *testing.T, c *Cache, keys []Key) ([]string, []bool) {
+	t.Helper()
+	out, found := make([]string, len(keys)), make([]bool, len(keys))
+	c.Get(context.Background(), keys, out, found)
+	return out, found
+}
+
+func TestRedisOutageAndRecovery(t *testing.T) {
+	r, client := startRedis(t)
+	m := newCountMetrics()
 	c := New(Options{Redis: client, Timeout: 100 * time.Millisecond, Backoff: 100 * time.Millisecond, Metrics: m})
+	defer c.Close()
 	ctx := context.Background()
 	keys := []Key{{"abcd", "t1", 0x10}, {"abcd", "t1", 0x20}, {"abcd", "t1", 0x30}}
-	c.Put(ctx, keys[:2], []string{loc("main"), loc("")})
+	c.Put(ctx, keys[:2], []string{val("main"), ""})
 
-	out, found := make([]string, 3), make([]bool, 3)
-	c.Get(ctx, keys, out, found)
-	if out[0] != loc("main") || !found[0] || !found[1] || out[1] != "" || found[2] {
+	out, found := get(t, c, keys)
+	if out[0] != val("main") || !found[0] || !found[1] || out[1] != "" || found[2] {
 		t.Fatalf("get = %q %v", out, found)
 	}
-	if ttl := client.TTL(ctx, keys[1].redisKey()).Val(); ttl <= 0 || ttl > time.Hour {
-		t.Fatalf("negative entry TTL = %v", ttl)
-	}
-	if n := client.Exists(ctx, "psym:v1:abcd@t1:10").Val(); n != 1 {
-		t.Fatalf("key format changed: %d", n)
+	if got := client.HGet(ctx, "psym:v2:abcd@t1:0", "20").Val(); got != "=" {
+		t.Fatalf("negative entry stored as %q, want %q", got, "=")
 	}
 
-	// A batch large enough to be fetched in parallel chunks.
+	// A batch large enough to be fetched in concurrent pipelines, over several buckets.
 	big := make([]Key, 12000)
 	bigVals := make([]string, len(big))
 	for i := range big {
-		big[i] = Key{"abcd", "t2", uint64(i)}
-		bigVals[i] = loc("f" + strconv.Itoa(i%7))
+		big[i] = Key{"abcd", "t2", uint64(i) * 997}
+		bigVals[i] = val("f" + strconv.Itoa(i%7))
 	}
 	c.Put(ctx, big[:9000], bigVals[:9000])
-	bigOut, bigFound := make([]string, len(big)), make([]bool, len(big))
-	c.Get(ctx, big, bigOut, bigFound)
+	bigOut, bigFound := get(t, c, big)
 	for i := range big {
 		if (i < 9000) != bigFound[i] || (i < 9000 && bigOut[i] != bigVals[i]) {
-			t.Fatalf("big batch: entry %d = %q", i, bigOut[i])
+			t.Fatalf("big batch: entry %d = %q %v", i, bigOut[i], bigFound[i])
 		}
 	}
 
 	r.Stop()
 	start := time.Now()
-	for i := 0; i < 5; i++ {
-		out, found := make([]string, 3), make([]bool, 3)
-		c.Get(ctx, keys, out, found) // must return, as misses
-		c.Put(ctx, keys[2:], []string{loc("x")})
+	for range 5 {
+		get(t, c, keys) // must return, as misses
+		c.Put(ctx, keys[2:], []string{val("x")})
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("calls with Redis down took %v", d)
 	}
-	if m.errors == 0 {
+	if m.errorCount() == 0 {
 		t.Fatal("the outage was not counted")
 	}
 
@@ -106,10 +119,9 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		time.Sleep(150 * time.Millisecond)
-		c.Put(ctx, keys[:1], []string{loc("again")})
-		out, found := make([]string, 1), make([]bool, 1)
-		c.Get(ctx, keys[:1], out, found)
-		if found[0] && out[0] == loc("again") && client.Exists(ctx, keys[0].redisKey()).Val() == 1 {
+		c.Put(ctx, keys[:1], []string{val("again")})
+		out, found := get(t, c, keys[:1])
+		if found[0] && out[0] == val("again") && client.HExists(ctx, keys[0].bucketKey(), keys[0].field()).Val() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -118,19 +130,262 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 }
 
+// The Redis layout is what the package documentation promises: one hash per 1 MiB of
+// address space, fields named by the address in hex, values prefixed with '=', a TTL.
+func TestBucketLayout(t *testing.T) {
+	_, client := startRedis(t)
+	c := New(Options{Redis: client, TTL: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+	keys := []Key{
+		{"abcd", "t1", 0x7f0000001234},
+		{"abcd", "t1", 0x7f00000fffff},
+		{"abcd", "t1", 0x7f0000100000},
+		{"abcd", "t1", 0},
+		{"abcd", "t1", 1<<64 - 1},
+	}
+	c.Put(ctx, keys, []string{"a", "", "c", "d", "e"})
+	want := map[string]map[string]string{
+		"psym:v2:abcd@t1:7f00000":     {"7f0000001234": "=a", "7f00000fffff": "="},
+		"psym:v2:abcd@t1:7f00001":     {"7f0000100000": "=c"},
+		"psym:v2:abcd@t1:0":           {"0": "=d"},
+		"psym:v2:abcd@t1:fffffffffff": {"ffffffffffffffff": "=e"},
+	}
+	got, err := client.Keys(ctx, "psym:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if wantKeys := slices.Sorted(func(yield func(string) bool) {
+		for k := range want {
+			if !yield(k) {
+				return
+			}
+		}
+	}); !slices.Equal(got, wantKeys) {
+		t.Fatalf("keys = %q, want %q", got, wantKeys)
+	}
+	for key, fields := range want {
+		if typ := client.Type(ctx, key).Val(); typ != "hash" {
+			t.Errorf("%s: type %q, want hash", key, typ)
+		}
+		if ttl := client.TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("%s: TTL %v, want (0, 1h]", key, ttl)
+		}
+		all, err := client.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != len(fields) {
+			t.Errorf("%s: fields %q, want %q", key, all, fields)
+		}
+		for f, v := range fields {
+			if all[f] != v {
+				t.Errorf("%s %s = %q, want %q", key, f, all[f], v)
+			}
+		}
+	}
+
+	// A later write to a bucket sets its TTL again.
+	client.Expire(ctx, "psym:v2:abcd@t1:0", time.Minute)
+	c.Put(ctx, []Key{{"abcd", "t1", 5}}, []string{"f"})
+	if ttl := client.TTL(ctx, "psym:v2:abcd@t1:0").Val(); ttl <= time.Minute {
+		t.Errorf("TTL after a new write = %v, want it reset to about 1h", ttl)
+	}
+}
+
+func TestValuesRoundTrip(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	w := New(Options{Redis: client})
+	defer w.Close()
+	vals := []string{"", "x", "=", "==a", "\x00", "\x00\xff\r\n$-1\r\n", strings.Repeat("long", 50000)}
+	keys := make([]Key, len(vals))
+	for i := range keys {
+		keys[i] = Key{"abcd", "t", 0x400000 + uint64(i)}
+	}
+	w.Put(ctx, keys, vals)
+	// A second cache with no in-process layer reads what the first wrote.
+	r := New(Options{Redis: client})
+	defer r.Close()
+	out, found := get(t, r, append(slices.Clone(keys), Key{"abcd", "t", 0x400000 + uint64(len(vals))}))
+	for i, v := range vals {
+		if !found[i] || out[i] != v {
+			t.Errorf("value %d: got %q found=%v, want %q", i, out[i], found[i], v)
+		}
+	}
+	if found[len(vals)] {
+		t.Errorf("a key never written was found: %q", out[len(vals)])
+	}
+}
+
+// One Get spanning many buckets of several modules, with hits and misses interleaved.
+func TestManyBuckets(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	m := newCountMetrics()
+	c := New(Options{Redis: client, Metrics: m})
+	defer c.Close()
+	var keys []Key
+	var vals []string
+	for i := range 6000 {
+		mod := strconv.Itoa(i % 3)
+		keys = append(keys, Key{"build" + mod, "t" + mod, uint64(i) << 16})
+		vals = append(vals, val(strconv.Itoa(i)))
+	}
+	var written []Key
+	var writtenVals []string
+	for i := range keys {
+		if i%5 != 0 {
+			written, writtenVals = append(written, keys[i]), append(writtenVals, vals[i])
+		}
+	}
+	c.Put(ctx, written, writtenVals)
+	if n := client.DBSize(ctx).Val(); n < 300 {
+		t.Fatalf("only %d Redis keys for 6000 entries in 3 modules over 375 buckets each", n)
+	}
+	for _, pipelines := range []int{1, 2, 4} {
+		c.maxPipelines = pipelines
+		// Reversed, so the batch is not in bucket order.
+		rev := slices.Clone(keys)
+		slices.Reverse(rev)
+		out, found := get(t, c, rev)
+		for j, k := range rev {
+			i := len(keys) - 1 - j
+			if want := i%5 != 0; found[j] != want || (want && out[j] != vals[i]) {
+				t.Fatalf("%d pipelines: %+v = %q found=%v", pipelines, k, out[j], found[j])
+			}
+		}
+	}
+	if m.hits["redis"] != 3*len(written) || m.misses["redis"] != 3*(len(keys)-len(written)) {
+		t.Fatalf("redis hits %d misses %d", m.hits["redis"], m.misses["redis"])
+	}
+	if m.errorCount() != 0 {
+		t.Fatalf("errors: %v", m.errors)
+	}
+}
+
+// Go build IDs contain '/'; the key keeps them as they are.
+func TestGoBuildID(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	c := New(Options{Redis: client})
+	defer c.Close()
+	id := "Vt9dgwVp0yd1oCTpZpVU/Z3WfQk8ckW0lXZ5Sm6Sa/oz4L1cxNVLZzNs8iGgBt/uAhnR0sYJbdOB8rW7cXo"
+	k := Key{id, "0123abcd", 0x4a5b6c}
+	c.Put(ctx, []Key{k}, []string{val("go")})
+	if got := client.HGet(ctx, "psym:v2:"+id+"@0123abcd:4", "4a5b6c").Val(); got != "="+val("go") {
+		t.Fatalf("stored %q", got)
+	}
+	if out, found := get(t, New(Options{Redis: client}), []Key{k}); !found[0] || out[0] != val("go") {
+		t.Fatalf("get = %q %v", out[0], found[0])
+	}
+}
+
+// A better file uploaded later under the same build ID has another tag and must not see the
+// old file's results.
+func TestTagIsolation(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	c := New(Options{Redis: client})
+	defer c.Close()
+	c.Put(ctx, []Key{{"abcd", "old", 0x1000}, {"abcd", "old", 0x2000}}, []string{val("old"), ""})
+	out, found := get(t, c, []Key{{"abcd", "new", 0x1000}, {"abcd", "new", 0x2000}, {"abcd", "old", 0x1000}})
+	if found[0] || found[1] || !found[2] || out[2] != val("old") {
+		t.Fatalf("get = %q %v", out, found)
+	}
+}
+
+// A field written without the value prefix (by something else) reads as a miss.
+func TestUnprefixedValue(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	k := Key{"abcd", "t", 0x10}
+	client.HSet(ctx, k.bucketKey(), k.field(), "raw", Key{"abcd", "t", 0x11}.field(), "=ok")
+	m := newCountMetrics()
+	out, found := get(t, New(Options{Redis: client, Metrics: m}), []Key{k, {"abcd", "t", 0x11}})
+	if found[0] || !found[1] || out[1] != "ok" {
+		t.Fatalf("get = %q %v", out, found)
+	}
+	if m.errorCount() != 0 {
+		t.Fatalf("a bad entry counted as a Redis error: %v", m.errors)
+	}
+}
+
+// After a failure Redis is left alone for the back-off period, then tried again.
+func TestBackoff(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: every call is refused at once
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer client.Close()
+	m := newCountMetrics()
+	c := New(Options{Redis: client, Backoff: 300 * time.Millisecond, Metrics: m})
+	defer c.Close()
+	keys := []Key{{"abcd", "t", 1}}
+	for i, tc := range []struct {
+		sleep  time.Duration
+		errors int
+	}{
+		{0, 1},                      // the first call fails
+		{0, 1},                      // within the back-off: Redis is skipped
+		{400 * time.Millisecond, 2}, // after it: tried (and failing) again
+	} {
+		time.Sleep(tc.sleep)
+		if _, found := get(t, c, keys); found[0] {
+			t.Fatalf("call %d: found with no Redis", i)
+		}
+		if got := m.errorCount(); got != tc.errors {
+			t.Fatalf("call %d: %d errors, want %d", i, got, tc.errors)
+		}
+	}
+	if m.errors["get"] != 2 {
+		t.Fatalf("errors = %v", m.errors)
+	}
+	c.PutAsync(keys, []string{"x"}) // skipped: Redis is in back-off
+	c.Flush(context.Background())
+	if m.errors["set"] != 0 {
+		t.Fatalf("a write was attempted during the back-off: %v", m.errors)
+	}
+}
+
 func TestLocalLayer(t *testing.T) {
-	m := &countMetrics{hits: map[string]int{}}
+	m := newCountMetrics()
 	c := New(Options{LocalSize: 2, Metrics: m})
 	ctx := context.Background()
 	k := []Key{{"a", "t", 1}, {"a", "t", 2}, {"a", "t", 3}}
-	c.Put(ctx, k, []string{loc("f1"), loc("f2"), loc("f3")})
-	out, found := make([]string, 3), make([]bool, 3)
-	c.Get(ctx, k, out, found)
-	if found[0] || !found[1] || !found[2] || out[2] != loc("f3") {
-		t.Fatalf("LRU of 2 kept %v", out)
+	c.Put(ctx, k, []string{val("f1"), val("f2"), ""})
+	out, found := get(t, c, k)
+	if found[0] || !found[1] || !found[2] || out[1] != val("f2") || out[2] != "" {
+		t.Fatalf("LRU of 2 kept %q %v", out, found)
 	}
 	if m.hits["memory"] != 2 {
 		t.Fatalf("memory hits = %d", m.hits["memory"])
+	}
+}
+
+// Redis hits fill the in-process layer, so the next Get does not ask Redis.
+func TestLocalLayerFilledFromRedis(t *testing.T) {
+	_, client := startRedis(t)
+	ctx := context.Background()
+	k := []Key{{"a", "t", 1}, {"a", "t", 2}}
+	w := New(Options{Redis: client})
+	w.Put(ctx, k, []string{val("1"), ""})
+	w.Close()
+	m := newCountMetrics()
+	c := New(Options{Redis: client, LocalSize: 10, Metrics: m})
+	defer c.Close()
+	get(t, c, k)
+	client.FlushAll(ctx)
+	out, found := get(t, c, k)
+	if !found[0] || !found[1] || out[0] != val("1") || out[1] != "" {
+		t.Fatalf("get = %q %v", out, found)
+	}
+	if m.hits["redis"] != 2 || m.hits["memory"] != 2 {
+		t.Fatalf("hits = %v", m.hits)
 	}
 }
 
@@ -141,7 +396,9 @@ func TestRedisURLs(t *testing.T) {
 	}{
 		{"redis://127.0.0.1:6379/0", true},
 		{"rediss://u:p@host:6380/1", true},
+		{"unix:///tmp/redis.sock", true},
 		{"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001", true},
+		{"rediss+cluster://127.0.0.1:7000", true},
 		{"redis+sentinel://127.0.0.1:26379?master_name=m", true},
 		{"http://x", false},
 		{"::bad", false},
@@ -158,69 +415,82 @@ func TestRedisURLs(t *testing.T) {
 	}
 }
 
-func TestValidateLocation(t *testing.T) {
-	for _, l := range []*symbolizerv1.Location{
-		{},
-		locMsg("main"),
-		{Frames: []*symbolizerv1.Frame{{FunctionName: "a", LinkageName: "_Z1av", File: "x.cc", Line: 1<<32 - 1, Column: 7, StartLine: 3}, {FunctionName: "ü"}}},
+// newBatch groups a batch by bucket with every key and field where the layout puts it.
+func TestNewBatch(t *testing.T) {
+	keys := []Key{
+		{"ab", "t", 0x10},
+		{"go/id/x/y", "u", 0},
+		{"ab", "t", 0x200000},
+		{"cd", "v", 1 << 63},
+		{"ab", "t", 0x20},
+		{"ab", "u", 0x10},
+	}
+	vals := []string{"0", "", "2", "3", "4", "5"}
+	for _, tc := range []struct {
+		name string
+		idx  []int
+		vals []string
+	}{
+		{"all", []int{0, 1, 2, 3, 4, 5}, nil},
+		{"subset out of order", []int{4, 3, 0}, nil},
+		{"one", []int{1}, nil},
+		{"with values", []int{5, 4, 3, 2, 1, 0}, vals},
 	} {
-		v, err := EncodeLocation(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ValidateLocation(v); err != nil {
-			t.Fatalf("ValidateLocation(%v) = %v", l, err)
-		}
-	}
-	good := loc("main")
-	for _, bad := range []string{"\x08\x01", "\x0a", "\x0a\x05ab", good[:len(good)-1], good + "\x10", "\x0a\x03\x0a\x01\xff", "\x0a\x06\x20\xff\xff\xff\xff\x7f", "\x12\x00"} {
-		if err := ValidateLocation(bad); err == nil {
-			t.Errorf("ValidateLocation(%q) accepted", bad)
-		}
-	}
-}
-
-// Whatever ValidateLocation accepts decodes as a Location, so a response that carries it
-// stays parseable.
-func FuzzValidateLocation(f *testing.F) {
-	good := loc("main")
-	f.Add(good)
-	f.Add("")
-	f.Fuzz(func(t *testing.T, s string) {
-		if ValidateLocation(s) != nil {
-			return
-		}
-		var l symbolizerv1.Location
-		if err := proto.Unmarshal([]byte(s), &l); err != nil {
-			t.Fatalf("accepted %q, which does not decode: %v", s, err)
-		}
-	})
-}
-
-func TestRedisKeys(t *testing.T) {
-	keys := []Key{{"ab", "t", 0x10}, {"go/id", "u", 0}, {"cd", "v", 1 << 63}}
-	got := redisKeys(keys, []int{2, 0, 1})
-	for j, i := range []int{2, 0, 1} {
-		if got[j] != keys[i].redisKey() {
-			t.Fatalf("key %d = %q, want %q", j, got[j], keys[i].redisKey())
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBatch(keys, tc.idx, tc.vals)
+			cmd, per := "hmget", 1
+			if tc.vals != nil {
+				cmd, per = "hset", 2
+			}
+			seen := map[int]bool{}
+			bucketKeys := map[string]bool{}
+			for _, bk := range b.buckets {
+				if b.args[bk.arg] != cmd {
+					t.Fatalf("command %v", b.args[bk.arg])
+				}
+				key := *b.args[bk.arg+1].(*string)
+				if bucketKeys[key] {
+					t.Fatalf("bucket %s twice", key)
+				}
+				bucketKeys[key] = true
+				for f := range bk.n {
+					i := b.order[bk.first+f]
+					seen[i] = true
+					k := keys[i]
+					if key != k.bucketKey() {
+						t.Errorf("key %d in bucket %s, want %s", i, key, k.bucketKey())
+					}
+					if got := *b.args[bk.arg+2+per*f].(*string); got != k.field() {
+						t.Errorf("key %d: field %q, want %q", i, got, k.field())
+					}
+					if tc.vals != nil {
+						if got := *b.args[bk.arg+3+per*f].(*string); got != "="+tc.vals[i] {
+							t.Errorf("key %d: value %q", i, got)
+						}
+					}
+				}
+			}
+			if len(seen) != len(tc.idx) || len(b.order) != len(tc.idx) {
+				t.Fatalf("batch covers %d of %d keys", len(seen), len(tc.idx))
+			}
+			if end := b.buckets[len(b.buckets)-1]; end.arg+2+per*end.n != len(b.args) {
+				t.Fatalf("args has %d entries past the last bucket", len(b.args)-end.arg-2-per*end.n)
+			}
+		})
 	}
 }
 
 func TestPutAsync(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	client, err := NewRedisClient(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	_, client := startRedis(t)
 	c := New(Options{Redis: client, WriteQueue: 2})
 	ctx := context.Background()
 	keys := []Key{{"ab", "t", 1}, {"ab", "t", 2}}
-	c.PutAsync(keys, []string{loc("x"), loc("")})
+	c.PutAsync(keys, []string{val("x"), ""})
 	c.Flush(ctx)
-	if n := client.Exists(ctx, keys[0].redisKey(), keys[1].redisKey()).Val(); n != 2 {
-		t.Fatalf("%d of 2 keys written", n)
+	for _, k := range keys {
+		if !client.HExists(ctx, k.bucketKey(), k.field()).Val() {
+			t.Fatalf("%+v not written", k)
+		}
 	}
 	c.Close()
 	c.Close() // idempotent
@@ -229,17 +499,70 @@ func TestPutAsync(t *testing.T) {
 	c2 := New(Options{Redis: client, LocalSize: 10})
 	defer c2.Close()
 	k := []Key{{"ab", "t", 99}}
-	c2.PutAsync(k, []string{loc("y")})
+	c2.PutAsync(k, []string{val("y")})
 	c2.Flush(ctx)
-	client.Del(ctx, k[0].redisKey())
-	c2.PutAsync(k, []string{loc("y")})
+	client.HDel(ctx, k[0].bucketKey(), k[0].field())
+	c2.PutAsync(k, []string{val("y")})
 	c2.Flush(ctx)
-	if client.Exists(ctx, k[0].redisKey()).Val() != 0 {
+	if client.HExists(ctx, k[0].bucketKey(), k[0].field()).Val() {
 		t.Fatal("an unchanged recent result was written again")
 	}
-	c2.PutAsync(k, []string{loc("z")})
+	c2.PutAsync(k, []string{val("z")})
 	c2.Flush(ctx)
-	if client.Exists(ctx, k[0].redisKey()).Val() != 1 {
-		t.Fatal("a changed result was not written")
+	if got := client.HGet(ctx, k[0].bucketKey(), k[0].field()).Val(); got != "="+val("z") {
+		t.Fatalf("a changed result was written as %q", got)
+	}
+}
+
+// A full write queue drops batches (counted) instead of blocking the caller.
+func TestWriteQueueFull(t *testing.T) {
+	// A server that accepts connections and never answers keeps the writer busy until its
+	// write timeout.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				<-stop
+				conn.Close()
+			}()
+		}
+	}()
+	defer func() { close(stop); l.Close(); conns.Wait() }()
+	client := redis.NewClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true})
+	defer client.Close()
+	m := newCountMetrics()
+	c := New(Options{Redis: client, WriteQueue: 1, WriteTimeout: 500 * time.Millisecond, Metrics: m})
+	start := time.Now()
+	for i := range 4 {
+		c.PutAsync([]Key{{"ab", "t", uint64(i)}}, []string{"v"})
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond) // let the writer take the first batch
+		}
+	}
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Fatalf("PutAsync blocked for %v", d)
+	}
+	m.mu.Lock()
+	dropped := m.errors["queue"]
+	m.mu.Unlock()
+	// One batch is being written, one waits; the other two are dropped.
+	if dropped != 2 {
+		t.Fatalf("dropped %d batches, want 2 (errors %v)", dropped, m.errors)
+	}
+	c.Close()
+	if m.errorCount() < 3 {
+		t.Fatalf("the timed-out write was not counted: %v", m.errors)
 	}
 }
