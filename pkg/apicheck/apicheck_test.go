@@ -21,6 +21,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/frametable"
 )
 
 // protoRoot is the buf module root, relative to this package's directory (where go test
@@ -277,16 +278,17 @@ func TestFieldContract(t *testing.T) {
 			{"fidelity", 3, enum, false, sym + "Fidelity"},
 			{"resolved_build_id", 4, str, false, ""},
 			{"resolved_build_id_type", 5, enum, false, dbg + "BuildIDType"},
-			{"locations", 6, msg, true, sym + "Location"},
+			{"frame_counts", 7, u32, true, ""},
+			{"frames", 8, msg, false, sym + "FrameTable"},
+			{"strings", 9, str, true, ""},
 		},
-		sym + "Location": {{"frames", 1, msg, true, sym + "Frame"}},
-		sym + "Frame": {
-			{"function_name", 1, str, false, ""},
-			{"linkage_name", 2, str, false, ""},
-			{"file", 3, str, false, ""},
-			{"line", 4, u32, false, ""},
-			{"column", 5, u32, false, ""},
-			{"start_line", 6, u32, false, ""},
+		sym + "FrameTable": {
+			{"function_names", 1, u32, true, ""},
+			{"linkage_names", 2, u32, true, ""},
+			{"files", 3, u32, true, ""},
+			{"lines", 4, u32, true, ""},
+			{"columns", 5, u32, true, ""},
+			{"start_lines", 6, u32, true, ""},
 		},
 		dbg + "ShouldUploadRequest": {
 			{"build_id", 1, str, false, ""},
@@ -523,14 +525,12 @@ func (symbolizeEcho) Symbolize(_ context.Context, req *connect.Request[symbolize
 			Fidelity:            symbolizerv1.Fidelity_FIDELITY_SYMBOLS,
 			ResolvedBuildId:     m.GetGnuBuildId(),
 			ResolvedBuildIdType: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU,
-			Locations:           make([]*symbolizerv1.Location, 0, len(m.GetAddresses())),
 		}
+		var locs [][]frametable.Frame
 		for _, a := range m.GetAddresses() {
-			r.Locations = append(r.Locations, &symbolizerv1.Location{Frames: []*symbolizerv1.Frame{{
-				FunctionName: m.GetFilename(),
-				Line:         uint32(a),
-			}}})
+			locs = append(locs, []frametable.Frame{{Function: m.GetFilename(), Line: uint32(a)}})
 		}
+		frametable.Encode(r, locs)
 		resp.Modules = append(resp.Modules, r)
 	}
 	return connect.NewResponse(resp), nil
@@ -584,12 +584,13 @@ func TestConnectRoundTrip(t *testing.T) {
 			}
 			for i, m := range req.GetModules() {
 				r := got[i]
-				if r.GetResolvedBuildId() != m.GetGnuBuildId() || len(r.GetLocations()) != len(m.GetAddresses()) {
-					t.Fatalf("module %d: result %v does not answer %v", i, r, m)
+				locs, err := frametable.Decode(r, len(m.GetAddresses()))
+				if r.GetResolvedBuildId() != m.GetGnuBuildId() || err != nil {
+					t.Fatalf("module %d: result %v does not answer %v: %v", i, r, m, err)
 				}
 				for j, a := range m.GetAddresses() {
-					f := r.GetLocations()[j].GetFrames()[0]
-					if f.GetLine() != uint32(a) || f.GetFunctionName() != m.GetFilename() {
+					f := locs[j][0]
+					if f.Line != uint32(a) || f.Function != m.GetFilename() {
 						t.Errorf("module %d location %d: frame %v, want line %d in %s", i, j, f, a, m.GetFilename())
 					}
 				}

@@ -34,6 +34,7 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/frametable"
 )
 
 var (
@@ -188,20 +189,26 @@ func client(url string) symbolizerv1connect.SymbolizerServiceClient {
 	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}, url, opts...)
 }
 
+// call times one batch as a client experiences it: the call, and decoding the answer into
+// frames per address (what a client must do before it can use them).
 func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
 	start := time.Now()
 	resp, err := c.Symbolize(ctx, connect.NewRequest(req))
-	d := time.Since(start)
 	if err != nil {
 		log.Fatalf("Symbolize: %v", err)
 	}
 	m := resp.Msg.Modules[0]
+	locs, err := frametable.Decode(m, len(req.Modules[0].Addresses))
+	d := time.Since(start)
 	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		log.Fatalf("module status %v: %s", m.Status, m.Message)
 	}
+	if err != nil {
+		log.Fatalf("decode answer: %v", err)
+	}
 	resolved := 0
-	for _, l := range m.Locations {
-		if len(l.Frames) > 0 {
+	for _, l := range locs {
+		if len(l) > 0 {
 			resolved++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/gateway/internal/dict"
 )
@@ -38,7 +39,7 @@ type interner struct {
 	attrs   map[attrKey]int32
 	// byFrame skips hashing names again for a frame already interned: answers for the same
 	// address, and the symbolizer's cache, share frame values.
-	byFrame map[*symbolizerv1.Frame]int32
+	byFrame map[*frametable.Frame]int32
 	// hint sizes the maps for what this request will add.
 	hint  int
 	stats *Stats
@@ -67,7 +68,7 @@ func (in *interner) str(s string) int32 {
 	return i
 }
 
-func (in *interner) function(f *symbolizerv1.Frame) int32 {
+func (in *interner) function(f *frametable.Frame) int32 {
 	if i, ok := in.byFrame[f]; ok {
 		return i
 	}
@@ -76,12 +77,12 @@ func (in *interner) function(f *symbolizerv1.Frame) int32 {
 	return i
 }
 
-func (in *interner) intern(f *symbolizerv1.Frame) int32 {
-	system := f.GetLinkageName()
+func (in *interner) intern(f *frametable.Frame) int32 {
+	system := f.LinkageName
 	if system == "" {
-		system = f.GetFunctionName()
+		system = f.Function
 	}
-	k := fnKey{in.str(f.GetFunctionName()), in.str(system), in.str(f.GetFile()), int64(f.GetStartLine())}
+	k := fnKey{in.str(f.Function), in.str(system), in.str(f.File), int64(f.StartLine)}
 	ft := in.d.FunctionTable()
 	if in.funcs == nil {
 		in.funcs = make(map[fnKey]int32, ft.Len()+in.hint)
@@ -147,41 +148,47 @@ func seed(d pprofile.ProfilesDictionary) {
 	}
 }
 
-// Apply gives each location in locs (location_table index -> frames, innermost first) its
-// lines, and each mapping in mappings (mapping_table index -> fidelity reached) the
-// pprof.mapping.has_* attributes that fidelity makes true. Locations that already have lines,
-// or indices outside the tables, are left alone. The request must have passed validation.
-func Apply(pd pprofile.Profiles, locs map[int32][]*symbolizerv1.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
+// Apply gives each location locs names (locs[i] holds the frames of location_table[i],
+// innermost first; nil for none) its lines, and each mapping in mappings (mapping_table
+// index -> fidelity reached) the pprof.mapping.has_* attributes that fidelity makes true.
+// Locations that already have lines, or indices outside the tables, are left alone. The
+// request must have passed validation. Frames are taken by address: frames shared between
+// locations (answers for one address, or from the symbolizer's cache) are interned once.
+func Apply(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
 	var stats Stats
-	if len(locs) == 0 && len(mappings) == 0 {
+	n := 0
+	for _, frames := range locs {
+		if len(frames) > 0 {
+			n++
+		}
+	}
+	if n == 0 && len(mappings) == 0 {
 		return stats
 	}
 	d := pd.Dictionary()
 	seed(d)
-	in := &interner{d: d, stats: &stats, hint: 2 * len(locs), byFrame: make(map[*symbolizerv1.Frame]int32, 2*len(locs))}
+	in := &interner{d: d, stats: &stats, hint: 2 * n, byFrame: make(map[*frametable.Frame]int32, 2*n)}
 	// Grow the tables once rather than append by append.
 	d.FunctionTable().EnsureCapacity(d.FunctionTable().Len() + in.hint)
 	d.StringTable().EnsureCapacity(d.StringTable().Len() + 2*in.hint)
 
-	// Sorted so the same request always yields the same dictionary.
-	keys := make([]int32, 0, len(locs))
-	for k := range locs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, li := range keys {
-		frames := locs[li]
-		loc, ok := dict.Location(d, li)
-		if !ok || len(frames) == 0 || loc.Lines().Len() > 0 {
+	// In index order, so the same request always yields the same dictionary.
+	for li, frames := range locs {
+		if len(frames) == 0 {
+			continue
+		}
+		loc, ok := dict.Location(d, int32(li))
+		if !ok || loc.Lines().Len() > 0 {
 			continue
 		}
 		lines := loc.Lines()
 		lines.EnsureCapacity(len(frames))
-		for _, f := range frames {
+		for k := range frames {
+			f := &frames[k]
 			l := lines.AppendEmpty()
 			l.SetFunctionIndex(in.function(f))
-			l.SetLine(int64(f.GetLine()))
-			l.SetColumn(int64(f.GetColumn()))
+			l.SetLine(int64(f.Line))
+			l.SetColumn(int64(f.Column))
 		}
 		stats.Locations++
 		stats.Lines += len(frames)

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/rewrite"
@@ -24,11 +25,11 @@ func TestApplyInternsAndOrders(t *testing.T) {
 	for range 3 {
 		d.LocationTable().AppendEmpty().SetMappingIndex(1)
 	}
-	chain := []*symbolizerv1.Frame{
-		{FunctionName: "inner", File: "a.c", Line: 10, Column: 2, StartLine: 8},
-		{FunctionName: "outer", LinkageName: "_Z5outerv", File: "a.c", Line: 20, StartLine: 18},
+	chain := []frametable.Frame{
+		{Function: "inner", File: "a.c", Line: 10, Column: 2, StartLine: 8},
+		{Function: "outer", LinkageName: "_Z5outerv", File: "a.c", Line: 20, StartLine: 18},
 	}
-	st := rewrite.Apply(pd, map[int32][]*symbolizerv1.Frame{1: chain, 2: chain, 3: chain[1:]},
+	st := rewrite.Apply(pd, [][]frametable.Frame{1: chain, 2: chain, 3: chain[1:]},
 		map[int32]symbolizerv1.Fidelity{1: symbolizerv1.Fidelity_FIDELITY_LINES})
 	if st.Functions != 2 || st.Locations != 3 || st.Lines != 5 || st.MappingAttributes != 3 {
 		t.Fatalf("stats %+v", st)
@@ -80,13 +81,12 @@ func FuzzRewrite(f *testing.F) {
 		in := pprofile.NewProfiles()
 		pd.CopyTo(in)
 		before := otlptest.Resolve(in)
-		locs := map[int32][]*symbolizerv1.Frame{}
-		for i := -1; i <= pd.Dictionary().LocationTable().Len(); i++ {
-			var fr []*symbolizerv1.Frame
+		// One entry more than the table has: an index outside it is left alone.
+		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len()+1)
+		for i := range locs {
 			for k := range int(nframes % 5) {
-				fr = append(fr, &symbolizerv1.Frame{FunctionName: fmt.Sprintf("f%d", (i+k)%3), File: "x.c", Line: uint32(k)})
+				locs[i] = append(locs[i], frametable.Frame{Function: fmt.Sprintf("f%d", (i+k)%3), File: "x.c", Line: uint32(k)})
 			}
-			locs[int32(i)] = fr
 		}
 		maps := map[int32]symbolizerv1.Fidelity{}
 		for i := -1; i <= pd.Dictionary().MappingTable().Len(); i++ {

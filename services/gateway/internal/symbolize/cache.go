@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/frametable"
 )
 
 type cacheKey struct {
@@ -13,7 +14,7 @@ type cacheKey struct {
 }
 
 type cacheEntry struct {
-	frames   []*symbolizerv1.Frame
+	frames   []frametable.Frame
 	fidelity symbolizerv1.Fidelity
 }
 

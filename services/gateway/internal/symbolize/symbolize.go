@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/gateway/internal/dict"
 	"github.com/profsym/profsym/services/gateway/internal/rewrite"
@@ -67,6 +69,8 @@ type Config struct {
 	CacheEntries int
 	// OnCall, if set, is told the duration and outcome of every symbolizer call.
 	OnCall func(d time.Duration, err error)
+	// Logger receives warnings about unusable answers (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Symbolizer symbolizes requests. It is safe for concurrent use.
@@ -93,6 +97,9 @@ func New(cfg Config) *Symbolizer {
 	}
 	if cfg.CacheEntries == 0 {
 		cfg.CacheEntries = 1 << 18
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	return &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries)}
 }
@@ -251,7 +258,7 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 		}
 	}
 
-	locs := make(map[int32][]*symbolizerv1.Frame, len(slotKeys))
+	locs := make([][]frametable.Frame, len(locSlot))
 	symbolizedMaps := map[modKey]symbolizerv1.Fidelity{}
 	for i, sl := range locSlot {
 		if sl == 0 {
@@ -264,7 +271,7 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 		case len(o.entry.frames) == 0:
 			rep.Unresolved[ReasonNoFrames]++
 		default:
-			locs[int32(i)] = o.entry.frames
+			locs[i] = o.entry.frames
 			rep.Symbolized++
 			mk := slotKeys[sl-1].mod
 			if o.entry.fidelity > symbolizedMaps[mk] {
@@ -389,9 +396,12 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 	for i, m := range b.mods {
 		r := resp.Msg.GetModules()[i]
 		reason := ""
+		var frames [][]frametable.Frame
 		switch r.GetStatus() {
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_OK:
-			if len(r.GetLocations()) != len(m.addrs) {
+			var err error
+			if frames, err = frametable.Decode(r, len(m.addrs)); err != nil {
+				s.cfg.Logger.Warn("symbolizer answer unusable", "module", r.GetResolvedBuildId(), "err", err)
 				reason = ReasonBadResponse
 			}
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND:
@@ -411,7 +421,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 				out[k] = outcome{reason: reason}
 				continue
 			}
-			e := cacheEntry{frames: r.GetLocations()[j].GetFrames(), fidelity: r.GetFidelity()}
+			e := cacheEntry{frames: frames[j], fidelity: r.GetFidelity()}
 			out[k] = outcome{entry: e}
 			s.cache.put(k, e)
 		}

@@ -17,6 +17,7 @@ import (
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/symbolize"
@@ -35,18 +36,18 @@ type synthetic struct {
 	maxAddrs  int
 }
 
-func frames(addr uint64) []*symbolizerv1.Frame {
+func frames(addr uint64) []frametable.Frame {
 	if addr%5 == 0 {
 		return nil
 	}
-	var out []*symbolizerv1.Frame
+	var out []frametable.Frame
 	for k := range 1 + int(addr%3) {
-		out = append(out, &symbolizerv1.Frame{
-			FunctionName: fmt.Sprintf("fn_%x_%d", addr, k),
-			File:         fmt.Sprintf("src/f%d.c", addr%4),
-			Line:         uint32(addr%97) + uint32(k),
-			Column:       uint32(k),
-			StartLine:    7,
+		out = append(out, frametable.Frame{
+			Function:  fmt.Sprintf("fn_%x_%d", addr, k),
+			File:      fmt.Sprintf("src/f%d.c", addr%4),
+			Line:      uint32(addr%97) + uint32(k),
+			Column:    uint32(k),
+			StartLine: 7,
 		})
 	}
 	return out
@@ -67,13 +68,15 @@ func (s *synthetic) Symbolize(ctx context.Context, req *connect.Request[symboliz
 		n += len(m.GetAddresses())
 		if strings.HasPrefix(m.GetGnuBuildId(), "f") {
 			resp.Modules = append(resp.Modules, &symbolizerv1.ModuleResult{
-				Status: symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, Locations: make([]*symbolizerv1.Location, len(m.GetAddresses()))})
+				Status: symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, FrameCounts: make([]uint32, len(m.GetAddresses()))})
 			continue
 		}
 		r := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: symbolizerv1.Fidelity_FIDELITY_FULL}
+		var locs [][]frametable.Frame
 		for _, a := range m.GetAddresses() {
-			r.Locations = append(r.Locations, &symbolizerv1.Location{Frames: frames(a)})
+			locs = append(locs, frames(a))
 		}
+		frametable.Encode(r, locs)
 		resp.Modules = append(resp.Modules, r)
 	}
 	s.addresses.Add(int64(n))
@@ -153,7 +156,7 @@ func TestProcessProperty(t *testing.T) {
 				}
 				for k, w := range want {
 					got := fout.Lines[k]
-					if got.Function != w.FunctionName || got.SystemName != w.FunctionName || got.File != w.File ||
+					if got.Function != w.Function || got.SystemName != w.Function || got.File != w.File ||
 						got.Line != int64(w.Line) || got.Column != int64(w.Column) || got.StartLine != 7 {
 						t.Fatalf("iter %d: line %d = %+v, want %+v", iter, k, got, w)
 					}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/rewrite"
@@ -114,9 +115,9 @@ func FuzzValidate(f *testing.F) {
 			return
 		}
 		sym.Process(context.Background(), pd)
-		locs := map[int32][]*symbolizerv1.Frame{}
-		for i := 0; i < pd.Dictionary().LocationTable().Len(); i++ {
-			locs[int32(i)] = []*symbolizerv1.Frame{{FunctionName: "f", File: "x.c", Line: 3}, {FunctionName: "g"}}
+		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len())
+		for i := range locs {
+			locs[i] = []frametable.Frame{{Function: "f", File: "x.c", Line: 3}, {Function: "g"}}
 		}
 		maps := map[int32]symbolizerv1.Fidelity{}
 		for i := 0; i < pd.Dictionary().MappingTable().Len(); i++ {

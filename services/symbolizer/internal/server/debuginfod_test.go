@@ -50,7 +50,7 @@ func TestDebuginfodUpstream(t *testing.T) {
 	if m[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		t.Fatalf("fetched module = %v %s", m[0].Status, m[0].Message)
 	}
-	sameLocations(t, "via debuginfod", m[0].Locations, engineFrames(t, bin.path, bin.addrs))
+	sameLocations(t, "via debuginfod", m[0], engineFrames(t, bin.path, bin.addrs))
 	if m[1].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND {
 		t.Fatalf("unknown module = %v %s", m[1].Status, m[1].Message)
 	}

@@ -58,7 +58,7 @@ func TestS3EndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameLocations(t, "s3", sresp.Msg.Modules[0].Locations, engineFrames(t, bin.path, bin.addrs))
+	sameLocations(t, "s3", sresp.Msg.Modules[0], engineFrames(t, bin.path, bin.addrs))
 
 	_, got := httpGet(t, r.url+"/buildid/"+bin.ids.GNU+"/debuginfo")
 	want, err := os.ReadFile(bin.path)

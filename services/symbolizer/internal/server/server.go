@@ -65,8 +65,7 @@ type Config struct {
 
 	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none."`
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
-	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results."`
-	NegativeTTL     time.Duration `name:"negative-cache-ttl" default:"1h" env:"SYMBOLIZER_NEGATIVE_CACHE_TTL" help:"Redis TTL of empty results."`
+	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
 	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
@@ -190,7 +189,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	})
 
 	var rc *resultcache.Cache
-	rcOpt := resultcache.Options{TTL: c.CacheTTL, NegativeTTL: c.NegativeTTL, Timeout: c.RedisTimeout,
+	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
 		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
 	if c.RedisURL != "" {
 		client, err := resultcache.NewRedisClient(c.RedisURL)
@@ -238,7 +237,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
 	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...)
-	mux.Handle(symPath, symbolizeapi.WireFormat(symHandler))
+	mux.Handle(symPath, symHandler)
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
 	mux.Handle(grpchealth.NewHandler(&healthChecker{s: s, static: grpchealth.NewStaticChecker(services...)}))

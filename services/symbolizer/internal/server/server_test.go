@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
 )
@@ -178,42 +180,54 @@ func compile(t *testing.T, args ...string) binary {
 }
 
 // engineFrames is what the engine answers locally.
-func engineFrames(t *testing.T, path string, addrs []uint64) []*symbolizerv1.Location {
+func engineFrames(t *testing.T, path string, addrs []uint64) [][]frametable.Frame {
 	t.Helper()
 	ix, _, err := debuginfo.OpenIndex(path, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]*symbolizerv1.Location, len(addrs))
+	out := make([][]frametable.Frame, len(addrs))
 	for i, a := range addrs {
-		loc := &symbolizerv1.Location{}
 		for _, f := range ix.Lookup(a) {
-			pf := &symbolizerv1.Frame{FunctionName: f.Function, File: f.File, Line: f.Line, Column: f.Column, StartLine: f.StartLine}
+			pf := frametable.Frame{Function: f.Function, File: f.File, Line: f.Line, Column: f.Column, StartLine: f.StartLine}
 			if f.LinkageName != f.Function {
 				pf.LinkageName = f.LinkageName
 			}
-			loc.Frames = append(loc.Frames, pf)
+			out[i] = append(out[i], pf)
 		}
-		out[i] = loc
 	}
 	return out
 }
 
-func sameLocations(t *testing.T, what string, got, want []*symbolizerv1.Location) {
+// sameLocations decodes a module's answer and compares it with the engine's frames.
+func sameLocations(t *testing.T, what string, m *symbolizerv1.ModuleResult, want [][]frametable.Frame) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d locations, want %d", what, len(got), len(want))
+	got, err := frametable.Decode(m, len(want))
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	frames := 0
 	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Fatalf("%s: location %d = %v, want %v", what, i, got[i], want[i])
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("%s: location %d = %+v, want %+v", what, i, got[i], want[i])
 		}
-		frames += len(want[i].Frames)
+		frames += len(want[i])
 	}
 	if frames == 0 {
 		t.Fatalf("%s: no frames at all", what)
 	}
+}
+
+// redisEntries counts the cached results in Redis: the fields of every result bucket.
+func redisEntries(t *testing.T, rcl *goredis.Client) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var n int64
+	iter := rcl.Scan(ctx, 0, "psym:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n += rcl.HLen(ctx, iter.Val()).Val()
+	}
+	return n
 }
 
 func bearer(r connect.AnyRequest) { r.Header().Set("Authorization", "Bearer "+token) }
@@ -251,14 +265,14 @@ func TestEndToEnd(t *testing.T) {
 		if m[0].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK || m[0].Fidelity != symbolizerv1.Fidelity_FIDELITY_FULL || m[0].ResolvedBuildId != bin.ids.GNU {
 			t.Fatalf("%s: module 0 = %v %v %q %s", what, m[0].Status, m[0].Fidelity, m[0].ResolvedBuildId, m[0].Message)
 		}
-		sameLocations(t, what, m[0].Locations, want)
-		if m[1].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND || len(m[1].Locations) != 2 {
+		sameLocations(t, what, m[0], want)
+		if m[1].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND || len(m[1].FrameCounts) != 2 {
 			t.Fatalf("%s: module 1 = %v", what, m[1])
 		}
 		if m[2].Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK || m[2].ResolvedBuildIdType != debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH {
 			t.Fatalf("%s: module 2 (by htlhash) = %v", what, m[2].Status)
 		}
-		sameLocations(t, what+" by htlhash", m[2].Locations, want[:3])
+		sameLocations(t, what+" by htlhash", m[2], want[:3])
 	}
 
 	// Connect (binary protobuf), twice: cold, then from Redis.
@@ -267,7 +281,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Helper()
 		// Results reach Redis in the background.
 		deadline := time.Now().Add(10 * time.Second)
-		for rcl.DBSize(context.Background()).Val() < int64(len(bin.addrs))/2 {
+		for redisEntries(t, rcl) < int64(len(bin.addrs))/2 {
 			if time.Now().After(deadline) {
 				t.Fatal("results were not written to Redis")
 			}
@@ -320,7 +334,7 @@ func TestEndToEnd(t *testing.T) {
 	if err := protojsonUnmarshal(out, &jresp); err != nil {
 		t.Fatalf("curl response %s: %v", out, err)
 	}
-	sameLocations(t, "curl json", jresp.Modules[0].Locations, want)
+	sameLocations(t, "curl json", jresp.Modules[0], want)
 
 	// Redis stops in the middle of the run: calls keep succeeding; it comes back.
 	redis.Stop()
@@ -423,11 +437,11 @@ func TestSymbolizeErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := resp.Msg.Modules[0]
-			if m.Status != tc.status || !strings.Contains(m.Message, tc.msg) || len(m.Locations) != len(tc.mods[0].Addresses) {
-				t.Fatalf("module = %v %q (%d locations)", m.Status, m.Message, len(m.Locations))
+			if m.Status != tc.status || !strings.Contains(m.Message, tc.msg) || len(m.FrameCounts) != len(tc.mods[0].Addresses) {
+				t.Fatalf("module = %v %q (%d frame counts)", m.Status, m.Message, len(m.FrameCounts))
 			}
 			if tc.status == symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
-				sameLocations(t, "runtime mapping", m.Locations, want)
+				sameLocations(t, "runtime mapping", m, want)
 			}
 		})
 	}

@@ -11,17 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -166,12 +160,7 @@ func invalid(format string, args ...any) error {
 }
 
 func failed(mod *symbolizerv1.Module, st symbolizerv1.ModuleStatus, msg string) *symbolizerv1.ModuleResult {
-	r := &symbolizerv1.ModuleResult{Status: st, Message: msg, Locations: make([]*symbolizerv1.Location, len(mod.GetAddresses()))}
-	empty := &symbolizerv1.Location{}
-	for i := range r.Locations {
-		r.Locations[i] = empty
-	}
-	return r
+	return &symbolizerv1.ModuleResult{Status: st, Message: msg, FrameCounts: make([]uint32, len(mod.GetAddresses())), Frames: &symbolizerv1.FrameTable{}}
 }
 
 func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
@@ -217,7 +206,6 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	res := &symbolizerv1.ModuleResult{
 		Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: fidelity(f.Fidelity),
 		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type,
-		Locations: make([]*symbolizerv1.Location, len(addrs)),
 	}
 	// Unique addresses, so duplicates cost one lookup.
 	uniq := make(map[uint64]int, landed)
@@ -235,24 +223,36 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		}
 		slot[i] = j
 	}
-	vals := make([]string, len(keys))
-	found := make([]bool, len(keys))
+	t := newTable(len(keys))
 	if e := s.indexes.Get(f.SHA256); e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
 		s.countIndex(true)
-		lookupAll(e, keys, vals, nil)
+		vals := t.lookup(e.Index, keys, nil, s.results != nil)
 		if s.results != nil {
 			s.results.PutAsync(keys, vals)
 		}
 	} else {
-		if s.results != nil {
-			s.results.Get(ctx, keys, vals, found)
-		}
 		var missIdx []int
-		for j := range keys {
-			if !found[j] {
-				missIdx = append(missIdx, j)
+		if s.results != nil {
+			vals := make([]string, len(keys))
+			found := make([]bool, len(keys))
+			s.results.Get(ctx, keys, vals, found)
+			for j := range keys {
+				if !found[j] {
+					missIdx = append(missIdx, j)
+					continue
+				}
+				// A value that does not parse is a miss: the index answers instead.
+				if err := t.addValue(j, vals[j]); err != nil {
+					s.opt.Logger.Warn("unusable result cache entry", "build_id", keys[j].BuildID, "address", keys[j].Addr, "err", err)
+					missIdx = append(missIdx, j)
+				}
+			}
+		} else {
+			missIdx = make([]int, len(keys))
+			for j := range missIdx {
+				missIdx[j] = j
 			}
 		}
 		if len(missIdx) > 0 {
@@ -266,144 +266,18 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 				}
 				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
 			}
-			lookupAll(e, keys, vals, missIdx)
+			vals := t.lookup(e.Index, keys, missIdx, s.results != nil)
 			if s.results != nil {
 				missKeys := make([]resultcache.Key, len(missIdx))
-				missVals := make([]string, len(missIdx))
 				for n, j := range missIdx {
-					missKeys[n], missVals[n] = keys[j], vals[j]
+					missKeys[n] = keys[j]
 				}
-				s.results.PutAsync(missKeys, missVals)
+				s.results.PutAsync(missKeys, vals)
 			}
 		}
 	}
-
-	if wantsJSON(ctx) {
-		// protojson does not write raw fields: decode each distinct result once.
-		decoded := make([]*symbolizerv1.Location, len(vals))
-		empty := &symbolizerv1.Location{}
-		for i := range addrs {
-			if !ok[i] {
-				res.Locations[i] = empty
-				continue
-			}
-			j := slot[i]
-			if decoded[j] == nil {
-				decoded[j] = &symbolizerv1.Location{}
-				if err := proto.Unmarshal([]byte(vals[j]), decoded[j]); err != nil {
-					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, fmt.Sprintf("decode result: %v", err))
-				}
-			}
-			res.Locations[i] = decoded[j]
-		}
-		return res
-	}
-	// Binary protobuf: the encoded locations become the bytes of ModuleResult.locations
-	// (field 6) as they are. Unknown fields are written after the known ones, and no
-	// Location is set, so the order on the wire is the order of the addresses.
-	size := 0
-	for i := range addrs {
-		if ok[i] {
-			size += len(vals[slot[i]])
-		}
-		size += 4
-	}
-	raw := make([]byte, 0, size)
-	for i := range addrs {
-		v := ""
-		if ok[i] {
-			v = vals[slot[i]]
-		}
-		raw = protowire.AppendTag(raw, locationsField, protowire.BytesType)
-		raw = protowire.AppendString(raw, v)
-	}
-	res.Locations = nil
-	res.ProtoReflect().SetUnknown(protoreflect.RawFields(raw))
+	t.emit(res, ok, slot)
 	return res
-}
-
-// locationsField is the field number of ModuleResult.locations.
-const locationsField = 6
-
-// lookupAll resolves keys[j] for every j in idx (every key when idx is nil) and stores the
-// Location in protobuf wire format in vals[j], written straight from the index's frames.
-func lookupAll(e *indexcache.Entry, keys []resultcache.Key, vals []string, idx []int) {
-	var frames []index.Frame
-	var buf, frame []byte
-	one := func(j int) {
-		frames = e.Index.AppendLookup(frames[:0], keys[j].Addr)
-		buf = buf[:0]
-		for _, fr := range frames {
-			frame = frame[:0]
-			frame = appendString(frame, 1, validUTF8(fr.Function))
-			if fr.LinkageName != fr.Function {
-				frame = appendString(frame, 2, validUTF8(fr.LinkageName))
-			}
-			frame = appendString(frame, 3, validUTF8(fr.File))
-			frame = appendUint(frame, 4, fr.Line)
-			frame = appendUint(frame, 5, fr.Column)
-			frame = appendUint(frame, 6, fr.StartLine)
-			buf = protowire.AppendTag(buf, 1, protowire.BytesType)
-			buf = protowire.AppendBytes(buf, frame)
-		}
-		vals[j] = string(buf)
-	}
-	if idx == nil {
-		for j := range keys {
-			one(j)
-		}
-		return
-	}
-	for _, j := range idx {
-		one(j)
-	}
-}
-
-// appendString and appendUint write a proto3 field, leaving out zero values as protobuf does.
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
-}
-
-func appendUint(b []byte, num protowire.Number, v uint32) []byte {
-	if v == 0 {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(v))
-}
-
-type jsonKey struct{}
-
-// WireFormat wraps the service's handler so Symbolize knows whether the response is encoded
-// as JSON (Connect JSON, gRPC+JSON, or a GET with encoding=json), which cannot carry the
-// pre-encoded locations.
-func WireFormat(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		isJSON := strings.Contains(r.Header.Get("Content-Type"), "json") ||
-			(r.Method == http.MethodGet && r.URL.Query().Get("encoding") == "json")
-		if isJSON {
-			r = r.WithContext(context.WithValue(r.Context(), jsonKey{}, true))
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-func wantsJSON(ctx context.Context) bool {
-	v, _ := ctx.Value(jsonKey{}).(bool)
-	return v
-}
-
-// validUTF8 keeps a response marshalable: protobuf strings must be UTF-8, and symbol names
-// in a binary are arbitrary bytes.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func (s *Service) countIndex(hit bool) {
