@@ -389,6 +389,10 @@ type batch struct {
 
 type moduleKey struct{ buildID, tag string }
 
+// packedModules is how many modules of a batch fit in the bits of a packed bucket number;
+// a variable so tests can cross it without a batch of a million modules.
+var packedModules int32 = 1 << bucketShift
+
 type bucketID struct {
 	module int32
 	hi     uint64
@@ -398,16 +402,22 @@ type bucketID struct {
 // args are those of HSET (key, field, value, field, value...); without, those of HMGET (key,
 // fields...). args[bk.arg] is the command name.
 func newBatch(keys []Key, idx []int, vals []string) *batch {
-	// Modules: a batch usually holds one or a few, in runs, so the previous key's module is
-	// tried first and the map is only built for batches that mix several.
+	// A batch usually holds one module or a few, in runs, so the previous key's module is
+	// tried before the map. Buckets are found by a uint64 packing the module's index above
+	// the 64-bucketShift bits of Addr>>bucketShift: a map of integers is several times
+	// faster than one of structs. A batch of over packedModules modules, which only a
+	// hostile request would send, keeps the modules past that in a map of structs.
 	var (
 		modules   []moduleKey
-		moduleIdx map[moduleKey]int32
+		moduleIdx = make(map[moduleKey]int32)
 		last      = int32(-1)
 		bucketOf  = make([]int32, len(idx))
-		bucketMap = make(map[bucketID]int32)
+		packed    = make(map[uint64]int32)
+		unpacked  map[bucketID]int32
 		ids       []bucketID
 		counts    []int
+		lastID    = bucketID{module: -1}
+		lastBI    int32
 	)
 	for j, i := range idx {
 		k := &keys[i]
@@ -415,9 +425,6 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 			mk := moduleKey{k.BuildID, k.Tag}
 			m, ok := moduleIdx[mk]
 			if !ok {
-				if moduleIdx == nil {
-					moduleIdx = make(map[moduleKey]int32)
-				}
 				m = int32(len(modules))
 				modules = append(modules, mk)
 				moduleIdx[mk] = m
@@ -425,15 +432,31 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 			last = m
 		}
 		id := bucketID{last, k.Addr >> bucketShift}
-		bi, ok := bucketMap[id]
-		if !ok {
-			bi = int32(len(ids))
-			bucketMap[id] = bi
-			ids = append(ids, id)
-			counts = append(counts, 0)
+		if id != lastID {
+			var bi int32
+			var ok bool
+			if id.module < packedModules {
+				bi, ok = packed[uint64(id.module)<<(64-bucketShift)|id.hi]
+			} else {
+				bi, ok = unpacked[id]
+			}
+			if !ok {
+				bi = int32(len(ids))
+				switch {
+				case id.module < packedModules:
+					packed[uint64(id.module)<<(64-bucketShift)|id.hi] = bi
+				case unpacked == nil:
+					unpacked = map[bucketID]int32{id: bi}
+				default:
+					unpacked[id] = bi
+				}
+				ids = append(ids, id)
+				counts = append(counts, 0)
+			}
+			lastID, lastBI = id, bi
 		}
-		bucketOf[j] = bi
-		counts[bi]++
+		bucketOf[j] = lastBI
+		counts[lastBI]++
 	}
 
 	b := &batch{buckets: make([]bucket, len(ids)), order: make([]int, len(idx))}

@@ -436,47 +436,73 @@ func TestNewBatch(t *testing.T) {
 		{"one", []int{1}, nil},
 		{"with values", []int{5, 4, 3, 2, 1, 0}, vals},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := newBatch(keys, tc.idx, tc.vals)
-			cmd, per := "hmget", 1
-			if tc.vals != nil {
-				cmd, per = "hset", 2
+		t.Run(tc.name, func(t *testing.T) { checkBatch(t, keys, tc.idx, tc.vals) })
+	}
+}
+
+// A batch of more modules than the packed bucket numbers can hold still groups correctly.
+func TestNewBatchManyModules(t *testing.T) {
+	defer func(n int32) { packedModules = n }(packedModules)
+	packedModules = 4
+	n := 10
+	keys := make([]Key, 0, n+6)
+	for i := range n {
+		keys = append(keys, Key{"b" + strconv.Itoa(i), "t", uint64(i)})
+	}
+	// Keys of the first and the last modules again, in the buckets they have and in new ones.
+	for _, i := range []int{0, 0, n - 1, n - 1, n - 2} {
+		k := keys[i]
+		keys = append(keys, k, Key{k.BuildID, k.Tag, k.Addr + 5<<bucketShift})
+	}
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	checkBatch(t, keys, idx, nil)
+}
+
+// checkBatch checks that newBatch puts every key of keys[idx] in its bucket once, with its
+// field (and value) where the bucket's args say.
+func checkBatch(t *testing.T, keys []Key, idx []int, vals []string) {
+	t.Helper()
+	b := newBatch(keys, idx, vals)
+	cmd, per := "hmget", 1
+	if vals != nil {
+		cmd, per = "hset", 2
+	}
+	seen := make(map[int]bool, len(idx))
+	bucketKeys := make(map[string]bool, len(b.buckets))
+	for _, bk := range b.buckets {
+		if b.args[bk.arg] != cmd {
+			t.Fatalf("command %v", b.args[bk.arg])
+		}
+		key := *b.args[bk.arg+1].(*string)
+		if bucketKeys[key] {
+			t.Fatalf("bucket %s twice", key)
+		}
+		bucketKeys[key] = true
+		for f := range bk.n {
+			i := b.order[bk.first+f]
+			seen[i] = true
+			k := keys[i]
+			if key != k.bucketKey() {
+				t.Fatalf("key %d in bucket %s, want %s", i, key, k.bucketKey())
 			}
-			seen := map[int]bool{}
-			bucketKeys := map[string]bool{}
-			for _, bk := range b.buckets {
-				if b.args[bk.arg] != cmd {
-					t.Fatalf("command %v", b.args[bk.arg])
+			if got := *b.args[bk.arg+2+per*f].(*string); got != k.field() {
+				t.Fatalf("key %d: field %q, want %q", i, got, k.field())
+			}
+			if vals != nil {
+				if got := *b.args[bk.arg+3+per*f].(*string); got != "="+vals[i] {
+					t.Fatalf("key %d: value %q", i, got)
 				}
-				key := *b.args[bk.arg+1].(*string)
-				if bucketKeys[key] {
-					t.Fatalf("bucket %s twice", key)
-				}
-				bucketKeys[key] = true
-				for f := range bk.n {
-					i := b.order[bk.first+f]
-					seen[i] = true
-					k := keys[i]
-					if key != k.bucketKey() {
-						t.Errorf("key %d in bucket %s, want %s", i, key, k.bucketKey())
-					}
-					if got := *b.args[bk.arg+2+per*f].(*string); got != k.field() {
-						t.Errorf("key %d: field %q, want %q", i, got, k.field())
-					}
-					if tc.vals != nil {
-						if got := *b.args[bk.arg+3+per*f].(*string); got != "="+tc.vals[i] {
-							t.Errorf("key %d: value %q", i, got)
-						}
-					}
-				}
 			}
-			if len(seen) != len(tc.idx) || len(b.order) != len(tc.idx) {
-				t.Fatalf("batch covers %d of %d keys", len(seen), len(tc.idx))
-			}
-			if end := b.buckets[len(b.buckets)-1]; end.arg+2+per*end.n != len(b.args) {
-				t.Fatalf("args has %d entries past the last bucket", len(b.args)-end.arg-2-per*end.n)
-			}
-		})
+		}
+	}
+	if len(seen) != len(idx) || len(b.order) != len(idx) {
+		t.Fatalf("batch covers %d of %d keys", len(seen), len(idx))
+	}
+	if end := b.buckets[len(b.buckets)-1]; end.arg+2+per*end.n != len(b.args) {
+		t.Fatalf("args has %d entries past the last bucket", len(b.args)-end.arg-2-per*end.n)
 	}
 }
 
