@@ -7,6 +7,7 @@ package rewrite
 
 import (
 	"slices"
+	"sync"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -33,16 +34,42 @@ type attrKey struct {
 }
 
 type interner struct {
-	d       pprofile.ProfilesDictionary
-	strings map[string]int32
-	funcs   map[fnKey]int32
-	attrs   map[attrKey]int32
-	// byFrame skips hashing names again for a frame already interned: answers for the same
-	// address, and the symbolizer's cache, share frame values.
-	byFrame map[*frametable.Frame]int32
-	// hint sizes the maps for what this request will add.
+	d pprofile.ProfilesDictionary
+	// strings, funcs and byFrame (pooled maps): byFrame skips hashing names again for a frame
+	// already interned: answers for the same address, and the gateway's cache, share frames.
+	*maps
+	attrs map[attrKey]int32
+	// The tables are seeded with the dictionary's entries on first use.
+	stringsSeeded, funcsSeeded bool
+	// hint sizes the tables for what this request will add.
 	hint  int
 	stats *Stats
+}
+
+// maps are the interner's tables, kept between requests: building them was a fifth of the
+// gateway's allocation per request. A request so large that its maps would pin much memory
+// does not return them.
+type maps struct {
+	strings map[string]int32
+	funcs   map[fnKey]int32
+	byFrame map[*frametable.Frame]int32
+}
+
+const maxPooledEntries = 1 << 16
+
+var mapPool = sync.Pool{New: func() any {
+	return &maps{strings: map[string]int32{}, funcs: map[fnKey]int32{}, byFrame: map[*frametable.Frame]int32{}}
+}}
+
+func (m *maps) release() {
+	if len(m.strings) > maxPooledEntries || len(m.funcs) > maxPooledEntries || len(m.byFrame) > maxPooledEntries {
+		return
+	}
+	// Cleared so no request's strings or frames stay reachable.
+	clear(m.strings)
+	clear(m.funcs)
+	clear(m.byFrame)
+	mapPool.Put(m)
 }
 
 func (in *interner) str(s string) int32 {
@@ -50,8 +77,8 @@ func (in *interner) str(s string) int32 {
 		return 0
 	}
 	st := in.d.StringTable()
-	if in.strings == nil {
-		in.strings = make(map[string]int32, st.Len()+in.hint)
+	if !in.stringsSeeded {
+		in.stringsSeeded = true
 		for i := 1; i < st.Len(); i++ {
 			if _, ok := in.strings[st.At(i)]; !ok {
 				in.strings[st.At(i)] = int32(i)
@@ -84,8 +111,8 @@ func (in *interner) intern(f *frametable.Frame) int32 {
 	}
 	k := fnKey{in.str(f.Function), in.str(system), in.str(f.File), int64(f.StartLine)}
 	ft := in.d.FunctionTable()
-	if in.funcs == nil {
-		in.funcs = make(map[fnKey]int32, ft.Len()+in.hint)
+	if !in.funcsSeeded {
+		in.funcsSeeded = true
 		for i := 1; i < ft.Len(); i++ {
 			e := ft.At(i)
 			ek := fnKey{e.NameStrindex(), e.SystemNameStrindex(), e.FilenameStrindex(), e.StartLine()}
@@ -167,7 +194,9 @@ func Apply(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]s
 	}
 	d := pd.Dictionary()
 	seed(d)
-	in := &interner{d: d, stats: &stats, hint: 2 * n, byFrame: make(map[*frametable.Frame]int32, 2*n)}
+	m := mapPool.Get().(*maps)
+	defer m.release()
+	in := &interner{d: d, stats: &stats, hint: 2 * n, maps: m}
 	// Grow the tables once rather than append by append.
 	d.FunctionTable().EnsureCapacity(d.FunctionTable().Len() + in.hint)
 	d.StringTable().EnsureCapacity(d.StringTable().Len() + 2*in.hint)

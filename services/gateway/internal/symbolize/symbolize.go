@@ -166,6 +166,59 @@ func needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
 	return false
 }
 
+type modInfo struct {
+	key modKey
+	ok  bool
+}
+
+// slotKey is a (mapping, address) pair of one request.
+type slotKey struct {
+	mapping int32
+	addr    uint64
+}
+
+// scratch holds the per-request tables of Process.
+type scratch struct {
+	slots    map[slotKey]int32
+	slotKeys []cacheKey
+	slotOut  []outcome
+	locSlot  []int32 // per location: 0 when not symbolized here, else slot+1
+	locs     [][]frametable.Frame
+}
+
+// maxPooledLocations bounds what a pooled scratch keeps: one huge request must not pin its
+// tables for good.
+const maxPooledLocations = 1 << 16
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{slots: map[slotKey]int32{}} }}
+
+func getScratch(locations int) *scratch {
+	sc := scratchPool.Get().(*scratch)
+	if cap(sc.slotKeys) < locations {
+		sc.slotKeys = make([]cacheKey, 0, locations)
+		sc.slotOut = make([]outcome, 0, locations)
+		sc.locSlot = make([]int32, locations)
+		sc.locs = make([][]frametable.Frame, locations)
+	}
+	sc.locSlot = sc.locSlot[:locations]
+	sc.locs = sc.locs[:locations]
+	return sc
+}
+
+func (sc *scratch) release() {
+	if cap(sc.slotKeys) > maxPooledLocations {
+		return
+	}
+	// Cleared so no request's strings or frames stay reachable from the pool.
+	clear(sc.slots)
+	clear(sc.slotKeys[:cap(sc.slotKeys)])
+	clear(sc.slotOut[:cap(sc.slotOut)])
+	clear(sc.locSlot)
+	clear(sc.locs)
+	sc.slotKeys, sc.slotOut = sc.slotKeys[:0], sc.slotOut[:0]
+	scratchPool.Put(sc)
+}
+
 type outcome struct {
 	entry  cacheEntry
 	reason string // empty when entry is a symbolizer answer
@@ -178,26 +231,15 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 	d := pd.Dictionary()
 	lt := d.LocationTable()
 
-	type modInfo struct {
-		key modKey
-		ok  bool
-	}
-	// Per request, (binary, address) pairs get a slot number: the map keys are small and hash
-	// fast, and each location only records its slot.
-	type slotKey struct {
-		mapping int32
-		addr    uint64
-	}
 	mapInfo := map[int32]modInfo{}
 	modules := map[modKey]*module{}
-	slots := make(map[slotKey]int32, lt.Len())
-	// Sized for every location up front: growing these per request was most of the gateway's
-	// allocation, and its garbage collections were the tail of the added latency.
-	var (
-		slotKeys = make([]cacheKey, 0, lt.Len())
-		slotOut  = make([]outcome, 0, lt.Len())
-		locSlot  = make([]int32, lt.Len()) // 0: not symbolized here; else slot+1
-	)
+	// Per request, (binary, address) pairs get a slot number: the map keys are small and hash
+	// fast, and each location only records its slot. The tables come from a pool, sized for
+	// every location: allocating them per request was most of the gateway's allocation, and
+	// its garbage collections were the tail of the added latency.
+	sc := getScratch(lt.Len())
+	defer sc.release()
+	slots, slotKeys, slotOut, locSlot := sc.slots, sc.slotKeys, sc.slotOut, sc.locSlot
 
 	for i := 1; i < lt.Len(); i++ {
 		loc := lt.At(i)
@@ -258,7 +300,7 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 		}
 	}
 
-	locs := make([][]frametable.Frame, len(locSlot))
+	locs := sc.locs
 	symbolizedMaps := map[modKey]symbolizerv1.Fidelity{}
 	for i, sl := range locSlot {
 		if sl == 0 {

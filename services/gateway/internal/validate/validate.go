@@ -158,9 +158,14 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		}
 		lines := l.Lines()
 		for j := 0; j < lines.Len(); j++ {
-			if err := check(sub(&where, ".lines[%d]", j), "function_index", lines.At(j).FunctionIndex(), "function_table", v.functions); err != nil {
-				return err
+			fi := lines.At(j).FunctionIndex()
+			if fi == 0 || (fi > 0 && int(fi) < v.functions) {
+				continue
 			}
+			// Only a failing location takes where's address: taking it on every location
+			// would move every location's where to the heap.
+			w := where
+			return check(sub(&w, ".lines[%d]", j), "function_index", fi, "function_table", v.functions)
 		}
 	}
 	st := d.StackTable()
