@@ -32,7 +32,6 @@ package resultcache
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -102,8 +101,6 @@ type Options struct {
 type Cache struct {
 	opt       Options
 	downUntil atomic.Int64 // unix nanos; Redis is skipped until then
-	// maxPipelines bounds how many pipelines one large Get runs concurrently.
-	maxPipelines int
 
 	mu    sync.Mutex
 	ll    *list.List
@@ -145,7 +142,7 @@ func New(opt Options) *Cache {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	c := &Cache{opt: opt, maxPipelines: defaultPipelines, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{})}
+	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{})}
 	if opt.Redis != nil {
 		c.writes = make(chan writeJob, opt.WriteQueue)
 		go c.writer()
@@ -273,64 +270,21 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []string, found []bool)
 	}
 }
 
-const (
-	// A Get of at least 2*minPipelineFields fields is split into up to defaultPipelines
-	// concurrent pipelines, so decoding one pipeline's replies overlaps Redis answering the
-	// next.
-	minPipelineFields = 2500
-	defaultPipelines  = 2
-)
-
-// getRedis looks keys[i] up for i in idx, sets out[i] and found[i] for each hit and returns
-// the number of hits. On an error the hits of pipelines that succeeded are kept.
+// getRedis looks keys[i] up for i in idx with one pipeline, and sets out[i] and found[i] for
+// each hit. Splitting large batches into concurrent pipelines was measured (10,000 addresses
+// in 47 buckets, 1, 2 or 4 pipelines) and made no difference beyond noise: Redis answers the
+// pipeline's first HMGETs while the client still sends the last ones, so one pipeline already
+// overlaps both sides.
 func (c *Cache) getRedis(ctx context.Context, keys []Key, idx []int, out []string, found []bool) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
-	b := newBatch(keys, idx, nil)
-	parts := 1
-	if len(idx) >= 2*minPipelineFields && len(b.buckets) > 1 {
-		parts = min(c.maxPipelines, len(idx)/minPipelineFields, len(b.buckets))
-	}
-	if parts <= 1 {
-		return c.hmget(ctx, b, b.buckets, out, found)
-	}
-	// Split at bucket boundaries into parts of about equal field counts.
-	var (
-		wg    sync.WaitGroup
-		hits  = make([]int, parts)
-		errs  = make([]error, parts)
-		start = 0
-		done  = 0
-	)
-	for p := range parts {
-		end := start
-		target := len(idx) * (p + 1) / parts
-		for end < len(b.buckets) && (p == parts-1 || done < target) {
-			done += b.buckets[end].n
-			end++
-		}
-		part := b.buckets[start:end]
-		start = end
-		if len(part) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hits[p], errs[p] = c.hmget(ctx, b, part, out, found)
-		}()
-	}
-	wg.Wait()
-	total := 0
-	for _, h := range hits {
-		total += h
-	}
-	return total, errors.Join(errs...)
+	return c.hmget(ctx, newBatch(keys, idx, nil), out, found)
 }
 
 // hmget sends one HMGET per bucket in one pipeline. Go-redis's cluster client splits the
 // pipeline by slot; all fields of one HMGET share its key, hence its slot.
-func (c *Cache) hmget(ctx context.Context, b *batch, buckets []bucket, out []string, found []bool) (int, error) {
+func (c *Cache) hmget(ctx context.Context, b *batch, out []string, found []bool) (int, error) {
+	buckets := b.buckets
 	cmds := make([]*redis.StringSliceCmd, len(buckets))
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, bk := range buckets {
