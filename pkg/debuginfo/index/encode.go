@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"unicode/utf8"
 )
 
 // The serialized index, stored in object storage so that a restarted symbolizer loads it
@@ -29,9 +30,12 @@ import (
 //	                string + 1), zigzag line delta, column
 //	  outer names   count, then columns start delta, end - start, node
 //
-// Version 2 added the declFile and startAddress node columns and the outer names.
+// Version 2 added the declFile and startAddress node columns and the outer names. Version 3
+// guarantees that every string is valid UTF-8 (the Builder replaces invalid sequences; Unmarshal
+// rejects a string that is not): earlier versions may hold raw symbol bytes, so they are not
+// read, and the caller rebuilds them.
 const (
-	formatVersion = 2
+	formatVersion = 3
 	headerSize    = 24
 )
 
@@ -50,7 +54,7 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 		blob += len(s)
 	}
 	// A rough upper bound that avoids regrowing for typical indexes.
-	est := headerSize + 1 + blob + 5*len(ix.strings) + 7*3*len(ix.nodes) + 3*4*len(ix.ivStart) + 4*3*len(ix.lnAddr)
+	est := headerSize + 1 + blob + 5*len(ix.strings) + 7*3*len(ix.nodes) + 3*4*len(ix.iv) + 4*3*len(ix.ln)
 	buf := make([]byte, headerSize, est)
 	buf = append(buf, byte(ix.fidelity))
 
@@ -84,52 +88,55 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 	col(func(n *Node) uint64 { return uint64(n.DeclFile) })
 	col(func(n *Node) uint64 { return n.StartAddress })
 
-	buf = binary.AppendUvarint(buf, uint64(len(ix.ivStart)))
+	buf = binary.AppendUvarint(buf, uint64(len(ix.iv)))
 	var prev uint64
-	for i, s := range ix.ivStart {
-		buf = binary.AppendUvarint(buf, s-prev)
-		prev = ix.ivEnd[i]
+	for i := range ix.iv {
+		buf = binary.AppendUvarint(buf, ix.iv[i].start()-prev)
+		prev = ix.iv[i].end()
 	}
-	for i, s := range ix.ivStart {
-		buf = binary.AppendUvarint(buf, ix.ivEnd[i]-s)
+	for i := range ix.iv {
+		buf = binary.AppendUvarint(buf, ix.iv[i].end()-ix.iv[i].start())
 	}
-	for _, n := range ix.ivNode {
-		buf = binary.AppendUvarint(buf, uint64(n))
+	for i := range ix.iv {
+		buf = binary.AppendUvarint(buf, uint64(ix.iv[i].node))
 	}
 
-	buf = binary.AppendUvarint(buf, uint64(len(ix.lnAddr)))
+	buf = binary.AppendUvarint(buf, uint64(len(ix.ln)))
 	prev = 0
-	for _, a := range ix.lnAddr {
+	for i := range ix.ln {
+		a := ix.ln[i].addr()
 		buf = binary.AppendUvarint(buf, a-prev)
 		prev = a
 	}
-	for _, f := range ix.lnFile {
-		if f == endFile {
+	for i := range ix.ln {
+		if f := ix.ln[i].file; f == endFile {
 			buf = binary.AppendUvarint(buf, 0)
 		} else {
 			buf = binary.AppendUvarint(buf, uint64(f)+1)
 		}
 	}
 	var prevLine int64
-	for _, l := range ix.lnLine {
+	for i := range ix.ln {
+		l := ix.ln[i].line
 		buf = binary.AppendVarint(buf, int64(l)-prevLine)
 		prevLine = int64(l)
 	}
-	for _, c := range ix.lnCol {
-		buf = binary.AppendUvarint(buf, uint64(c))
+	for i := range ix.ln {
+		buf = binary.AppendUvarint(buf, uint64(ix.ln[i].col))
 	}
 
-	buf = binary.AppendUvarint(buf, uint64(len(ix.onStart)))
+	buf = binary.AppendUvarint(buf, uint64(len(ix.on)))
 	prev = 0
-	for _, s := range ix.onStart {
+	for i := range ix.on {
+		s := ix.on[i].start()
 		buf = binary.AppendUvarint(buf, s-prev)
 		prev = s
 	}
-	for i, s := range ix.onStart {
-		buf = binary.AppendUvarint(buf, ix.onEnd[i]-s)
+	for i := range ix.on {
+		buf = binary.AppendUvarint(buf, ix.on[i].end()-ix.on[i].start())
 	}
-	for _, n := range ix.onNode {
-		buf = binary.AppendUvarint(buf, uint64(n))
+	for i := range ix.on {
+		buf = binary.AppendUvarint(buf, uint64(ix.on[i].node))
 	}
 
 	payload := buf[headerSize:]
@@ -268,6 +275,9 @@ func Unmarshal(data []byte) (*Index, error) {
 	for i, l := range lens {
 		ix.strings[i] = all[p : p+l]
 		p += l
+		if !utf8.ValidString(ix.strings[i]) {
+			return nil, fmt.Errorf("%w: string %d is not valid UTF-8", ErrCorrupt, i)
+		}
 	}
 
 	nn := d.count("node", 9)
@@ -309,94 +319,90 @@ func Unmarshal(data []byte) (*Index, error) {
 	}
 
 	ni := d.count("interval", 3)
-	ix.ivStart = make([]uint64, ni)
-	ix.ivEnd = make([]uint64, ni)
-	ix.ivNode = make([]NodeID, ni)
+	ix.iv = make([]ivRow, ni)
 	// The start column holds distances from the previous interval's end and the end column
 	// lengths; both become absolute once both columns are read.
-	for i := range ix.ivStart {
-		ix.ivStart[i] = d.uvarint()
+	for i := range ix.iv {
+		ix.iv[i].setStart(d.uvarint())
 	}
-	for i := range ix.ivEnd {
-		ix.ivEnd[i] = d.uvarint()
+	for i := range ix.iv {
+		ix.iv[i].setEnd(d.uvarint())
 	}
 	var prev uint64
-	for i := range ix.ivStart {
-		s := prev + ix.ivStart[i]
-		e := s + ix.ivEnd[i]
+	for i := range ix.iv {
+		r := &ix.iv[i]
+		s := prev + r.start()
+		e := s + r.end()
 		if d.err != nil || s < prev || e < s {
 			d.failf("interval %d overflows", i)
 			break
 		}
-		ix.ivStart[i], ix.ivEnd[i] = s, e
+		r.setStart(s)
+		r.setEnd(e)
 		prev = e
 	}
-	for i := range ix.ivNode {
-		ix.ivNode[i] = NodeID(d.u32("interval node"))
+	for i := range ix.iv {
+		ix.iv[i].node = NodeID(d.u32("interval node"))
 	}
 
 	nl := d.count("line row", 4)
-	ix.lnAddr = make([]uint64, nl)
-	ix.lnFile = make([]uint32, nl)
-	ix.lnLine = make([]uint32, nl)
-	ix.lnCol = make([]uint32, nl)
+	ix.ln = make([]lnRow, nl)
 	prev = 0
-	for i := range ix.lnAddr {
+	for i := range ix.ln {
 		delta := d.uvarint()
 		if prev+delta < prev {
 			d.failf("line row %d address overflows", i)
 		}
 		prev += delta
-		ix.lnAddr[i] = prev
+		ix.ln[i].setAddr(prev)
 	}
-	for i := range ix.lnFile {
+	for i := range ix.ln {
 		f := d.uvarint()
 		switch {
 		case f == 0:
-			ix.lnFile[i] = endFile
+			ix.ln[i].file = endFile
 		case f-1 >= uint64(ns):
 			d.failf("line row %d: file %d out of range", i, f-1)
 		default:
-			ix.lnFile[i] = uint32(f - 1)
+			ix.ln[i].file = uint32(f - 1)
 		}
 	}
 	var line int64
-	for i := range ix.lnLine {
+	for i := range ix.ln {
 		line += d.varint()
 		if line < 0 || line > math.MaxUint32 {
 			d.failf("line row %d: line %d out of range", i, line)
 		}
-		ix.lnLine[i] = uint32(line)
+		ix.ln[i].line = uint32(line)
 	}
-	for i := range ix.lnCol {
-		ix.lnCol[i] = d.u32("line column")
+	for i := range ix.ln {
+		ix.ln[i].col = d.u32("line column")
 	}
 
 	no := d.count("outer name", 3)
-	ix.onStart = make([]uint64, no)
-	ix.onEnd = make([]uint64, no)
-	ix.onNode = make([]NodeID, no)
+	ix.on = make([]ivRow, no)
 	prev = 0
-	for i := range ix.onStart {
+	for i := range ix.on {
 		delta := d.uvarint()
 		if prev+delta < prev {
 			d.failf("outer name %d start overflows", i)
 		}
 		prev += delta
-		ix.onStart[i] = prev
+		ix.on[i].setStart(prev)
 	}
-	for i := range ix.onEnd {
+	for i := range ix.on {
+		r := &ix.on[i]
 		l := d.uvarint()
-		if ix.onStart[i]+l < ix.onStart[i] {
+		if r.start()+l < r.start() {
 			d.failf("outer name %d end overflows", i)
 		}
-		ix.onEnd[i] = ix.onStart[i] + l
+		r.setEnd(r.start() + l)
 	}
-	for i := range ix.onNode {
-		ix.onNode[i] = NodeID(d.u32("outer name node"))
+	for i := range ix.on {
+		ix.on[i].node = NodeID(d.u32("outer name node"))
 	}
 	if no == 0 {
-		ix.onStart, ix.onEnd, ix.onNode = nil, nil, nil
+		ix.on = nil
 	}
 	if d.err != nil {
 		return nil, d.err

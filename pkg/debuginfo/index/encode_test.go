@@ -121,22 +121,14 @@ func TestMarshalRoundTrip(t *testing.T) {
 // normalize maps nil and empty slices to one form so that DeepEqual compares content.
 func normalize(ix *Index) Index {
 	c := *ix
-	fix64 := func(s []uint64) []uint64 {
-		if len(s) == 0 {
-			return nil
-		}
-		return s
+	if len(c.iv) == 0 {
+		c.iv = nil
 	}
-	fix32 := func(s []uint32) []uint32 {
-		if len(s) == 0 {
-			return nil
-		}
-		return s
+	if len(c.ln) == 0 {
+		c.ln = nil
 	}
-	c.ivStart, c.ivEnd, c.lnAddr = fix64(c.ivStart), fix64(c.ivEnd), fix64(c.lnAddr)
-	c.lnFile, c.lnLine, c.lnCol = fix32(c.lnFile), fix32(c.lnLine), fix32(c.lnCol)
-	if len(c.ivNode) == 0 {
-		c.ivNode = nil
+	if len(c.on) == 0 {
+		c.on = nil
 	}
 	if len(c.nodes) == 0 {
 		c.nodes = nil
@@ -292,9 +284,10 @@ func FuzzUnmarshal(f *testing.F) {
 		for _, a := range []uint64{0, 1, 0x401000, 0x401234, 1 << 40, ^uint64(0)} {
 			ix.Lookup(a)
 		}
-		for i := range ix.ivStart {
-			ix.Lookup(ix.ivStart[i])
-			ix.Lookup(ix.ivEnd[i] - 1)
+		for _, a := range ix.edgeAddrs() {
+			if got, want := ix.Lookup(a), ix.referenceLookup(a); !reflect.DeepEqual(got, want) {
+				t.Fatalf("Lookup(%#x) = %+v, reference %+v", a, got, want)
+			}
 		}
 		out, err := ix.MarshalBinary()
 		if err != nil {
@@ -322,7 +315,7 @@ const benchFuncs = 20000
 
 func BenchmarkLookup(b *testing.B) {
 	ix := mustBuild(b, synthBuilder(7, benchFuncs))
-	lo, hi := ix.ivStart[0], ix.ivEnd[len(ix.ivEnd)-1]
+	lo, hi := ix.iv[0].start(), ix.iv[len(ix.iv)-1].end()
 	r := rand.New(rand.NewPCG(1, 2))
 	addrs := make([]uint64, 1<<16)
 	for i := range addrs {

@@ -13,6 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
 )
 
 // NodeID names a function node inside one Builder or Index.
@@ -46,6 +49,11 @@ type Node struct {
 
 // Frame is one resolved frame. A lookup returns the innermost inlined callee first and the
 // outermost function last, the order of OTLP Location.lines and of llvm-symbolizer.
+//
+// Every string in a Frame (Function, LinkageName, File, StartFile) is valid UTF-8, whatever
+// bytes the binary holds: the Builder replaces invalid sequences by U+FFFD, and Unmarshal
+// rejects an encoding that holds an invalid string. Callers may put them into protobuf
+// strings without checking again.
 type Frame struct {
 	Function    string
 	LinkageName string
@@ -116,9 +124,16 @@ func NewBuilder() *Builder {
 	return b
 }
 
-// String interns s and returns its ID.
+// String interns s and returns its ID. Invalid UTF-8 sequences in s (symbol names and paths
+// in binaries are arbitrary bytes) are replaced by U+FFFD, so that every string of an Index is
+// valid UTF-8.
 func (b *Builder) String(s string) uint32 {
 	if id, ok := b.strs[s]; ok {
+		return id
+	}
+	if !utf8.ValidString(s) {
+		id := b.String(strings.ToValidUTF8(s, "\uFFFD"))
+		b.strs[s] = id
 		return id
 	}
 	id := uint32(len(b.strList))
@@ -195,91 +210,166 @@ func (b *Builder) RaiseFidelity(f Fidelity) {
 func (b *Builder) NumNodes() int { return len(b.nodes) }
 
 // Index is immutable once built and safe for concurrent lookups.
+//
+// Each table is one array of rows that hold their search key next to their payload, so that the
+// row a search ends on brings the answer along in the same cache line: on a Go binary of 150 MB
+// the tables hold millions of rows, and each further array a lookup reads is another miss.
 type Index struct {
-	strings []string
-	nodes   []Node
-	ivStart []uint64
-	ivEnd   []uint64
-	ivNode  []NodeID
-	lnAddr  []uint64
-	lnFile  []uint32 // endFile for end-of-sequence rows
-	lnLine  []uint32
-	lnCol   []uint32
-	// Outer names (see AddOuterName), sorted by start with one entry per start.
-	onStart  []uint64
-	onEnd    []uint64
-	onNode   []NodeID
+	strings  []string
+	nodes    []Node
+	iv       []ivRow // disjoint, sorted by start
+	ln       []lnRow // sorted by address
+	on       []ivRow // outer names (see AddOuterName), sorted by start with one row per start
 	fidelity Fidelity
 
-	// Radix hints in front of the binary searches: on a Go binary of 150 MB the interval and
-	// line tables hold millions of entries, and a plain binary search over them is a chain of
-	// cache misses. Derived from the tables; never serialized.
-	ivHint, lnHint, onHint searchHint
+	// hint narrows all three searches at once; derived from the tables, never serialized.
+	hint searchHint
 }
 
-// searchHint narrows a search in a sorted []uint64 to one bucket of the value range.
+// ivRow is one interval [start, end) owned by node. 64-bit addresses are stored as two 32-bit
+// halves: a row of 20 bytes instead of the 24 that Go's alignment of a uint64 field would take.
+//
+// name repeats the node's Name (filled by prepare, not serialized): with it in the row, a lookup
+// loads the name's string header and the node at once, where reading it from the node would
+// make them two cache misses in a row.
+type ivRow struct {
+	startLo, startHi uint32
+	endLo, endHi     uint32
+	node             NodeID
+	name             uint32
+}
+
+func (r *ivRow) start() uint64 { return uint64(r.startHi)<<32 | uint64(r.startLo) }
+func (r *ivRow) end() uint64   { return uint64(r.endHi)<<32 | uint64(r.endLo) }
+func (r *ivRow) setStart(v uint64) {
+	r.startLo, r.startHi = uint32(v), uint32(v>>32)
+}
+func (r *ivRow) setEnd(v uint64) { r.endLo, r.endHi = uint32(v), uint32(v>>32) }
+
+// lnRow is one line-table row: from addr up to the next row, code belongs to file:line:col.
+// file is endFile for the end of a sequence.
+type lnRow struct {
+	addrLo, addrHi uint32
+	file           uint32
+	line           uint32
+	col            uint32
+}
+
+func (r *lnRow) addr() uint64 { return uint64(r.addrHi)<<32 | uint64(r.addrLo) }
+func (r *lnRow) setAddr(v uint64) {
+	r.addrLo, r.addrHi = uint32(v), uint32(v>>32)
+}
+
+// Tables the hint narrows, in the order of searchHint.first's columns.
+const (
+	tabLines = iota
+	tabIntervals
+	tabOuter
+)
+
+// searchHint is a radix table over the address range of all tables: for each bucket of
+// 1<<shift addresses it holds, per table, the index of the first row whose key lies in that
+// bucket or later. One load of it narrows the line, interval and outer-name searches to a few
+// adjacent rows each, where separate hints per table cost a cache miss each.
 type searchHint struct {
-	base  uint64
-	shift uint
-	first []uint32 // first[k] = index of the first element whose bucket is >= k
+	base    uint64
+	shift   uint
+	buckets uint64
+	stride  int      // columns per bucket: 2, or 3 when there are outer names
+	first   []uint32 // first[b*stride+t] for table t
 }
 
-// hintBuckets is about one bucket per this many elements: a few cache lines per search.
-const hintBuckets = 4
+// hintRows is about how many rows of the largest table share one bucket: rows are 20 bytes,
+// so the rows of a bucket and the one before it span one or two cache lines.
+const hintRows = 4
 
-func makeHint(s []uint64) searchHint {
-	if len(s) < 64 {
+// makeHint builds the hint for the three tables; below 64 rows it builds none and lookups
+// search the whole tables.
+func makeHint(ln []lnRow, iv, on []ivRow) searchHint {
+	most := max(len(ln), len(iv), len(on))
+	if most < 64 {
 		return searchHint{}
 	}
-	base, span := s[0], s[len(s)-1]-s[0]
-	want := uint64(len(s) / hintBuckets)
+	lo, hi := ^uint64(0), uint64(0)
+	if n := len(ln); n > 0 {
+		lo, hi = min(lo, ln[0].addr()), max(hi, ln[n-1].addr())
+	}
+	for _, t := range [][]ivRow{iv, on} {
+		if n := len(t); n > 0 {
+			lo, hi = min(lo, t[0].start()), max(hi, t[n-1].start())
+		}
+	}
+	stride := 2
+	if len(on) > 0 {
+		stride = 3
+	}
+	span := hi - lo
+	want := uint64(most / hintRows)
 	var shift uint
 	for span>>shift >= want {
 		shift++
 	}
-	n := int(span>>shift) + 2
-	h := searchHint{base: base, shift: shift, first: make([]uint32, n)}
-	k := 0
-	for i, v := range s {
-		for b := int((v - base) >> shift); k <= b; k++ {
-			h.first[k] = uint32(i)
+	// One bucket past the last key, so that a search in the last bucket finds its end in
+	// first[(b+1)*stride+t].
+	buckets := span>>shift + 2
+	h := searchHint{base: lo, shift: shift, buckets: buckets, stride: stride, first: make([]uint32, int(buckets)*stride)}
+	// Each column is filled by a loop over its own row type: this runs on every Unmarshal, over
+	// millions of rows, where a key callback per row costs as much as the rest.
+	fill := func(t int, from, to uint64, i int) {
+		for x := from; x < to; x++ {
+			h.first[int(x)*stride+t] = uint32(i)
 		}
 	}
-	for ; k < n; k++ {
-		h.first[k] = uint32(len(s))
+	var b uint64
+	for i := range ln {
+		if kb := (ln[i].addr() - lo) >> shift; b <= kb {
+			fill(tabLines, b, kb+1, i)
+			b = kb + 1
+		}
+	}
+	fill(tabLines, b, buckets, len(ln))
+	b = 0
+	for i := range iv {
+		if kb := (iv[i].start() - lo) >> shift; b <= kb {
+			fill(tabIntervals, b, kb+1, i)
+			b = kb + 1
+		}
+	}
+	fill(tabIntervals, b, buckets, len(iv))
+	if stride > tabOuter {
+		b = 0
+		for i := range on {
+			if kb := (on[i].start() - lo) >> shift; b <= kb {
+				fill(tabOuter, b, kb+1, i)
+				b = kb + 1
+			}
+		}
+		fill(tabOuter, b, buckets, len(on))
 	}
 	return h
 }
 
-// upperBound returns the index of the first element of sorted s greater than v, or len(s).
-func (h *searchHint) upperBound(s []uint64, v uint64) int {
-	if h.first == nil {
-		return upperBound(s, v)
-	}
+// bucket returns the bucket of v, or ok false with the answer every table shares: 0 for v
+// below all keys, each table's length (past) for v above all keys.
+func (h *searchHint) bucket(v uint64) (b int, below, above bool) {
 	if v < h.base {
-		return 0
+		return 0, true, false
 	}
-	b := (v - h.base) >> h.shift
-	if b+1 >= uint64(len(h.first)) {
-		return upperBound(s, v)
+	x := (v - h.base) >> h.shift
+	if x+1 >= h.buckets {
+		return 0, false, true
 	}
-	lo, hi := int(h.first[b]), int(h.first[b+1])
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s[m] <= v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
+	return int(x) * h.stride, false, false
 }
 
 // prepare derives the lookup structures from the tables, after Build or Unmarshal.
 func (ix *Index) prepare() {
-	ix.ivHint = makeHint(ix.ivStart)
-	ix.lnHint = makeHint(ix.lnAddr)
-	ix.onHint = makeHint(ix.onStart)
+	for _, t := range [][]ivRow{ix.iv, ix.on} {
+		for i := range t {
+			t[i].name = ix.nodes[t[i].node].Name
+		}
+	}
+	ix.hint = makeHint(ix.ln, ix.iv, ix.on)
 }
 
 const endFile = ^uint32(0)
@@ -294,8 +384,8 @@ func (b *Builder) Build() (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity}
-	ix.ivStart, ix.ivEnd, ix.ivNode = flatten(b.ranges, depth)
-	ix.onStart, ix.onEnd, ix.onNode = outerNames(b.outer)
+	ix.iv = flatten(b.ranges, depth)
+	ix.on = outerNames(b.outer)
 
 	lines := b.lines
 	// An end marker and a row at one address: the row starts the next sequence and wins.
@@ -317,17 +407,15 @@ func (b *Builder) Build() (*Index, error) {
 	if !slices.IsSortedFunc(lines, lineCmp) {
 		slices.SortFunc(lines, lineCmp)
 	}
-	ix.lnAddr = make([]uint64, len(lines))
-	ix.lnFile = make([]uint32, len(lines))
-	ix.lnLine = make([]uint32, len(lines))
-	ix.lnCol = make([]uint32, len(lines))
+	ix.ln = make([]lnRow, len(lines))
 	for i, r := range lines {
-		ix.lnAddr[i] = r.addr
+		row := &ix.ln[i]
+		row.setAddr(r.addr)
 		if r.end {
-			ix.lnFile[i] = endFile
+			row.file = endFile
 			continue
 		}
-		ix.lnFile[i], ix.lnLine[i], ix.lnCol[i] = r.file, r.line, r.column
+		row.file, row.line, row.col = r.file, r.line, r.column
 	}
 	if err := ix.validate(); err != nil {
 		return nil, err
@@ -337,9 +425,9 @@ func (b *Builder) Build() (*Index, error) {
 }
 
 // outerNames sorts the outer-name ranges by start, keeping the last added for each start.
-func outerNames(rs []rangeEntry) (starts, ends []uint64, nodes []NodeID) {
+func outerNames(rs []rangeEntry) (rows []ivRow) {
 	if len(rs) == 0 {
-		return nil, nil, nil
+		return nil
 	}
 	slices.SortFunc(rs, func(a, b rangeEntry) int {
 		if c := cmp.Compare(a.lo, b.lo); c != 0 {
@@ -351,11 +439,17 @@ func outerNames(rs []rangeEntry) (starts, ends []uint64, nodes []NodeID) {
 		if i+1 < len(rs) && rs[i+1].lo == r.lo {
 			continue
 		}
-		starts = append(starts, r.lo)
-		ends = append(ends, r.hi)
-		nodes = append(nodes, r.node)
+		rows = append(rows, newIvRow(r.lo, r.hi, r.node))
 	}
-	return starts, ends, nodes
+	return rows
+}
+
+func newIvRow(start, end uint64, node NodeID) ivRow {
+	var r ivRow
+	r.setStart(start)
+	r.setEnd(end)
+	r.node = node
+	return r
 }
 
 // depths computes each node's inline depth and rejects cycles and forward references.
@@ -428,9 +522,9 @@ func (h *activeHeap) pop() {
 
 // flatten turns possibly nested or overlapping ranges into disjoint sorted intervals, each owned
 // by the highest-priority range covering it.
-func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes []NodeID) {
+func flatten(ranges []rangeEntry, depth []uint32) (rows []ivRow) {
 	if len(ranges) == 0 {
-		return nil, nil, nil
+		return nil
 	}
 	rs := make([]rangeEntry, len(ranges))
 	copy(rs, ranges)
@@ -450,13 +544,11 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 		if hi <= lo {
 			return
 		}
-		if k := len(starts) - 1; k >= 0 && ends[k] == lo && nodes[k] == n {
-			ends[k] = hi
+		if k := len(rows) - 1; k >= 0 && rows[k].end() == lo && rows[k].node == n {
+			rows[k].setEnd(hi)
 			return
 		}
-		starts = append(starts, lo)
-		ends = append(ends, hi)
-		nodes = append(nodes, n)
+		rows = append(rows, newIvRow(lo, hi, n))
 	}
 
 	h := &activeHeap{}
@@ -494,7 +586,7 @@ func flatten(ranges []rangeEntry, depth []uint32) (starts, ends []uint64, nodes 
 		emit(pos, next, top.node)
 		pos = next
 	}
-	return starts, ends, nodes
+	return rows
 }
 
 func (ix *Index) validate() error {
@@ -507,27 +599,29 @@ func (ix *Index) validate() error {
 			return fmt.Errorf("%w: node %d has parent %d not before it", ErrCorrupt, i, n.Parent)
 		}
 	}
-	for i := range ix.ivNode {
-		if int(ix.ivNode[i]) >= nn {
-			return fmt.Errorf("%w: interval %d names node %d of %d", ErrCorrupt, i, ix.ivNode[i], nn)
+	for i := range ix.iv {
+		r := &ix.iv[i]
+		if int(r.node) >= nn {
+			return fmt.Errorf("%w: interval %d names node %d of %d", ErrCorrupt, i, r.node, nn)
 		}
-		if ix.ivEnd[i] <= ix.ivStart[i] || (i > 0 && ix.ivStart[i] < ix.ivEnd[i-1]) {
+		if r.end() <= r.start() || (i > 0 && r.start() < ix.iv[i-1].end()) {
 			return fmt.Errorf("%w: interval %d out of order", ErrCorrupt, i)
 		}
 	}
-	for i := range ix.lnAddr {
-		if i > 0 && ix.lnAddr[i] < ix.lnAddr[i-1] {
+	for i := range ix.ln {
+		if i > 0 && ix.ln[i].addr() < ix.ln[i-1].addr() {
 			return fmt.Errorf("%w: line row %d out of order", ErrCorrupt, i)
 		}
-		if ix.lnFile[i] != endFile && ix.lnFile[i] >= ns {
+		if f := ix.ln[i].file; f != endFile && f >= ns {
 			return fmt.Errorf("%w: line row %d names a string out of range", ErrCorrupt, i)
 		}
 	}
-	for i := range ix.onStart {
-		if int(ix.onNode[i]) >= nn {
-			return fmt.Errorf("%w: outer name %d names node %d of %d", ErrCorrupt, i, ix.onNode[i], nn)
+	for i := range ix.on {
+		r := &ix.on[i]
+		if int(r.node) >= nn {
+			return fmt.Errorf("%w: outer name %d names node %d of %d", ErrCorrupt, i, r.node, nn)
 		}
-		if ix.onEnd[i] <= ix.onStart[i] || (i > 0 && ix.onStart[i] <= ix.onStart[i-1]) {
+		if r.end() <= r.start() || (i > 0 && r.start() <= ix.on[i-1].start()) {
 			return fmt.Errorf("%w: outer name %d out of order", ErrCorrupt, i)
 		}
 	}
@@ -545,19 +639,47 @@ func (ix *Index) Lookup(addr uint64) []Frame {
 
 // AppendLookup is Lookup appending to dst, to spare allocations in batch loops.
 func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
-	file, line, col, hasLine := ix.lineAt(addr)
-	i := ix.ivHint.upperBound(ix.ivStart, addr) - 1
-	if i < 0 || addr >= ix.ivEnd[i] {
+	lnLo, lnHi, ivLo, ivHi := 0, len(ix.ln), 0, len(ix.iv)
+	if h := &ix.hint; h.first != nil {
+		b, below, above := h.bucket(addr)
+		switch {
+		case below:
+			return dst
+		case above:
+			lnLo, ivLo = lnHi, ivHi
+		default:
+			f := h.first[b : b+2*h.stride]
+			lnLo, ivLo = int(f[tabLines]), int(f[tabIntervals])
+			lnHi, ivHi = int(f[h.stride+tabLines]), int(f[h.stride+tabIntervals])
+		}
+	}
+	// The interval's node is loaded before the line search starts, so that the cache misses of
+	// the two chains (interval row, node; line row) overlap instead of following each other.
+	i := ivUpper(ix.iv, ivLo, ivHi, addr) - 1
+	inFunc := i >= 0 && addr < ix.iv[i].end()
+	var node *Node
+	var fn string
+	if inFunc {
+		r := &ix.iv[i]
+		node, fn = &ix.nodes[r.node], ix.strings[r.name]
+	}
+	j := lnUpper(ix.ln, lnLo, lnHi, addr) - 1
+	var file, line, col uint32
+	hasLine := false
+	if j >= 0 {
+		if r := &ix.ln[j]; r.file != endFile {
+			file, line, col, hasLine = r.file, r.line, r.col, true
+		}
+	}
+	if !inFunc {
 		if !hasLine {
 			return dst
 		}
 		return append(dst, Frame{File: ix.strings[file], Line: line, Column: col})
 	}
-	n := ix.ivNode[i]
 	for {
-		node := &ix.nodes[n]
 		f := Frame{
-			Function:     ix.strings[node.Name],
+			Function:     fn,
 			LinkageName:  ix.strings[node.LinkageName],
 			StartLine:    node.StartLine,
 			StartFile:    ix.strings[node.DeclFile],
@@ -572,43 +694,81 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 		}
 		dst = append(dst, f)
 		file, line, col, hasLine = node.CallFile, node.CallLine, node.CallColumn, node.CallFile != 0 || node.CallLine != 0
-		n = node.Parent
+		node = &ix.nodes[node.Parent]
+		fn = ix.strings[node.Name]
 	}
 }
 
 // nameOutermost applies the outer name covering addr, if any, to the outermost frame.
 func (ix *Index) nameOutermost(f *Frame, addr uint64) {
-	if len(ix.onStart) == 0 {
+	if len(ix.on) == 0 {
 		return
 	}
-	j := ix.onHint.upperBound(ix.onStart, addr) - 1
-	if j < 0 || addr >= ix.onEnd[j] {
-		return
-	}
-	n := &ix.nodes[ix.onNode[j]]
-	f.Function, f.LinkageName, f.StartAddress = ix.strings[n.Name], ix.strings[n.LinkageName], n.StartAddress
-}
-
-func (ix *Index) lineAt(addr uint64) (file, line, col uint32, ok bool) {
-	j := ix.lnHint.upperBound(ix.lnAddr, addr) - 1
-	if j < 0 || ix.lnFile[j] == endFile {
-		return 0, 0, 0, false
-	}
-	return ix.lnFile[j], ix.lnLine[j], ix.lnCol[j], true
-}
-
-// upperBound returns the index of the first element of sorted s greater than v, or len(s).
-func upperBound(s []uint64, v uint64) int {
-	lo, hi := 0, len(s)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s[m] <= v {
-			lo = m + 1
-		} else {
-			hi = m
+	lo, hi := 0, len(ix.on)
+	if h := &ix.hint; h.first != nil {
+		b, below, above := h.bucket(addr)
+		switch {
+		case below:
+			return
+		case above:
+			lo = hi
+		default:
+			// The hint has an outer-name column whenever there are outer names.
+			lo, hi = int(h.first[b+tabOuter]), int(h.first[b+h.stride+tabOuter])
 		}
 	}
-	return lo
+	j := ivUpper(ix.on, lo, hi, addr) - 1
+	if j < 0 || addr >= ix.on[j].end() {
+		return
+	}
+	r := &ix.on[j]
+	n := &ix.nodes[r.node]
+	f.Function, f.LinkageName, f.StartAddress = ix.strings[r.name], ix.strings[n.LinkageName], n.StartAddress
+}
+
+// lnUpper returns the index of the first row in rows[lo:hi] whose address is greater than v,
+// or hi. The hint guarantees that rows before lo are <= v and rows from hi on are > v. The
+// halving loop has no data-dependent branch (the compiler makes the step a conditional move):
+// a mispredicted branch would discard the loads issued after it.
+func lnUpper(rows []lnRow, lo, hi int, v uint64) int {
+	n := hi - lo
+	if n <= 0 {
+		return lo
+	}
+	rows = rows[lo:hi]
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		if rows[base+half].addr() <= v {
+			base += half
+		}
+		n -= half
+	}
+	if rows[base].addr() <= v {
+		base++
+	}
+	return lo + base
+}
+
+// ivUpper is lnUpper for interval starts.
+func ivUpper(rows []ivRow, lo, hi int, v uint64) int {
+	n := hi - lo
+	if n <= 0 {
+		return lo
+	}
+	rows = rows[lo:hi]
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		if rows[base+half].start() <= v {
+			base += half
+		}
+		n -= half
+	}
+	if rows[base].start() <= v {
+		base++
+	}
+	return lo + base
 }
 
 // Stats describes an index's size.
@@ -620,10 +780,13 @@ type Stats struct {
 
 // Stats reports the index's counts and approximate memory.
 func (ix *Index) Stats() Stats {
-	s := Stats{Strings: len(ix.strings), Nodes: len(ix.nodes), Intervals: len(ix.ivStart), LineRows: len(ix.lnAddr)}
+	s := Stats{Strings: len(ix.strings), Nodes: len(ix.nodes), Intervals: len(ix.iv), LineRows: len(ix.ln)}
 	for _, str := range ix.strings {
 		s.Bytes += int64(len(str)) + 16
 	}
-	s.Bytes += int64(len(ix.nodes))*40 + int64(len(ix.ivStart))*20 + int64(len(ix.lnAddr))*20 + int64(len(ix.onStart))*20
+	s.Bytes += int64(len(ix.nodes))*int64(unsafe.Sizeof(Node{})) +
+		int64(len(ix.iv)+len(ix.on))*int64(unsafe.Sizeof(ivRow{})) +
+		int64(len(ix.ln))*int64(unsafe.Sizeof(lnRow{})) +
+		int64(len(ix.hint.first))*4
 	return s
 }

@@ -1,9 +1,13 @@
 package index
 
 import (
+	"bytes"
+	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestLookupNestedInlines(t *testing.T) {
@@ -108,37 +112,138 @@ func TestOuterNames(t *testing.T) {
 	}
 }
 
-// TestSearchHint checks the radix hint against a plain binary search on sorted tables with
-// clustered values, duplicates and gaps, for probes below, inside and above the range.
+// TestSearchHint checks the hinted lookup against the plain one on tables with clustered
+// values, duplicates, gaps and 64-bit extremes, for probes below, inside and above the range,
+// with and without outer names (which add a column to the hint).
 func TestSearchHint(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 63, 64, 65, 1000, 100000} {
-		s := make([]uint64, n)
-		v := uint64(0x400000)
-		for i := range s {
-			switch r.IntN(10) {
-			case 0: // a gap, as between a binary's segments
-				v += uint64(r.IntN(1 << 24))
-			case 1: // a duplicate, as line rows at one address
-			default:
-				v += uint64(r.IntN(64))
+		for _, outer := range []bool{false, true} {
+			for _, start := range []uint64{0, 0x400000, 1<<63 + 5} {
+				keys := make([]uint64, n)
+				v := start
+				for i := range keys {
+					switch r.IntN(10) {
+					case 0: // a gap, as between a binary's segments
+						v += uint64(r.IntN(1 << 24))
+					case 1: // a duplicate, as line rows at one address
+					default:
+						v += uint64(r.IntN(64))
+					}
+					keys[i] = v
+				}
+				ix := &Index{strings: []string{"", "f", "g"}, nodes: []Node{{Name: 1, Parent: NoParent}, {Name: 2, Parent: NoParent}}}
+				for i, k := range keys {
+					row := lnRow{file: 0, line: uint32(i + 1)}
+					if i%5 == 4 {
+						row.file = endFile
+					}
+					row.setAddr(k)
+					ix.ln = append(ix.ln, row)
+					// Intervals over every other distinct key, ending at the next key, leave gaps.
+					if i%2 == 0 && i+1 < n && keys[i+1] > k && (len(ix.iv) == 0 || ix.iv[len(ix.iv)-1].end() <= k) {
+						ix.iv = append(ix.iv, newIvRow(k, keys[i+1], 0))
+					}
+					if outer && i%3 == 0 && (len(ix.on) == 0 || ix.on[len(ix.on)-1].start() < k) {
+						ix.on = append(ix.on, newIvRow(k, k+uint64(r.IntN(200))+1, 1))
+					}
+				}
+				if err := ix.validate(); err != nil {
+					t.Fatal(err)
+				}
+				ix.prepare()
+				if n >= 64 && ix.hint.first == nil {
+					t.Fatalf("n=%d: no hint", n)
+				}
+				probes := append(ix.edgeAddrs(), v+1)
+				for range 5000 {
+					probes = append(probes, start+r.Uint64N(v-start+2))
+				}
+				for _, p := range probes {
+					if got, want := ix.Lookup(p), ix.referenceLookup(p); !reflect.DeepEqual(got, want) {
+						t.Fatalf("n=%d outer=%v start=%#x: Lookup(%#x) = %+v, reference %+v", n, outer, start, p, got, want)
+					}
+				}
 			}
-			s[i] = v
 		}
-		h := makeHint(s)
-		probes := []uint64{0, 0x3fffff, v, v + 1, ^uint64(0)}
-		for range 5000 {
-			probes = append(probes, 0x400000+r.Uint64N(v-0x400000+2))
+	}
+}
+
+// TestLookupMatchesReference compares the hinted lookup with the plain one on synthetic indexes
+// shaped like an optimized C++ binary, before and after an encoding round trip.
+func TestLookupMatchesReference(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		ix := mustBuild(t, synthBuilder(seed, 600))
+		data, err := ix.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, i := range []int{0, n / 2, n - 1} {
-			if i >= 0 && i < n {
-				probes = append(probes, s[i], s[i]-1, s[i]+1)
-			}
+		back, err := Unmarshal(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, hi := ix.iv[0].start(), ix.iv[len(ix.iv)-1].end()
+		r := rand.New(rand.NewPCG(seed, 9))
+		probes := ix.edgeAddrs()
+		for range 20000 {
+			probes = append(probes, lo-0x100+r.Uint64N(hi-lo+0x200))
 		}
 		for _, p := range probes {
-			if got, want := h.upperBound(s, p), upperBound(s, p); got != want {
-				t.Fatalf("n=%d: upperBound(%#x) = %d, want %d", n, p, got, want)
+			want := ix.referenceLookup(p)
+			for name, x := range map[string]*Index{"built": ix, "decoded": back} {
+				if got := x.Lookup(p); !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d %s: Lookup(%#x) = %+v, reference %+v", seed, name, p, got, want)
+				}
 			}
 		}
+	}
+}
+
+// TestInvalidUTF8 checks that no string of an index is invalid UTF-8: names and paths in
+// binaries are arbitrary bytes, and the symbolizer puts them into protobuf strings.
+func TestInvalidUTF8(t *testing.T) {
+	b := NewBuilder()
+	bad := "caf\xe9::r\xc3sum\xff\xfe"
+	n := b.AddNode(Node{Name: b.String(bad), LinkageName: b.String("_Z4caf\xe9v"), DeclFile: b.String("/src/\x80x.c"), Parent: NoParent})
+	if again := b.String(bad); again != b.String("caf\uFFFD::r\uFFFDsum\uFFFD") {
+		t.Errorf("a sanitized string and its original intern differently")
+	}
+	b.AddRange(0x10, 0x20, n)
+	b.AddLine(0x10, b.String("\xf0\x9f\x98dir/\xed\xa0\x80.c"), 3, 1)
+	b.EndSequence(0x20)
+	ix := mustBuild(t, b)
+	want := []Frame{{
+		Function: "caf\uFFFD::r\uFFFDsum\uFFFD", LinkageName: "_Z4caf\uFFFDv", File: "\uFFFDdir/\uFFFD.c",
+		Line: 3, Column: 1, StartFile: "/src/\uFFFDx.c",
+	}}
+	data, err := ix.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, x := range map[string]*Index{"built": ix, "decoded": back} {
+		got := x.Lookup(0x14)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Lookup = %+v, want %+v", name, got, want)
+		}
+		for _, s := range x.strings {
+			if !utf8.ValidString(s) {
+				t.Errorf("%s: string %q is not valid UTF-8", name, s)
+			}
+		}
+	}
+
+	// An encoding that holds an invalid string is rejected, not passed on.
+	i := bytes.Index(data, []byte("/src/"))
+	if i < 0 {
+		t.Fatal("string bytes not found in the encoding")
+	}
+	data[i+5] = 0xff
+	_, err = Unmarshal(reseal(data))
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("Unmarshal of an invalid string: %v, want a UTF-8 error wrapping ErrCorrupt", err)
 	}
 }
