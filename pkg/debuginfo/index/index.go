@@ -355,8 +355,9 @@ func (h *searchHint) bucket(v uint64) (b int, below, above bool) {
 	if v < h.base {
 		return 0, true, false
 	}
+	// Not x+1 >= h.buckets: with shift 0 and base 0, x+1 overflows for the top address.
 	x := (v - h.base) >> h.shift
-	if x+1 >= h.buckets {
+	if x >= h.buckets-1 {
 		return 0, false, true
 	}
 	return int(x) * h.stride, false, false

@@ -117,51 +117,60 @@ func TestOuterNames(t *testing.T) {
 // with and without outer names (which add a column to the hint).
 func TestSearchHint(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{0, 1, 63, 64, 65, 1000, 100000} {
+	for _, n := range []int{0, 1, 63, 64, 65, 1000, 20000} {
 		for _, outer := range []bool{false, true} {
 			for _, start := range []uint64{0, 0x400000, 1<<63 + 5} {
-				keys := make([]uint64, n)
-				v := start
-				for i := range keys {
-					switch r.IntN(10) {
-					case 0: // a gap, as between a binary's segments
-						v += uint64(r.IntN(1 << 24))
-					case 1: // a duplicate, as line rows at one address
-					default:
-						v += uint64(r.IntN(64))
+				for _, dense := range []bool{false, true} {
+					keys := make([]uint64, n)
+					v := start
+					for i := range keys {
+						if dense { // rows at a few addresses: a hint with shift 0
+							if r.IntN(8) == 0 {
+								v++
+							}
+							keys[i] = v
+							continue
+						}
+						switch r.IntN(10) {
+						case 0: // a gap, as between a binary's segments
+							v += uint64(r.IntN(1 << 24))
+						case 1: // a duplicate, as line rows at one address
+						default:
+							v += uint64(r.IntN(64))
+						}
+						keys[i] = v
 					}
-					keys[i] = v
-				}
-				ix := &Index{strings: []string{"", "f", "g"}, nodes: []Node{{Name: 1, Parent: NoParent}, {Name: 2, Parent: NoParent}}}
-				for i, k := range keys {
-					row := lnRow{file: 0, line: uint32(i + 1)}
-					if i%5 == 4 {
-						row.file = endFile
+					ix := &Index{strings: []string{"", "f", "g"}, nodes: []Node{{Name: 1, Parent: NoParent}, {Name: 2, Parent: NoParent}}}
+					for i, k := range keys {
+						row := lnRow{file: 0, line: uint32(i + 1)}
+						if i%5 == 4 {
+							row.file = endFile
+						}
+						row.setAddr(k)
+						ix.ln = append(ix.ln, row)
+						// Intervals over every other distinct key, ending at the next key, leave gaps.
+						if i%2 == 0 && i+1 < n && keys[i+1] > k && (len(ix.iv) == 0 || ix.iv[len(ix.iv)-1].end() <= k) {
+							ix.iv = append(ix.iv, newIvRow(k, keys[i+1], 0))
+						}
+						if outer && i%3 == 0 && (len(ix.on) == 0 || ix.on[len(ix.on)-1].start() < k) {
+							ix.on = append(ix.on, newIvRow(k, k+uint64(r.IntN(200))+1, 1))
+						}
 					}
-					row.setAddr(k)
-					ix.ln = append(ix.ln, row)
-					// Intervals over every other distinct key, ending at the next key, leave gaps.
-					if i%2 == 0 && i+1 < n && keys[i+1] > k && (len(ix.iv) == 0 || ix.iv[len(ix.iv)-1].end() <= k) {
-						ix.iv = append(ix.iv, newIvRow(k, keys[i+1], 0))
+					if err := ix.validate(); err != nil {
+						t.Fatal(err)
 					}
-					if outer && i%3 == 0 && (len(ix.on) == 0 || ix.on[len(ix.on)-1].start() < k) {
-						ix.on = append(ix.on, newIvRow(k, k+uint64(r.IntN(200))+1, 1))
+					ix.prepare()
+					if n >= 64 && ix.hint.first == nil {
+						t.Fatalf("n=%d: no hint", n)
 					}
-				}
-				if err := ix.validate(); err != nil {
-					t.Fatal(err)
-				}
-				ix.prepare()
-				if n >= 64 && ix.hint.first == nil {
-					t.Fatalf("n=%d: no hint", n)
-				}
-				probes := append(ix.edgeAddrs(), v+1)
-				for range 5000 {
-					probes = append(probes, start+r.Uint64N(v-start+2))
-				}
-				for _, p := range probes {
-					if got, want := ix.Lookup(p), ix.referenceLookup(p); !reflect.DeepEqual(got, want) {
-						t.Fatalf("n=%d outer=%v start=%#x: Lookup(%#x) = %+v, reference %+v", n, outer, start, p, got, want)
+					probes := append(ix.edgeAddrs(), v+1)
+					for range 5000 {
+						probes = append(probes, start+r.Uint64N(v-start+2))
+					}
+					for _, p := range probes {
+						if got, want := ix.Lookup(p), ix.referenceLookup(p); !reflect.DeepEqual(got, want) {
+							t.Fatalf("n=%d outer=%v start=%#x dense=%v: Lookup(%#x) = %+v, reference %+v", n, outer, start, dense, p, got, want)
+						}
 					}
 				}
 			}
