@@ -19,9 +19,10 @@
 // tells a cached empty result (a negative result: the address resolves to nothing), stored as
 // "=", from a missing field, which HMGET answers with nil and go-redis with "".
 //
-// The field is the whole address, not its offset in the bucket: it is what redis-cli shows
-// a person looking at a bucket, and hex digits cost Redis nothing measurable over a binary
-// encoding, since visiting the entry, not comparing its few bytes, is the cost.
+// The field is the whole address in hex, not a binary encoding of its offset in the bucket:
+// it reads as itself in redis-cli, and binary would save at most a dozen bytes of an entry
+// whose value is a few hundred, while a lookup's cost is in reaching the entry, not in
+// comparing its few bytes.
 //
 // A hash has one TTL (Redis 7.0 has no per-field expiry): every write of a bucket sets it
 // again, so a bucket lives TTL after its last write. Negative results share it: a result is
@@ -81,11 +82,9 @@ type Metrics interface {
 // Options configures a Cache.
 type Options struct {
 	Redis redis.UniversalClient // nil: no Redis
-	TTL   time.Duration         // Redis TTL of a bucket after its last write
-	// NegativeTTL is unused: a bucket holds positive and negative results under one TTL.
-	// It stays so existing configurations keep working.
-	NegativeTTL time.Duration
-	Timeout     time.Duration // per Redis read
+	// TTL is how long a bucket lives after its last write; negative results share it.
+	TTL     time.Duration
+	Timeout time.Duration // per Redis read
 	// WriteTimeout bounds one pipelined write of a batch; writes run in the background.
 	WriteTimeout time.Duration
 	// WriteQueue is how many batches may wait to be written; more are dropped (counted as
