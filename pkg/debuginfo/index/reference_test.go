@@ -49,7 +49,7 @@ func (ix *Index) referenceLookup(addr uint64) []Frame {
 }
 
 // edgeAddrs lists the addresses where a search can go wrong: every table key, the addresses
-// next to it, every interval end, the ends of the hint's buckets, and the extremes.
+// next to it, every interval end, bucket boundaries of the hint, and the extremes.
 func (ix *Index) edgeAddrs() []uint64 {
 	out := []uint64{0, 1, ^uint64(0), ^uint64(0) - 1}
 	near := func(v uint64) {
@@ -67,9 +67,12 @@ func (ix *Index) edgeAddrs() []uint64 {
 		near(ix.ln[i].addr())
 	}
 	if h := ix.hint; h.first != nil {
-		for b := uint64(0); b <= h.buckets && b < 1<<20; b++ {
+		// Every bucket of a small hint; evenly spread ones, and the last, of a large one.
+		step := max(1, h.buckets/4096)
+		for b := uint64(0); b < h.buckets; b += step {
 			near(h.base + b<<h.shift)
 		}
+		near(h.base + (h.buckets-1)<<h.shift)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
