@@ -320,16 +320,16 @@ func TestBackoff(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer client.Close()
 	m := newCountMetrics()
-	c := New(Options{Redis: client, Backoff: 300 * time.Millisecond, Metrics: m})
+	c := New(Options{Redis: client, Backoff: time.Second, Metrics: m})
 	defer c.Close()
 	keys := []Key{{"abcd", "t", 1}}
 	for i, tc := range []struct {
 		sleep  time.Duration
 		errors int
 	}{
-		{0, 1},                      // the first call fails
-		{0, 1},                      // within the back-off: Redis is skipped
-		{400 * time.Millisecond, 2}, // after it: tried (and failing) again
+		{0, 1},                       // the first call fails
+		{0, 1},                       // within the back-off: Redis is skipped
+		{1200 * time.Millisecond, 2}, // after it: tried (and failing) again
 	} {
 		time.Sleep(tc.sleep)
 		if _, found := get(t, c, keys); found[0] {
@@ -566,15 +566,19 @@ func TestWriteQueueFull(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer client.Close()
 	m := newCountMetrics()
-	c := New(Options{Redis: client, WriteQueue: 1, WriteTimeout: 500 * time.Millisecond, Metrics: m})
-	start := time.Now()
-	for i := range 4 {
-		c.PutAsync([]Key{{"ab", "t", uint64(i)}}, []string{"v"})
-		if i == 0 {
-			time.Sleep(50 * time.Millisecond) // let the writer take the first batch
+	c := New(Options{Redis: client, WriteQueue: 1, WriteTimeout: 2 * time.Second, Metrics: m})
+	c.PutAsync([]Key{{"ab", "t", 0}}, []string{"v"})
+	// Wait for the writer to take the first batch; it then waits on the silent server.
+	for deadline := time.Now().Add(5 * time.Second); len(c.writes) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take the first batch")
 		}
 	}
-	if d := time.Since(start); d > 300*time.Millisecond {
+	start := time.Now()
+	for i := 1; i < 4; i++ {
+		c.PutAsync([]Key{{"ab", "t", uint64(i)}}, []string{"v"})
+	}
+	if d := time.Since(start); d > time.Second {
 		t.Fatalf("PutAsync blocked for %v", d)
 	}
 	m.mu.Lock()
