@@ -728,48 +728,34 @@ func (ix *Index) nameOutermost(f *Frame, addr uint64) {
 }
 
 // lnUpper returns the index of the first row in rows[lo:hi] whose address is greater than v,
-// or hi. The hint guarantees that rows before lo are <= v and rows from hi on are > v. The
-// halving loop has no data-dependent branch (the compiler makes the step a conditional move):
-// a mispredicted branch would discard the loads issued after it.
+// or hi. The hint guarantees that rows before lo are <= v and rows from hi on are > v.
+//
+// The comparison stays a branch: measured on a 150 MB Go binary, a branch-free form (the borrow
+// of a subtraction added into the index) was slower, as the predicted branch lets the CPU load
+// the next probe before the current one arrives from memory.
 func lnUpper(rows []lnRow, lo, hi int, v uint64) int {
-	n := hi - lo
-	if n <= 0 {
-		return lo
-	}
-	rows = rows[lo:hi]
-	base := 0
-	for n > 1 {
-		half := n >> 1
-		if rows[base+half].addr() <= v {
-			base += half
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rows[m].addr() <= v {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		n -= half
 	}
-	if rows[base].addr() <= v {
-		base++
-	}
-	return lo + base
+	return lo
 }
 
 // ivUpper is lnUpper for interval starts.
 func ivUpper(rows []ivRow, lo, hi int, v uint64) int {
-	n := hi - lo
-	if n <= 0 {
-		return lo
-	}
-	rows = rows[lo:hi]
-	base := 0
-	for n > 1 {
-		half := n >> 1
-		if rows[base+half].start() <= v {
-			base += half
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rows[m].start() <= v {
+			lo = m + 1
+		} else {
+			hi = m
 		}
-		n -= half
 	}
-	if rows[base].start() <= v {
-		base++
-	}
-	return lo + base
+	return lo
 }
 
 // Stats describes an index's size.
