@@ -38,8 +38,9 @@ type table struct {
 
 func newTable(keys int) *table {
 	t := &table{
-		ids:     make(map[string]uint32, keys),
-		strings: make([]string, 1, keys+1),
+		// Sized for a function and a file per key, so the table rarely grows.
+		ids:     make(map[string]uint32, 2*keys),
+		strings: make([]string, 1, 2*keys+1),
 		keyRow:  make([]uint32, keys),
 		keyLen:  make([]uint32, keys),
 	}
