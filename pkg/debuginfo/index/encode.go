@@ -166,6 +166,11 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
+	// Most numbers of an index fit in one byte: deltas, lengths, columns, small IDs.
+	if d.off < len(d.b) && d.b[d.off] < 0x80 {
+		d.off++
+		return uint64(d.b[d.off-1])
+	}
 	v, n := binary.Uvarint(d.b[d.off:])
 	if n <= 0 {
 		d.failf("bad uvarint")
@@ -178,6 +183,11 @@ func (d *decoder) uvarint() uint64 {
 func (d *decoder) varint() int64 {
 	if d.err != nil {
 		return 0
+	}
+	if d.off < len(d.b) && d.b[d.off] < 0x80 {
+		b := int64(d.b[d.off])
+		d.off++
+		return b>>1 ^ -(b & 1) // zigzag, as binary.Varint
 	}
 	v, n := binary.Varint(d.b[d.off:])
 	if n <= 0 {
