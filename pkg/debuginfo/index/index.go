@@ -226,28 +226,26 @@ type Index struct {
 	hint searchHint
 }
 
-// ivRow is one interval [start, end) owned by node. 64-bit addresses are stored as two 32-bit
-// halves: a row of 20 bytes instead of the 24 that Go's alignment of a uint64 field would take.
+// ivRow is one interval [startAddr, endAddr) owned by node.
 //
 // name repeats the node's Name (filled by prepare, not serialized): with it in the row, a lookup
 // loads the name's string header and the node at once, where reading it from the node would
 // make them two cache misses in a row.
 type ivRow struct {
-	startLo, startHi uint32
-	endLo, endHi     uint32
-	node             NodeID
-	name             uint32
+	startAddr, endAddr uint64
+	node               NodeID
+	name               uint32
 }
 
-func (r *ivRow) start() uint64 { return uint64(r.startHi)<<32 | uint64(r.startLo) }
-func (r *ivRow) end() uint64   { return uint64(r.endHi)<<32 | uint64(r.endLo) }
-func (r *ivRow) setStart(v uint64) {
-	r.startLo, r.startHi = uint32(v), uint32(v>>32)
-}
-func (r *ivRow) setEnd(v uint64) { r.endLo, r.endHi = uint32(v), uint32(v>>32) }
+func (r *ivRow) start() uint64     { return r.startAddr }
+func (r *ivRow) end() uint64       { return r.endAddr }
+func (r *ivRow) setStart(v uint64) { r.startAddr = v }
+func (r *ivRow) setEnd(v uint64)   { r.endAddr = v }
 
 // lnRow is one line-table row: from addr up to the next row, code belongs to file:line:col.
-// file is endFile for the end of a sequence.
+// file is endFile for the end of a sequence. The address is stored as two 32-bit halves: a row
+// of 20 bytes instead of the 24 that Go's alignment of a uint64 field would take, on the
+// largest table of an index.
 type lnRow struct {
 	addrLo, addrHi uint32
 	file           uint32
@@ -279,8 +277,8 @@ type searchHint struct {
 	first   []uint32 // first[b*stride+t] for table t
 }
 
-// hintRows is about how many rows of the largest table share one bucket: rows are 20 bytes,
-// so the rows of a bucket and the one before it span one or two cache lines.
+// hintRows is about how many rows of the largest table share one bucket: rows are 20 or 24
+// bytes, so the rows of a bucket and the one before it span one or two cache lines.
 const hintRows = 4
 
 // makeHint builds the hint for the three tables; below 64 rows it builds none and lookups
