@@ -3,7 +3,6 @@ package symbolizeapi
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 	"unsafe"
 
@@ -51,22 +50,18 @@ func newTable(keys int) *table {
 	return t
 }
 
-// intern returns the index of s, adding it when new. ok is false when s is not valid UTF-8
-// and sanitize is false; with sanitize, invalid bytes become U+FFFD (symbol names in a
-// binary are arbitrary bytes, and protobuf strings must be UTF-8).
-func (t *table) intern(s string, sanitize bool) (uint32, bool) {
+// intern returns the index of s, adding it when new. Strings from an index are valid UTF-8
+// (package index guarantees it; protobuf strings must be); any other string is checked, and
+// ok is false when it is not.
+func (t *table) intern(s string, fromIndex bool) (uint32, bool) {
 	if i, ok := t.ids[s]; ok {
 		return i, true
 	}
-	v := s
-	if !utf8.ValidString(s) {
-		if !sanitize {
-			return 0, false
-		}
-		v = strings.ToValidUTF8(s, "\uFFFD")
+	if !fromIndex && !utf8.ValidString(s) {
+		return 0, false
 	}
 	i := uint32(len(t.strings))
-	t.strings = append(t.strings, v)
+	t.strings = append(t.strings, s)
 	t.ids[s] = i
 	return i, true
 }
@@ -200,7 +195,6 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 			if !encode {
 				continue
 			}
-			// The interned strings are the UTF-8-safe ones.
 			frame = frame[:0]
 			frame = appendString(frame, 1, t.strings[fn])
 			frame = appendString(frame, 2, t.strings[link])
