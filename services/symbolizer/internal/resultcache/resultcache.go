@@ -567,6 +567,12 @@ func (c *Cache) metric(layer string, hits, misses int) {
 	}
 }
 
+// Enabled reports whether the cache keeps anything (Redis or an in-process layer), so a caller
+// can skip encoding values nobody would store.
+func (c *Cache) Enabled() bool {
+	return c != nil && (c.opt.Redis != nil || c.opt.LocalSize > 0)
+}
+
 // Ping reports whether Redis answers (nil when Redis is not configured).
 func (c *Cache) Ping(ctx context.Context) error {
 	if c.opt.Redis == nil {

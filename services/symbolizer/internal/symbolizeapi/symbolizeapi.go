@@ -228,13 +228,13 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
 		s.countIndex(true)
-		vals := t.lookup(e.Index, keys, nil, s.results != nil)
-		if s.results != nil {
+		vals := t.lookup(e.Index, keys, nil, s.results.Enabled())
+		if s.results.Enabled() {
 			s.results.PutAsync(keys, vals)
 		}
 	} else {
 		var missIdx []int
-		if s.results != nil {
+		if s.results.Enabled() {
 			vals := make([]string, len(keys))
 			found := make([]bool, len(keys))
 			s.results.Get(ctx, keys, vals, found)
@@ -266,8 +266,8 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 				}
 				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
 			}
-			vals := t.lookup(e.Index, keys, missIdx, s.results != nil)
-			if s.results != nil {
+			vals := t.lookup(e.Index, keys, missIdx, s.results.Enabled())
+			if s.results.Enabled() {
 				missKeys := make([]resultcache.Key, len(missIdx))
 				for n, j := range missIdx {
 					missKeys[n] = keys[j]

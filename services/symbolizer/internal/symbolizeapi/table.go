@@ -27,6 +27,14 @@ import (
 type table struct {
 	ids     map[string]uint32
 	strings []string
+	// byRef finds an index's string again by where it lives: an index holds each distinct
+	// string once, so the same name comes back with the same data pointer, and hashing the
+	// pointer spares reading (and hashing) the bytes of a name far away in a large index.
+	// Keyed by the data pointer alone (the cheapest map key); the length is checked on a hit.
+	byRef map[uintptr]strRef
+	// cached is set once a cached value added strings: index strings must then be matched
+	// by content too, or a name could appear twice.
+	cached bool
 
 	// Rows of the keys' frames, column by column, in the order keys were added.
 	fn, link, file, line, col, start []uint32
@@ -35,11 +43,16 @@ type table struct {
 	frames []index.Frame // lookup scratch
 }
 
+type strRef struct {
+	id, len uint32
+}
+
 func newTable(keys int) *table {
 	t := &table{
 		// Sized for a function and a file per key, so the table rarely grows.
 		ids:     make(map[string]uint32, 2*keys),
 		strings: make([]string, 1, 2*keys+1),
+		byRef:   make(map[uintptr]strRef, 2*keys),
 		keyRow:  make([]uint32, keys),
 		keyLen:  make([]uint32, keys),
 	}
@@ -64,6 +77,27 @@ func (t *table) intern(s string, fromIndex bool) (uint32, bool) {
 	t.strings = append(t.strings, s)
 	t.ids[s] = i
 	return i, true
+}
+
+// internIndex interns a string that an index returned.
+func (t *table) internIndex(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	// t.strings keeps the bytes reachable, so the pointer stays a valid key.
+	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	if r, ok := t.byRef[p]; ok && int(r.len) == len(s) {
+		return r.id
+	}
+	var i uint32
+	if t.cached || len(s) > 1<<32-1 {
+		i, _ = t.intern(s, true)
+	} else {
+		i = uint32(len(t.strings))
+		t.strings = append(t.strings, s)
+	}
+	t.byRef[p] = strRef{i, uint32(len(s))}
+	return i
 }
 
 func (t *table) rows() int { return len(t.fn) }
@@ -133,6 +167,7 @@ func (t *table) parseFrame(v string, off, end int) error {
 			if !ok {
 				return fmt.Errorf("%w: frame field %d is not UTF-8", errMalformed, f)
 			}
+			t.cached = true
 			str[f-1] = id
 			hasLink = hasLink || f == 2
 			off += int(m)
@@ -160,7 +195,7 @@ func (t *table) parseFrame(v string, off, end int) error {
 }
 
 // lookup resolves keys[j] for every j in idx (every key when idx is nil) in ix and adds
-// their frames. With encode it also returns each one's result cache value, in idx order.
+// their frames; cached values, if any, must have been added before. With encode it also returns each one's result cache value, in idx order.
 func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encode bool) []string {
 	n := len(idx)
 	if idx == nil {
@@ -180,12 +215,12 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 		t.keyRow[j], t.keyLen[j] = uint32(t.rows()), uint32(len(t.frames))
 		buf = buf[:0]
 		for _, fr := range t.frames {
-			fn, _ := t.intern(fr.Function, true)
+			fn := t.internIndex(fr.Function)
 			link := uint32(0)
 			if fr.LinkageName != fr.Function {
-				link, _ = t.intern(fr.LinkageName, true)
+				link = t.internIndex(fr.LinkageName)
 			}
-			file, _ := t.intern(fr.File, true)
+			file := t.internIndex(fr.File)
 			t.fn = append(t.fn, fn)
 			t.link = append(t.link, link)
 			t.file = append(t.file, file)

@@ -58,20 +58,38 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 			t.Fatalf("value %d: %v", j, err)
 		}
 	}
+	// A replica with half the answers cached looks up the other half.
+	mixed := newTable(len(keys))
+	var odd []int
+	for j, v := range vals {
+		if j%2 == 0 {
+			if err := mixed.addValue(j, v); err != nil {
+				t.Fatalf("value %d: %v", j, err)
+			}
+		} else {
+			odd = append(odd, j)
+		}
+	}
+	mixed.lookup(ix, keys, odd, false)
 	// Addresses in request order, with duplicates and one outside every segment.
 	ok := make([]bool, 0, 2*len(keys))
 	slot := make([]int, 0, 2*len(keys))
 	for j := range keys {
 		ok, slot = append(ok, true, j%7 != 0), append(slot, j, len(keys)-1-j)
 	}
-	a, b := &symbolizerv1.ModuleResult{}, &symbolizerv1.ModuleResult{}
+	a, b, c := &symbolizerv1.ModuleResult{}, &symbolizerv1.ModuleResult{}, &symbolizerv1.ModuleResult{}
 	direct.emit(a, ok, slot)
 	cached.emit(b, ok, slot)
+	mixed.emit(c, ok, slot)
 	da, err := frametable.Decode(a, len(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
 	db, err := frametable.Decode(b, len(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := frametable.Decode(c, len(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +99,8 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 		if !ok[i] {
 			want = nil
 		}
-		if len(da[i]) != len(want) || len(db[i]) != len(want) {
-			t.Fatalf("address %d: %d and %d frames, index has %d", i, len(da[i]), len(db[i]), len(want))
+		if len(da[i]) != len(want) || len(db[i]) != len(want) || len(dc[i]) != len(want) {
+			t.Fatalf("address %d: %d, %d and %d frames, index has %d", i, len(da[i]), len(db[i]), len(dc[i]), len(want))
 		}
 		for k, w := range want {
 			link := w.LinkageName
@@ -90,8 +108,8 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 				link = ""
 			}
 			exp := frametable.Frame{Function: w.Function, LinkageName: link, File: w.File, Line: w.Line, Column: w.Column, StartLine: w.StartLine}
-			if da[i][k] != exp || db[i][k] != exp {
-				t.Fatalf("address %d frame %d: %+v / %+v, want %+v", i, k, da[i][k], db[i][k], exp)
+			if da[i][k] != exp || db[i][k] != exp || dc[i][k] != exp {
+				t.Fatalf("address %d frame %d: %+v / %+v / %+v, want %+v", i, k, da[i][k], db[i][k], dc[i][k], exp)
 			}
 		}
 		if len(want) > 0 {
@@ -104,13 +122,15 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 	if resolved == 0 || inlined == 0 || resolved == len(ok) {
 		t.Fatalf("test data too thin: %d of %d resolved, %d with inlines", resolved, len(ok), inlined)
 	}
-	// Each distinct string travels once.
-	seen := map[string]bool{}
-	for _, s := range a.Strings {
-		if seen[s] {
-			t.Fatalf("string %q twice in the table", s)
+	// Each distinct string travels once, however it was found.
+	for _, r := range []*symbolizerv1.ModuleResult{a, b, c} {
+		seen := map[string]bool{}
+		for _, s := range r.Strings {
+			if seen[s] {
+				t.Fatalf("string %q twice in the table", s)
+			}
+			seen[s] = true
 		}
-		seen[s] = true
 	}
 }
 
