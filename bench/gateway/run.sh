@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Gateway benchmark: added latency (p50/p99 of the OTLP/gRPC Export round trip through the
-# gateway minus the same request sent straight to a sink) and throughput (requests and
+# gateway minus the same request sent straight to a sink, sent in pairs, N pairs one after the
+# other; read the CONCURRENCY=1 run: with several senders on 2 cores the latency phase is
+# unaffected but the machine is busier) and throughput (requests and
 # locations per second) for eBPF-profiler-shaped requests of LOCATIONS distinct locations over
 # MAPPINGS binaries, with a warm symbolizer. Two gateways are measured: with the in-process
 # result cache (the steady state of a fleet) and without it (every request asks the symbolizer).
@@ -14,7 +16,7 @@ MAPPINGS=${MAPPINGS:-20}
 SAMPLES=${SAMPLES:-200}
 LIBS=${LIBS:-24}
 FUNCS=${FUNCS:-300}
-N=${N:-500}
+N=${N:-1000}
 DURATION=${DURATION:-15s}
 CONCURRENCY=${CONCURRENCY:-8}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
