@@ -6,11 +6,13 @@ package symbolizeapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -224,6 +226,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		slot[i] = j
 	}
 	t := newTable(len(keys))
+	defer t.release()
 	if e := s.indexes.Get(f.SHA256); e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
@@ -235,20 +238,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	} else {
 		var missIdx []int
 		if s.results.Enabled() {
-			vals := make([]string, len(keys))
-			found := make([]bool, len(keys))
-			s.results.Get(ctx, keys, vals, found)
-			for j := range keys {
-				if !found[j] {
-					missIdx = append(missIdx, j)
-					continue
-				}
-				// A value that does not parse is a miss: the index answers instead.
-				if err := t.addValue(j, vals[j]); err != nil {
-					s.opt.Logger.Warn("unusable result cache entry", "build_id", keys[j].BuildID, "address", keys[j].Addr, "err", err)
-					missIdx = append(missIdx, j)
-				}
-			}
+			missIdx = s.cached(ctx, t, keys)
 		} else {
 			missIdx = make([]int, len(keys))
 			for j := range missIdx {
@@ -278,6 +268,57 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	t.emit(res, ok, slot)
 	return res
+}
+
+// fetchChunk is how many addresses one result cache read asks for. Reads of a large batch go
+// one after the other while the answers of the previous read are parsed, so that Redis's work
+// and the parsing overlap instead of adding up.
+const fetchChunk = 2048
+
+// cached adds the frames of every key the result caches hold to t and returns the indices of
+// the other keys.
+func (s *Service) cached(ctx context.Context, t *table, keys []resultcache.Key) []int {
+	// Chunks of neighbouring addresses: Redis groups results by address range, so a chunk
+	// touches few of its keys.
+	order := make([]int, len(keys))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(keys[a].Addr, keys[b].Addr) })
+	type chunk struct {
+		idx   []int
+		vals  []string
+		found []bool
+	}
+	chunks := make(chan chunk, 1)
+	go func() {
+		defer close(chunks)
+		for start := 0; start < len(order); start += fetchChunk {
+			c := chunk{idx: order[start:min(len(order), start+fetchChunk)]}
+			ck := make([]resultcache.Key, len(c.idx))
+			for n, j := range c.idx {
+				ck[n] = keys[j]
+			}
+			c.vals, c.found = make([]string, len(ck)), make([]bool, len(ck))
+			s.results.Get(ctx, ck, c.vals, c.found)
+			chunks <- c
+		}
+	}()
+	var miss []int
+	for c := range chunks {
+		for n, j := range c.idx {
+			if !c.found[n] {
+				miss = append(miss, j)
+				continue
+			}
+			// A value that does not parse is a miss: the index answers instead.
+			if err := t.addValue(j, c.vals[n]); err != nil {
+				s.opt.Logger.Warn("unusable result cache entry", "build_id", keys[j].BuildID, "address", keys[j].Addr, "err", err)
+				miss = append(miss, j)
+			}
+		}
+	}
+	return miss
 }
 
 func (s *Service) countIndex(hit bool) {

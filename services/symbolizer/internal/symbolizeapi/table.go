@@ -3,6 +3,7 @@ package symbolizeapi
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 	"unsafe"
 
@@ -47,20 +48,48 @@ type strRef struct {
 	id, len uint32
 }
 
+// Tables are pooled: a 10,000-address answer needs maps and columns of a few MB, and
+// allocating them per request made the garbage collector a large share of a request's cost.
+// The string slice is not pooled: the response keeps it.
+var tablePool = sync.Pool{New: func() any {
+	return &table{ids: map[string]uint32{}, byRef: map[uintptr]strRef{}}
+}}
+
+// maxPooledKeys bounds what a pooled table keeps: maps never shrink, and one huge request
+// must not pin its tables for good.
+const maxPooledKeys = 1 << 17
+
 func newTable(keys int) *table {
-	t := &table{
-		// Sized for a function and a file per key, so the table rarely grows.
-		ids:     make(map[string]uint32, 2*keys),
-		strings: make([]string, 1, 2*keys+1),
-		byRef:   make(map[uintptr]strRef, 2*keys),
-		keyRow:  make([]uint32, keys),
-		keyLen:  make([]uint32, keys),
-	}
-	for _, c := range []*[]uint32{&t.fn, &t.link, &t.file, &t.line, &t.col, &t.start} {
-		*c = make([]uint32, 0, keys+keys/2)
-	}
+	t := tablePool.Get().(*table)
+	// Sized for a function and a file per key, so the table rarely grows.
+	t.strings = make([]string, 1, 2*keys+1)
 	t.ids[""] = 0
+	if cap(t.keyRow) < keys {
+		t.keyRow, t.keyLen = make([]uint32, keys), make([]uint32, keys)
+	}
+	t.keyRow, t.keyLen = t.keyRow[:keys], t.keyLen[:keys]
+	for _, c := range []*[]uint32{&t.fn, &t.link, &t.file, &t.line, &t.col, &t.start} {
+		if cap(*c) < keys+keys/2 {
+			*c = make([]uint32, 0, keys+keys/2)
+		}
+		*c = (*c)[:0]
+	}
 	return t
+}
+
+// release returns t to the pool; t must not be used after.
+func (t *table) release() {
+	if len(t.keyRow) > maxPooledKeys || len(t.ids) > 2*maxPooledKeys || len(t.byRef) > 2*maxPooledKeys {
+		return
+	}
+	// Cleared so that no request's strings stay reachable from the pool.
+	clear(t.ids)
+	clear(t.byRef)
+	clear(t.keyRow)
+	clear(t.keyLen)
+	t.strings, t.cached, t.frames = nil, false, t.frames[:0]
+	clear(t.frames[:cap(t.frames)])
+	tablePool.Put(t)
 }
 
 // intern returns the index of s, adding it when new. Strings from an index are valid UTF-8
