@@ -6,7 +6,6 @@ package symbolizeapi
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -278,13 +277,22 @@ const fetchChunk = 2048
 // cached adds the frames of every key the result caches hold to t and returns the indices of
 // the other keys.
 func (s *Service) cached(ctx context.Context, t *table, keys []resultcache.Key) []int {
-	// Chunks of neighbouring addresses: Redis groups results by address range, so a chunk
-	// touches few of its keys.
-	order := make([]int, len(keys))
-	for j := range order {
-		order[j] = j
+	// Chunks of neighbouring addresses: Redis groups results by 1 MiB of addresses, so a
+	// chunk touches few of its keys. Grouping by that range is enough (and much cheaper than
+	// sorting every address).
+	groups := map[uint64][]int{}
+	for j, k := range keys {
+		groups[k.Addr>>20] = append(groups[k.Addr>>20], j)
 	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(keys[a].Addr, keys[b].Addr) })
+	ranges := make([]uint64, 0, len(groups))
+	for r := range groups {
+		ranges = append(ranges, r)
+	}
+	slices.Sort(ranges)
+	order := make([]int, 0, len(keys))
+	for _, r := range ranges {
+		order = append(order, groups[r]...)
+	}
 	type chunk struct {
 		idx   []int
 		vals  []string
