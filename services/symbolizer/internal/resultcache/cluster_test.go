@@ -74,7 +74,7 @@ func startClusterNode(t *testing.T, bin string, i int) (string, int, *redis.Clie
 	for attempt := 0; ; attempt++ {
 		port, bus := testsupport.FreePort(t), testsupport.FreePort(t)
 		logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", attempt))
-		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		cmd := exec.CommandContext(t.Context(), bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", attempt)),
 			"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", logPath)
@@ -93,7 +93,7 @@ func startClusterNode(t *testing.T, bin string, i int) (string, int, *redis.Clie
 			}
 			select {
 			case werr := <-exited:
-				err = fmt.Errorf("exited: %v", werr)
+				err = fmt.Errorf("exited: %w", werr)
 			case <-time.After(20 * time.Millisecond):
 				if time.Now().Before(ready) {
 					continue
@@ -103,18 +103,28 @@ func startClusterNode(t *testing.T, bin string, i int) (string, int, *redis.Clie
 		}
 		if err == nil {
 			t.Cleanup(func() {
-				client.Close()
+				if err := client.Close(); err != nil {
+					t.Logf("close client of redis node %d: %v", i, err)
+				}
 				if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 					t.Errorf("stop redis node %d: %v", i, err)
 				}
-				<-exited
+				if werr := <-exited; werr != nil {
+					t.Logf("redis node %d: %v", i, werr) // normally "signal: killed"
+				}
 			})
 			return addr, bus, client
 		}
-		client.Close()
-		_ = cmd.Process.Kill()
+		if cerr := client.Close(); cerr != nil {
+			t.Logf("close client: %v", cerr)
+		}
+		if kerr := cmd.Process.Kill(); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+			t.Logf("stop redis node %d: %v", i, kerr)
+		}
 		log, _ := os.ReadFile(logPath)
-		<-exited
+		if werr := <-exited; werr != nil {
+			t.Logf("redis node %d: %v", i, werr)
+		}
 		// Another process may have taken a port between the probe and the bind.
 		if attempt < 3 && strings.Contains(string(log), "Address already in use") {
 			continue
@@ -166,7 +176,9 @@ func TestCluster(t *testing.T) {
 	for _, addr := range addrs {
 		node := redis.NewClient(&redis.Options{Addr: addr})
 		n, err := node.DBSize(ctx).Result()
-		node.Close()
+		if cerr := node.Close(); cerr != nil {
+			t.Logf("close client of %s: %v", addr, cerr)
+		}
 		if err != nil || n == 0 {
 			t.Fatalf("node %s holds %d keys (%v)", addr, n, err)
 		}

@@ -311,12 +311,16 @@ func TestUnprefixedValue(t *testing.T) {
 
 // After a failure Redis is left alone for the back-off period, then tried again.
 func TestBackoff(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close() // nothing listens there now: every call is refused at once
+	// Nothing listens there now: every call is refused at once.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer client.Close()
 	m := newCountMetrics()
@@ -541,7 +545,8 @@ func TestPutAsync(t *testing.T) {
 func TestWriteQueueFull(t *testing.T) {
 	// A server that accepts connections and never answers keeps the writer busy until its
 	// write timeout.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +563,8 @@ func TestWriteQueueFull(t *testing.T) {
 			go func() {
 				defer conns.Done()
 				<-stop
-				conn.Close()
+				// The server side of a test connection that never carried a reply.
+				_ = conn.Close()
 			}()
 		}
 	}()
