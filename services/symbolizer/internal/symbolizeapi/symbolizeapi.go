@@ -226,17 +226,18 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	t := newTable(len(keys))
 	defer t.release()
+	caching := s.results.Enabled()
 	if e := s.indexes.Get(f.SHA256); e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
 		s.countIndex(true)
-		vals := t.lookup(e.Index, keys, nil, s.results.Enabled())
-		if s.results.Enabled() {
+		vals := t.lookup(e.Index, keys, nil, caching)
+		if caching {
 			s.results.PutAsync(keys, vals)
 		}
 	} else {
 		var missIdx []int
-		if s.results.Enabled() {
+		if caching {
 			missIdx = s.cached(ctx, t, keys)
 		} else {
 			missIdx = make([]int, len(keys))
@@ -255,8 +256,8 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 				}
 				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
 			}
-			vals := t.lookup(e.Index, keys, missIdx, s.results.Enabled())
-			if s.results.Enabled() {
+			vals := t.lookup(e.Index, keys, missIdx, caching)
+			if caching {
 				missKeys := make([]resultcache.Key, len(missIdx))
 				for n, j := range missIdx {
 					missKeys[n] = keys[j]
@@ -277,12 +278,12 @@ const fetchChunk = 2048
 // cached adds the frames of every key the result caches hold to t and returns the indices of
 // the other keys.
 func (s *Service) cached(ctx context.Context, t *table, keys []resultcache.Key) []int {
-	// Chunks of neighbouring addresses: Redis groups results by 1 MiB of addresses, so a
-	// chunk touches few of its keys. Grouping by that range is enough (and much cheaper than
-	// sorting every address).
+	// Chunks of neighbouring addresses: Redis groups results by address range, so a chunk
+	// touches few of its keys. Grouping by that range is enough (and much cheaper than sorting
+	// every address).
 	groups := map[uint64][]int{}
 	for j, k := range keys {
-		groups[k.Addr>>20] = append(groups[k.Addr>>20], j)
+		groups[k.Bucket()] = append(groups[k.Bucket()], j)
 	}
 	ranges := make([]uint64, 0, len(groups))
 	for r := range groups {
