@@ -21,6 +21,7 @@ type cli struct {
 	GRPCListen      string `name:"grpc-listen" default:":4317" env:"GATEWAY_GRPC_LISTEN" help:"OTLP/gRPC receiver address."`
 	HTTPListen      string `name:"http-listen" default:":4318" env:"GATEWAY_HTTP_LISTEN" help:"OTLP/HTTP receiver address (POST /v1development/profiles)."`
 	AdminListen     string `name:"admin-listen" default:":8888" env:"GATEWAY_ADMIN_LISTEN" help:"Address of /healthz, /readyz and Prometheus /metrics."`
+	AdminPprof      bool   `name:"admin-pprof" env:"GATEWAY_ADMIN_PPROF" help:"Also serve Go runtime profiles at /debug/pprof/ on the admin address (keep that address private)."`
 	TLSCert         string `name:"tls-cert" env:"GATEWAY_TLS_CERT" type:"existingfile" help:"PEM certificate: the receivers serve TLS (with --tls-key)."`
 	TLSKey          string `name:"tls-key" env:"GATEWAY_TLS_KEY" type:"existingfile" help:"PEM private key of --tls-cert."`
 	MaxRequestBytes int64  `name:"max-request-bytes" default:"16777216" env:"GATEWAY_MAX_REQUEST_BYTES" help:"Largest request accepted, compressed and decompressed."`
@@ -62,7 +63,7 @@ func (c *cli) Run() error {
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
 	srv, err := server.New(server.Config{
-		GRPCListen: c.GRPCListen, HTTPListen: c.HTTPListen, AdminListen: c.AdminListen,
+		GRPCListen: c.GRPCListen, HTTPListen: c.HTTPListen, AdminListen: c.AdminListen, AdminPprof: c.AdminPprof,
 		TLSCert: c.TLSCert, TLSKey: c.TLSKey, MaxRequestBytes: c.MaxRequestBytes,
 		SymbolizerURL: c.SymbolizerURL, SymbolizerToken: token, SymbolizeTimeout: c.SymbolizeTimeout,
 		SymbolizeBatch: c.SymbolizeBatch, SymbolizeConcurrency: c.SymbolizeConcurrency, SymbolCacheEntries: c.SymbolCacheEntries,

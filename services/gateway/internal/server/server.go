@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,9 @@ import (
 // Config is everything the gateway needs; main fills it from flags.
 type Config struct {
 	GRPCListen, HTTPListen, AdminListen string
+	// AdminPprof serves net/http/pprof on the admin listener, which carries no request data
+	// and is not meant to be exposed beyond the cluster.
+	AdminPprof bool
 	// TLSCert and TLSKey, when both set, make both receivers serve TLS.
 	TLSCert, TLSKey string
 	MaxRequestBytes int64
@@ -283,6 +287,11 @@ func (s *Server) Start() error {
 		fmt.Fprintln(w, "ready")
 	})
 	admin.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	if s.cfg.AdminPprof {
+		admin.HandleFunc("/debug/pprof/", pprof.Index)
+		admin.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		admin.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	s.adminSrv = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 
 	s.serve("grpc", func() error { return s.grpcSrv.Serve(gl) })

@@ -159,3 +159,27 @@ func TestPassThroughExporters(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminPprof: runtime profiles are served on the admin address only when asked for.
+func TestAdminPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		g := startGateway(t, server.Config{AdminPprof: on, OutputDir: t.TempDir()})
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+"/debug/pprof/goroutine?debug=1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile")
+		if served != on {
+			t.Fatalf("--admin-pprof=%v: %d %.80q", on, resp.StatusCode, body)
+		}
+	}
+}
