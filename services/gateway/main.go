@@ -40,6 +40,7 @@ type cli struct {
 	OTLPCAFile             string            `name:"otlp-ca-file" env:"GATEWAY_OTLP_CA_FILE" help:"PEM CA bundle that verifies the OTLP downstream."`
 	OTLPInsecureSkipVerify bool              `name:"otlp-insecure-skip-verify" env:"GATEWAY_OTLP_INSECURE_SKIP_VERIFY" help:"Do not verify the OTLP downstream's certificate."`
 	OTLPGzip               bool              `name:"otlp-gzip" default:"true" negatable:"" env:"GATEWAY_OTLP_GZIP" help:"Gzip OTLP exports."`
+	OTLPGzipLevel          int               `name:"otlp-gzip-level" default:"1" env:"GATEWAY_OTLP_GZIP_LEVEL" help:"Gzip level of OTLP exports: 1 (fastest; the default, a sixth of the CPU of level 6 for about 20% more bytes) to 9 (smallest)."`
 	ExportTimeout          time.Duration     `name:"export-timeout" default:"30s" env:"GATEWAY_EXPORT_TIMEOUT" help:"Deadline per OTLP export attempt."`
 	OutputDir              string            `name:"output-dir" env:"GATEWAY_OUTPUT_DIR" help:"Write every request as an OTLP protobuf file here."`
 	PprofDir               string            `name:"pprof-dir" env:"GATEWAY_PPROF_DIR" help:"Write every profile as a gzipped pprof file here."`
@@ -69,7 +70,7 @@ func (c *cli) Run() error {
 		SymbolizeBatch: c.SymbolizeBatch, SymbolizeConcurrency: c.SymbolizeConcurrency, SymbolCacheEntries: c.SymbolCacheEntries,
 		OTLPGRPCEndpoint: c.OTLPGRPCEndpoint, OTLPHTTPEndpoint: c.OTLPHTTPEndpoint, OTLPHeaders: c.OTLPHeader,
 		OTLPInsecure: c.OTLPInsecure, OTLPCAFile: c.OTLPCAFile, OTLPInsecureSkipVerify: c.OTLPInsecureSkipVerify,
-		OTLPGzip: c.OTLPGzip, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir,
+		OTLPGzip: c.OTLPGzip, OTLPGzipLevel: c.OTLPGzipLevel, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir,
 		QueueBytes: c.QueueBytes, ExportWorkers: c.ExportWorkers,
 	})
 	if err != nil {

@@ -5,7 +5,6 @@ package exporter
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -24,10 +23,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	grpcgzip "google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
 )
 
@@ -109,7 +108,7 @@ func (e *GRPC) Export(ctx context.Context, pd pprofile.Profiles) error {
 	}
 	var opts []grpc.CallOption
 	if e.cfg.Gzip {
-		opts = append(opts, grpc.UseCompressor(grpcgzip.Name))
+		opts = append(opts, grpc.UseCompressor(gzipcodec.Name))
 	}
 	resp, err := e.client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(pd), opts...)
 	if err != nil {
@@ -168,7 +167,7 @@ func (e *HTTP) Export(ctx context.Context, pd pprofile.Profiles) error {
 	}
 	if e.cfg.Gzip {
 		var buf bytes.Buffer
-		zw := gzip.NewWriter(&buf)
+		zw := gzipcodec.NewWriter(&buf)
 		if _, err := zw.Write(body); err != nil {
 			return fmt.Errorf("gzip body: %w", err)
 		}
@@ -183,7 +182,7 @@ func (e *HTTP) Export(ctx context.Context, pd pprofile.Profiles) error {
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	if e.cfg.Gzip {
-		req.Header.Set("Content-Encoding", "gzip")
+		req.Header.Set("Content-Encoding", gzipcodec.Name)
 	}
 	for k, v := range e.cfg.Headers {
 		req.Header.Set(k, v)

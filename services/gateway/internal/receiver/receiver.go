@@ -5,7 +5,6 @@
 package receiver
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -19,11 +18,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	_ "google.golang.org/grpc/encoding/gzip" // registers the gzip decompressor for gRPC requests
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	// Also gRPC's "gzip" for requests: the gateway's own, faster than gRPC's.
+	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 )
 
 // Consumer processes one decoded request. It returns an error wrapping ErrInvalid for a
@@ -159,13 +160,10 @@ func readBody(w http.ResponseWriter, r *http.Request, maxBytes int64) ([]byte, i
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
-		zr, err := gzip.NewReader(rd)
+		zr, err := gzipcodec.NewReader(rd)
 		if err != nil {
 			return nil, http.StatusBadRequest, fmt.Errorf("gzip body: %w", err)
 		}
-		// Close only repeats the error a Read already returned (a bad checksum, a truncated
-		// stream), which ReadAll below reports; there is nothing else to release.
-		defer func() { _ = zr.Close() }()
 		rd = zr
 	default:
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content encoding %q: want gzip or none", enc)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
+	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
 	"github.com/profsym/profsym/services/gateway/internal/receiver"
 	"github.com/profsym/profsym/services/gateway/internal/symbolize"
@@ -55,6 +56,9 @@ type Config struct {
 	OTLPCAFile             string
 	OTLPInsecureSkipVerify bool
 	OTLPGzip               bool
+	// OTLPGzipLevel is the gzip level of exports, 1 (fastest) to 9 (smallest); 0 means
+	// gzipcodec.DefaultLevel. It is process-wide: gRPC's compressors are.
+	OTLPGzipLevel int
 	ExportTimeout          time.Duration
 	OutputDir              string
 	PprofDir               string
@@ -87,6 +91,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = 256 << 20
+	}
+	if cfg.OTLPGzipLevel == 0 {
+		cfg.OTLPGzipLevel = gzipcodec.DefaultLevel
+	}
+	if err := gzipcodec.SetLevel(cfg.OTLPGzipLevel); err != nil {
+		return nil, fmt.Errorf("--otlp-gzip-level: %w", err)
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics()}
 

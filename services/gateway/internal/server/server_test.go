@@ -183,3 +183,10 @@ func TestAdminPprof(t *testing.T) {
 		}
 	}
 }
+
+func TestGzipLevelChecked(t *testing.T) {
+	_, err := server.New(server.Config{OTLPGzipLevel: 12, OutputDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "--otlp-gzip-level: gzip level 12: want 1 (fastest) to 9 (smallest)") {
+		t.Fatalf("level 12: %v", err)
+	}
+}
