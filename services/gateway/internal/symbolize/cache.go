@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"container/list"
+	"hash/maphash"
 	"sync"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -11,6 +12,20 @@ import (
 type cacheKey struct {
 	mod  modKey
 	addr uint64
+}
+
+// modSeed hashes module keys for the cache's index (per process: the hashes are never stored).
+var modSeed = maphash.MakeSeed()
+
+// modHash is what the cache indexes a module by; computed once per mapping of a request, it
+// spares hashing three build IDs for every location.
+func modHash(k modKey) uint64 { return maphash.Comparable(modSeed, k) }
+
+// lruIndex is the cache's map key: two integers hash several times faster than a cacheKey's
+// strings. Two modules with one hash share index entries; the item's full key is compared on
+// every hit, so a collision costs a miss, never a wrong answer.
+type lruIndex struct {
+	mod, addr uint64
 }
 
 type cacheEntry struct {
@@ -25,48 +40,59 @@ type lru struct {
 	mu    sync.Mutex
 	max   int
 	ll    *list.List
-	items map[cacheKey]*list.Element
+	items map[lruIndex]*list.Element
 }
 
 type lruItem struct {
-	key cacheKey
-	val cacheEntry
+	key  cacheKey
+	hash uint64
+	val  cacheEntry
 }
 
 func newLRU(max int) *lru {
-	return &lru{max: max, ll: list.New(), items: make(map[cacheKey]*list.Element)}
+	return &lru{max: max, ll: list.New(), items: make(map[lruIndex]*list.Element)}
 }
 
-func (c *lru) get(k cacheKey) (cacheEntry, bool) {
+// get looks k up; h is modHash(k.mod).
+func (c *lru) get(k cacheKey, h uint64) (cacheEntry, bool) {
 	if c == nil || c.max <= 0 {
 		return cacheEntry{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.items[k]
+	e, ok := c.items[lruIndex{h, k.addr}]
 	if !ok {
 		return cacheEntry{}, false
 	}
+	it := e.Value.(*lruItem)
+	if it.key != k {
+		return cacheEntry{}, false
+	}
 	c.ll.MoveToFront(e)
-	return e.Value.(*lruItem).val, true
+	return it.val, true
 }
 
-func (c *lru) put(k cacheKey, v cacheEntry) {
+// put stores v for k; h is modHash(k.mod). An entry under the same index, of k or of a
+// colliding module, is replaced.
+func (c *lru) put(k cacheKey, h uint64, v cacheEntry) {
 	if c == nil || c.max <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.items[k]; ok {
-		e.Value.(*lruItem).val = v
+	ix := lruIndex{h, k.addr}
+	if e, ok := c.items[ix]; ok {
+		it := e.Value.(*lruItem)
+		it.key, it.val = k, v
 		c.ll.MoveToFront(e)
 		return
 	}
-	c.items[k] = c.ll.PushFront(&lruItem{key: k, val: v})
+	c.items[ix] = c.ll.PushFront(&lruItem{key: k, hash: h, val: v})
 	for c.ll.Len() > c.max {
 		old := c.ll.Back()
 		c.ll.Remove(old)
-		delete(c.items, old.Value.(*lruItem).key)
+		it := old.Value.(*lruItem)
+		delete(c.items, lruIndex{it.hash, it.key.addr})
 	}
 }
 

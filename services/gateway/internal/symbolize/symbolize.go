@@ -167,8 +167,9 @@ func needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
 }
 
 type modInfo struct {
-	key modKey
-	ok  bool
+	key  modKey
+	hash uint64 // modHash(key)
+	ok   bool
 }
 
 // slotKey is a (mapping, address) pair of one request.
@@ -253,7 +254,8 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 			if m, ok := dict.Mapping(d, mi); ok && mi != 0 {
 				gnu, goID, htl := IDs(d, m)
 				if gnu != "" || goID != "" || htl != "" {
-					info = modInfo{key: modKey{gnu, goID, htl, m.MemoryStart(), m.MemoryLimit(), m.FileOffset()}, ok: true}
+					k := modKey{gnu, goID, htl, m.MemoryStart(), m.MemoryLimit(), m.FileOffset()}
+					info = modInfo{key: k, hash: modHash(k), ok: true}
 				}
 			}
 			mapInfo[mi] = info
@@ -269,7 +271,7 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 			slots[sk] = slot
 			ck := cacheKey{info.key, loc.Address()}
 			slotKeys = append(slotKeys, ck)
-			if e, hit := s.cache.get(ck); hit {
+			if e, hit := s.cache.get(ck, info.hash); hit {
 				slotOut = append(slotOut, outcome{entry: e})
 				rep.CacheHits++
 			} else {
@@ -457,6 +459,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 		default:
 			reason = ReasonBadResponse
 		}
+		h := modHash(m.key)
 		for j, a := range m.addrs {
 			k := cacheKey{m.key, a}
 			if reason != "" {
@@ -465,7 +468,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			}
 			e := cacheEntry{frames: frames[j], fidelity: r.GetFidelity()}
 			out[k] = outcome{entry: e}
-			s.cache.put(k, e)
+			s.cache.put(k, h, e)
 		}
 	}
 	return out
