@@ -59,11 +59,11 @@ type Config struct {
 	// OTLPGzipLevel is the gzip level of exports, 1 (fastest) to 9 (smallest); 0 means
 	// gzipcodec.DefaultLevel. It is process-wide: gRPC's compressors are.
 	OTLPGzipLevel int
-	ExportTimeout          time.Duration
-	OutputDir              string
-	PprofDir               string
-	QueueBytes             int64
-	ExportWorkers          int
+	ExportTimeout time.Duration
+	OutputDir     string
+	PprofDir      string
+	QueueBytes    int64
+	ExportWorkers int
 	// RetryMinBackoff and RetryMaxBackoff bound the delay between export attempts.
 	RetryMinBackoff, RetryMaxBackoff time.Duration
 }
