@@ -14,6 +14,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
@@ -47,11 +48,14 @@ type cli struct {
 	QueueBytes             int64             `name:"queue-bytes" default:"268435456" env:"GATEWAY_QUEUE_BYTES" help:"Bound of each exporter's queue; when full, senders get UNAVAILABLE / 503."`
 	ExportWorkers          int               `name:"export-workers" default:"2" env:"GATEWAY_EXPORT_WORKERS" help:"Concurrent sends per exporter."`
 	ShutdownTimeout        time.Duration     `name:"shutdown-timeout" default:"30s" env:"GATEWAY_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for queues to drain."`
+	GCMinHeadroom          uint64            `name:"gc-min-headroom" default:"268435456" env:"GATEWAY_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). GOMEMLIMIT is set to 90% of the container's memory limit unless already set (AUTOMEMLIMIT=off disables that)."`
 	LogLevel               slog.Level        `name:"log-level" default:"info" env:"GATEWAY_LOG_LEVEL" help:"debug, info, warn or error."`
 }
 
 func (c *cli) Run() error {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel})))
+	// Tuning lasts as long as the process: it is restored only for tests that stop it.
+	gctune.Start(context.Background(), gctune.Options{MinHeadroom: c.GCMinHeadroom})
 	var token string
 	if c.SymbolizerTokenFile != "" {
 		b, err := os.ReadFile(c.SymbolizerTokenFile)

@@ -26,7 +26,7 @@ func parse(t *testing.T, args []string, env map[string]string) cli {
 func TestFlags(t *testing.T) {
 	c := parse(t, nil, nil)
 	if c.GRPCListen != ":4317" || c.HTTPListen != ":4318" || c.AdminListen != ":8888" ||
-		c.SymbolizerURL != "http://127.0.0.1:7070" || c.SymbolizeTimeout != 5*time.Second || !c.OTLPGzip || c.OTLPGzipLevel != 1 || c.AdminPprof {
+		c.SymbolizerURL != "http://127.0.0.1:7070" || c.SymbolizeTimeout != 5*time.Second || !c.OTLPGzip || c.OTLPGzipLevel != 1 || c.AdminPprof || c.GCMinHeadroom != 256<<20 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c = parse(t, []string{"--otlp-header", "a=1", "--otlp-header", "b=2", "--symbolizer-url", "", "--no-otlp-gzip", "--queue-bytes", "1024", "--otlp-gzip-level", "9", "--admin-pprof"}, nil)

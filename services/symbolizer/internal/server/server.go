@@ -27,6 +27,7 @@ import (
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
@@ -76,10 +77,11 @@ type Config struct {
 	DebuginfodNegTTL   time.Duration `name:"debuginfod-negative-ttl" default:"10m" env:"SYMBOLIZER_DEBUGINFOD_NEGATIVE_TTL" help:"How long a build ID no upstream has is not asked again."`
 	DebuginfodParallel int           `name:"debuginfod-parallel" default:"4" env:"SYMBOLIZER_DEBUGINFOD_PARALLEL" help:"Concurrent upstream fetches."`
 
-	TempDir   string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
-	Pprof     bool   `name:"pprof" env:"SYMBOLIZER_PPROF" help:"Serve Go profiling at /debug/pprof/ (guarded like writes: it needs a token)."`
-	LogFormat string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
-	LogLevel  string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
+	TempDir       string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
+	GCMinHeadroom uint64 `name:"gc-min-headroom" default:"268435456" env:"SYMBOLIZER_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). With little live heap, as in a replica answering from Redis, plain GOGC collects twice per 10,000-address batch. GOMEMLIMIT is set to 90% of the container's memory limit unless already set (AUTOMEMLIMIT=off disables that)."`
+	Pprof         bool   `name:"pprof" env:"SYMBOLIZER_PPROF" help:"Serve Go profiling at /debug/pprof/ (guarded like writes: it needs a token)."`
+	LogFormat     string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
+	LogLevel      string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
 }
 
 // Run serves until SIGINT or SIGTERM.
@@ -88,6 +90,7 @@ func (c *Config) Run() error {
 	defer stop()
 	log := c.Logger()
 	slog.SetDefault(log)
+	gctune.Start(ctx, gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})
 	s, err := New(ctx, c, log)
 	if err != nil {
 		return err
