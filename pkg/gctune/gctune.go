@@ -15,13 +15,13 @@
 package gctune
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
+	"sync"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -31,9 +31,7 @@ type Options struct {
 	// MinHeadroom is how many bytes the heap may grow past the live heap before a collection,
 	// at least; 0 leaves GOGC alone.
 	MinHeadroom uint64
-	// Interval is how often the live heap is read; 0 means one second.
-	Interval time.Duration
-	Logger   *slog.Logger
+	Logger      *slog.Logger
 }
 
 // minLive stands in for the live heap before the first collection has measured it (and is
@@ -55,10 +53,15 @@ func Percent(base int, live, headroom uint64) int {
 	return max(base, int(p))
 }
 
-// Start sets the memory limit and, with a headroom, keeps GOGC in step with the live heap
-// until ctx ends, when the configured GOGC is restored. It returns after the first
-// adjustment. With GOGC=off, GOGC is left alone.
-func Start(ctx context.Context, opt Options) {
+// Start sets the memory limit and, with a headroom, sets GOGC again after every collection
+// from the live heap it measured, until stop is called, which restores the configured GOGC.
+// It returns after the first adjustment. With GOGC=off, GOGC is left alone. A later Start
+// replaces an earlier one (a process has one GOGC).
+//
+// After every collection rather than on a timer: GOGC is a ratio to the live heap of the
+// last collection, so a ratio picked for a 10 MB heap, still in force when an index of
+// 300 MB has become live, would let the heap reach gigabytes before the timer fired.
+func Start(opt Options) (stop func()) {
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
@@ -71,42 +74,70 @@ func Start(ctx context.Context, opt Options) {
 	debug.SetGCPercent(base)
 	if opt.MinHeadroom == 0 || base < 0 {
 		log.Info("garbage collector", "gogc", base, "memory_limit", limitString(limit), "headroom_tuning", false)
-		return
+		mu.Lock()
+		active = nil
+		mu.Unlock()
+		return func() {}
 	}
-	interval := opt.Interval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	current := base
-	adjust := func() {
-		metrics.Read(sample)
-		live := uint64(0)
-		if sample[0].Value.Kind() == metrics.KindUint64 {
-			live = sample[0].Value.Uint64()
-		}
-		p := Percent(base, live, opt.MinHeadroom)
-		// Small changes are not worth a new pacing target.
-		if p != current && (p > current+current/8 || p < current-current/8 || p == base) {
-			debug.SetGCPercent(p)
-			current = p
+	t := &tuner{base: base, current: base, headroom: opt.MinHeadroom,
+		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	mu.Lock()
+	active = t
+	t.adjust()
+	mu.Unlock()
+	log.Info("garbage collector", "gogc", base, "gogc_now", t.current, "memory_limit", limitString(limit), "min_headroom", opt.MinHeadroom)
+	t.arm()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if active == t {
+			active = nil
+			debug.SetGCPercent(t.base)
 		}
 	}
-	adjust()
-	log.Info("garbage collector", "gogc", base, "gogc_now", current, "memory_limit", limitString(limit), "min_headroom", opt.MinHeadroom)
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				debug.SetGCPercent(base)
-				return
-			case <-t.C:
-				adjust()
-			}
+}
+
+// A process has one GOGC, hence one tuner: a later Start replaces the earlier one.
+var (
+	mu     sync.Mutex
+	active *tuner
+)
+
+type tuner struct {
+	base, current int
+	headroom      uint64
+	sample        []metrics.Sample
+}
+
+// sentinel is garbage from birth: its finalizer runs once the next collection has found it
+// unreachable, which is how the tuner hears of every collection.
+type sentinel struct{ t *tuner }
+
+func (t *tuner) arm() {
+	runtime.SetFinalizer(&sentinel{t}, func(s *sentinel) {
+		mu.Lock()
+		defer mu.Unlock()
+		if active != s.t {
+			return // stopped or replaced: the chain ends here
 		}
-	}()
+		s.t.adjust()
+		s.t.arm()
+	})
+}
+
+// adjust sets GOGC for the live heap the last collection measured; mu is held.
+func (t *tuner) adjust() {
+	metrics.Read(t.sample)
+	live := uint64(0)
+	if t.sample[0].Value.Kind() == metrics.KindUint64 {
+		live = t.sample[0].Value.Uint64()
+	}
+	p := Percent(t.base, live, t.headroom)
+	// Small changes are not worth a new pacing goal.
+	if p != t.current && (p > t.current+t.current/8 || p < t.current-t.current/8 || p == t.base) {
+		debug.SetGCPercent(p)
+		t.current = p
+	}
 }
 
 func limitString(l int64) string {

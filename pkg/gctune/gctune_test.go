@@ -1,7 +1,6 @@
 package gctune
 
 import (
-	"context"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -52,8 +51,7 @@ func TestHeadroomSparesCollections(t *testing.T) {
 	runtime.GC()
 	untuned := garbageCollections()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	Start(ctx, Options{MinHeadroom: 128 << 20})
+	cancel := Start(Options{MinHeadroom: 128 << 20})
 	if p := debug.SetGCPercent(-1); p <= 100 {
 		t.Fatalf("GOGC %d after Start with a small live heap; want it raised", p)
 	} else {
@@ -70,8 +68,53 @@ func TestHeadroomSparesCollections(t *testing.T) {
 func TestGOGCOffIsLeftAlone(t *testing.T) {
 	base := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(base)
-	Start(t.Context(), Options{MinHeadroom: 128 << 20})
+	defer Start(Options{MinHeadroom: 128 << 20})()
 	if p := debug.SetGCPercent(-1); p != -1 {
 		t.Fatalf("GOGC=off became %d", p)
+	}
+}
+
+// TestFollowsTheLiveHeap: once the live heap is large, the next collections bring GOGC back
+// to the configured value, and a small heap raises it again; stop restores it for good.
+func TestFollowsTheLiveHeap(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+	stop := Start(Options{MinHeadroom: 64 << 20})
+	gogc := func() int {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		return p
+	}
+	// Each runtime.GC runs the previous collection's finalizers at the latest by the next.
+	settle := func(want func(int) bool) int {
+		for range 20 {
+			runtime.GC()
+			if p := gogc(); want(p) {
+				return p
+			}
+		}
+		return gogc()
+	}
+	if p := settle(func(p int) bool { return p > 100 }); p <= 100 {
+		t.Fatalf("small heap: GOGC %d, want above 100", p)
+	}
+	big := make([][]byte, 0, 128)
+	for range 128 {
+		big = append(big, make([]byte, 1<<20))
+	}
+	if p := settle(func(p int) bool { return p == 100 }); p != 100 {
+		t.Fatalf("128 MB live, 64 MB headroom: GOGC %d, want the configured 100", p)
+	}
+	runtime.KeepAlive(big)
+	big = nil
+	if p := settle(func(p int) bool { return p > 100 }); p <= 100 {
+		t.Fatalf("heap small again: GOGC %d, want above 100", p)
+	}
+	stop()
+	if p := gogc(); p != 100 {
+		t.Fatalf("after stop: GOGC %d, want the configured 100", p)
+	}
+	if p := settle(func(p int) bool { return p != 100 }); p != 100 {
+		t.Fatalf("collections after stop set GOGC to %d", p)
 	}
 }

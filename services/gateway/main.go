@@ -54,8 +54,7 @@ type cli struct {
 
 func (c *cli) Run() error {
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel})))
-	// Tuning lasts as long as the process: it is restored only for tests that stop it.
-	gctune.Start(context.Background(), gctune.Options{MinHeadroom: c.GCMinHeadroom})
+	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom})()
 	var token string
 	if c.SymbolizerTokenFile != "" {
 		b, err := os.ReadFile(c.SymbolizerTokenFile)

@@ -90,7 +90,7 @@ func (c *Config) Run() error {
 	defer stop()
 	log := c.Logger()
 	slog.SetDefault(log)
-	gctune.Start(ctx, gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})
+	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})()
 	s, err := New(ctx, c, log)
 	if err != nil {
 		return err
