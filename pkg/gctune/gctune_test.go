@@ -105,8 +105,7 @@ func TestFollowsTheLiveHeap(t *testing.T) {
 	if p := settle(func(p int) bool { return p == 100 }); p != 100 {
 		t.Fatalf("128 MB live, 64 MB headroom: GOGC %d, want the configured 100", p)
 	}
-	runtime.KeepAlive(big)
-	big = nil
+	runtime.KeepAlive(big) // and nothing holds it after this
 	if p := settle(func(p int) bool { return p > 100 }); p <= 100 {
 		t.Fatalf("heap small again: GOGC %d, want above 100", p)
 	}
