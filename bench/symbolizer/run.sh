@@ -2,7 +2,9 @@
 # bench/symbolizer: Symbolize over loopback against one large binary, 10,000-address batches.
 # Phases (see driver/main.go): cold (index built by the first batch), stored (serialized index
 # loaded from the store by the first batch), warm (index in memory), cached (index not in
-# memory, every address a Redis hit). The in-process result cache is off throughout.
+# memory, every address a Redis hit), redis (the cached phase's lookups sent straight to Redis
+# with nothing else: the floor under the cached phase on this machine). The in-process result
+# cache is off throughout.
 # Reports addresses per second, p50/p99 latency per batch, the server's CPU time per batch
 # (robust on a shared machine, unlike wall time) and its peak RSS (VmHWM).
 #

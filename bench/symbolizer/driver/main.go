@@ -7,6 +7,9 @@
 //	stored  the serialized index is in the store, not in memory: the first batch loads it
 //	warm    the index is in memory and answers (the in-process result cache is off)
 //	cached  the index is not in memory and every address of the batch is a Redis hit
+//	redis   the same batches' lookups sent straight to Redis, one pipeline of HMGETs per batch
+//	        as the symbolizer sends them, with nothing else: what Redis alone costs on this
+//	        machine, the floor under the cached phase
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +34,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -340,8 +345,8 @@ func main() {
 	// cached: a replica without the index in memory (an index cache too small to keep it)
 	// whose Redis holds every address of the batches: the first pass fills Redis, the
 	// measured second pass is all Redis hits.
-	redis, rurl := startRedis(ctx)
-	defer redis.stop()
+	rds, rurl := startRedis(ctx)
+	defer rds.stop()
 	srv, url = startServer(ctx, store, "--redis-url", rurl, "--index-cache-bytes", "1")
 	c = client(url)
 	// Results reach Redis in the background: a second pass writes what the first could
@@ -352,8 +357,118 @@ func main() {
 		}
 		time.Sleep(3 * time.Second)
 	}
+	rc := redisClient(rurl)
+	defer rc.Close()
+	resetRedisStats(ctx, rc)
 	measure(ctx, "cached", srv, c, reqs).print()
+	cachedRedis := redisMillis(ctx, rc)
 	srv.stop()
+
+	lat := redisOnly(ctx, rc, reqs)
+	fmt.Printf("%-12s %8d %12.0f %10.1f %10.1f %12s\n", "redis", len(lat), float64(len(reqs)**batch)/sum(lat).Seconds(), ms(pct(lat, .5)), ms(pct(lat, .99)), "-")
+	fmt.Printf("Redis's own time per batch (commandstats): %.1f ms in the cached phase, %.1f ms in the redis phase\n", cachedRedis/float64(len(reqs)), redisMillis(ctx, rc)/float64(len(reqs)))
+}
+
+func redisClient(url string) *redis.Client {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return redis.NewClient(opt)
+}
+
+func resetRedisStats(ctx context.Context, rc *redis.Client) {
+	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+		log.Fatalf("redis config resetstat: %v", err)
+	}
+}
+
+// redisMillis is the time Redis spent in HMGET since the last reset (and resets it).
+func redisMillis(ctx context.Context, rc *redis.Client) float64 {
+	info, err := rc.Info(ctx, "commandstats").Result()
+	if err != nil {
+		log.Fatalf("redis info: %v", err)
+	}
+	resetRedisStats(ctx, rc)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_hmget:"); ok {
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					us, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					return us / 1000
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// redisOnly times, per batch, one pipeline of HMGETs of the batch's addresses, grouped by the
+// hashes the symbolizer keeps them in. It mirrors services/symbolizer/internal/resultcache's
+// layout (a hash per 1 MiB of addresses named by its number in hex at the end of the key, the
+// address in hex as the field), finding the hashes' keys in Redis rather than rebuilding them.
+func redisOnly(ctx context.Context, rc *redis.Client, reqs []*symbolizerv1.SymbolizeRequest) []time.Duration {
+	keys, err := rc.Keys(ctx, "psym:*").Result()
+	if err != nil || len(keys) == 0 {
+		log.Fatalf("redis keys: %v (%d keys)", err, len(keys))
+	}
+	byBucket := map[uint64]string{}
+	for _, k := range keys {
+		b, err := strconv.ParseUint(k[strings.LastIndexByte(k, ':')+1:], 16, 64)
+		if err != nil {
+			log.Fatalf("redis key %q: not a result bucket", k)
+		}
+		byBucket[b] = k
+	}
+	var lat []time.Duration
+	for _, req := range reqs {
+		args := map[uint64][]any{}
+		for _, a := range req.Modules[0].Addresses {
+			b := a >> 20
+			if args[b] == nil {
+				args[b] = []any{"hmget", byBucket[b]}
+			}
+			args[b] = append(args[b], strconv.FormatUint(a, 16))
+		}
+		start := time.Now()
+		cmds := make([]*redis.StringSliceCmd, 0, len(args))
+		_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, a := range args {
+				cmd := redis.NewStringSliceCmd(ctx, a...)
+				cmds = append(cmds, cmd)
+				if err := p.Process(ctx, cmd); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		d := time.Since(start)
+		if err != nil {
+			log.Fatalf("redis pipeline: %v", err)
+		}
+		for _, cmd := range cmds {
+			for _, v := range cmd.Val() {
+				if v == "" {
+					log.Fatal("redis phase: a lookup missed; the cached phase did not fill Redis")
+				}
+			}
+		}
+		lat = append(lat, d)
+	}
+	return lat
+}
+
+func sum(d []time.Duration) (t time.Duration) {
+	for _, x := range d {
+		t += x
+	}
+	return t
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func measure(ctx context.Context, phase string, srv *proc, c symbolizerv1connect.SymbolizerServiceClient, reqs []*symbolizerv1.SymbolizeRequest) row {
