@@ -58,13 +58,7 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 	buf := make([]byte, headerSize, est)
 	buf = append(buf, byte(ix.fidelity))
 
-	buf = binary.AppendUvarint(buf, uint64(len(ix.strings)))
-	for _, s := range ix.strings {
-		buf = binary.AppendUvarint(buf, uint64(len(s)))
-	}
-	for _, s := range ix.strings {
-		buf = append(buf, s...)
-	}
+	buf = appendStrings(buf, ix.strings)
 
 	buf = binary.AppendUvarint(buf, uint64(len(ix.nodes)))
 	col := func(f func(n *Node) uint64) {
@@ -245,50 +239,20 @@ func Unmarshal(data []byte) (*Index, error) {
 		return nil, fmt.Errorf("%w: checksum %#08x, header says %#08x", ErrCorrupt, sum, binary.LittleEndian.Uint32(data[20:]))
 	}
 	d := &decoder{b: payload}
+	var err error
 	if len(payload) < 1 {
 		return nil, fmt.Errorf("%w: empty payload", ErrCorrupt)
 	}
-	ix := &Index{fidelity: Fidelity(payload[0])}
+	ix := &Index{fidelity: Fidelity(payload[0]), str: &lazyStrings{}}
 	d.off = 1
 	if ix.fidelity > FidelityFullInlines {
 		return nil, fmt.Errorf("%w: unknown fidelity %d", ErrCorrupt, ix.fidelity)
 	}
 
-	ns := d.count("string", 1)
-	if d.err == nil && ns == 0 {
-		d.failf("no strings; string 0 must be the empty string")
+	if ix.strings, err = d.strings(); err != nil {
+		return nil, err
 	}
-	lens := make([]uint64, ns)
-	var blob uint64
-	for i := range lens {
-		lens[i] = d.uvarint()
-		blob += lens[i]
-		if lens[i] > uint64(len(d.b)) || blob > uint64(len(d.b)) {
-			d.failf("string %d of %d bytes exceeds the payload", i, lens[i])
-			break
-		}
-	}
-	if d.err == nil && blob > uint64(len(d.b)-d.off) {
-		d.failf("string bytes %d exceed the %d bytes left", blob, len(d.b)-d.off)
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	if ns > 0 && lens[0] != 0 {
-		return nil, fmt.Errorf("%w: string 0 is not empty", ErrCorrupt)
-	}
-	// One allocation for all string bytes; every string is a slice of it.
-	all := string(d.b[d.off : d.off+int(blob)])
-	d.off += int(blob)
-	ix.strings = make([]string, ns)
-	var p uint64
-	for i, l := range lens {
-		ix.strings[i] = all[p : p+l]
-		p += l
-		if !utf8.ValidString(ix.strings[i]) {
-			return nil, fmt.Errorf("%w: string %d is not valid UTF-8", ErrCorrupt, i)
-		}
-	}
+	ns := len(ix.strings)
 
 	nn := d.count("node", 9)
 	ix.nodes = make([]Node, nn)
@@ -425,4 +389,56 @@ func Unmarshal(data []byte) (*Index, error) {
 	}
 	ix.prepare()
 	return ix, nil
+}
+
+// appendStrings writes a string table: count, count lengths, then the concatenated bytes.
+func appendStrings(buf []byte, strs []string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(strs)))
+	for _, s := range strs {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+	}
+	for _, s := range strs {
+		buf = append(buf, s...)
+	}
+	return buf
+}
+
+// strings reads a string table written by appendStrings, checking that string 0 is empty and
+// every string valid UTF-8. The strings share one allocation.
+func (d *decoder) strings() ([]string, error) {
+	ns := d.count("string", 1)
+	if d.err == nil && ns == 0 {
+		d.failf("no strings; string 0 must be the empty string")
+	}
+	lens := make([]uint64, ns)
+	var blob uint64
+	for i := range lens {
+		lens[i] = d.uvarint()
+		blob += lens[i]
+		if lens[i] > uint64(len(d.b)) || blob > uint64(len(d.b)) {
+			d.failf("string %d of %d bytes exceeds the payload", i, lens[i])
+			break
+		}
+	}
+	if d.err == nil && blob > uint64(len(d.b)-d.off) {
+		d.failf("string bytes %d exceed the %d bytes left", blob, len(d.b)-d.off)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if ns > 0 && lens[0] != 0 {
+		return nil, fmt.Errorf("%w: string 0 is not empty", ErrCorrupt)
+	}
+	all := string(d.b[d.off : d.off+int(blob)])
+	d.off += int(blob)
+	strs := make([]string, ns)
+	var p uint64
+	for i, l := range lens {
+		strs[i] = all[p : p+l]
+		p += l
+		if !utf8.ValidString(strs[i]) {
+			return nil, fmt.Errorf("%w: string %d is not valid UTF-8", ErrCorrupt, i)
+		}
+	}
+	return strs, nil
 }

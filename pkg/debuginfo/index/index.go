@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -224,6 +225,14 @@ type Index struct {
 
 	// hint narrows all three searches at once; derived from the tables, never serialized.
 	hint searchHint
+
+	// str is the string table, made on first use (see Strings).
+	str *lazyStrings
+}
+
+type lazyStrings struct {
+	once  sync.Once
+	table *StringTable
 }
 
 // ivRow is one interval [startAddr, endAddr) owned by node.
@@ -382,7 +391,7 @@ func (b *Builder) Build() (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity}
+	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity, str: &lazyStrings{}}
 	ix.iv = flatten(b.ranges, depth)
 	ix.on = outerNames(b.outer)
 
@@ -636,8 +645,34 @@ func (ix *Index) Lookup(addr uint64) []Frame {
 	return ix.AppendLookup(nil, addr)
 }
 
+// FrameRef is a Frame whose strings are IDs into the index's StringTable. IDs are equal
+// exactly when the strings are: an index holds each distinct string once.
+type FrameRef struct {
+	Function, LinkageName, File, StartFile uint32
+	Line, Column, StartLine                uint32
+	StartAddress                           uint64
+}
+
+// Frame returns r with its strings.
+func (ix *Index) Frame(r FrameRef) Frame {
+	return Frame{
+		Function: ix.strings[r.Function], LinkageName: ix.strings[r.LinkageName], File: ix.strings[r.File],
+		Line: r.Line, Column: r.Column, StartLine: r.StartLine,
+		StartFile: ix.strings[r.StartFile], StartAddress: r.StartAddress,
+	}
+}
+
 // AppendLookup is Lookup appending to dst, to spare allocations in batch loops.
 func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
+	var buf [16]FrameRef
+	for _, r := range ix.AppendLookupRefs(buf[:0], addr) {
+		dst = append(dst, ix.Frame(r))
+	}
+	return dst
+}
+
+// AppendLookupRefs is AppendLookup with string IDs instead of strings.
+func (ix *Index) AppendLookupRefs(dst []FrameRef, addr uint64) []FrameRef {
 	lnLo, lnHi, ivLo, ivHi := 0, len(ix.ln), 0, len(ix.iv)
 	if h := &ix.hint; h.first != nil {
 		b, below, above := h.bucket(addr)
@@ -657,10 +692,10 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 	i := ivUpper(ix.iv, ivLo, ivHi, addr) - 1
 	inFunc := i >= 0 && addr < ix.iv[i].end()
 	var node *Node
-	var fn string
+	var fn uint32
 	if inFunc {
 		r := &ix.iv[i]
-		node, fn = &ix.nodes[r.node], ix.strings[r.name]
+		node, fn = &ix.nodes[r.node], r.name
 	}
 	j := lnUpper(ix.ln, lnLo, lnHi, addr) - 1
 	var file, line, col uint32
@@ -674,18 +709,18 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 		if !hasLine {
 			return dst
 		}
-		return append(dst, Frame{File: ix.strings[file], Line: line, Column: col})
+		return append(dst, FrameRef{File: file, Line: line, Column: col})
 	}
 	for {
-		f := Frame{
+		f := FrameRef{
 			Function:     fn,
-			LinkageName:  ix.strings[node.LinkageName],
+			LinkageName:  node.LinkageName,
 			StartLine:    node.StartLine,
-			StartFile:    ix.strings[node.DeclFile],
+			StartFile:    node.DeclFile,
 			StartAddress: node.StartAddress,
 		}
 		if hasLine {
-			f.File, f.Line, f.Column = ix.strings[file], line, col
+			f.File, f.Line, f.Column = file, line, col
 		}
 		if node.Parent == NoParent {
 			ix.nameOutermost(&f, addr)
@@ -694,12 +729,12 @@ func (ix *Index) AppendLookup(dst []Frame, addr uint64) []Frame {
 		dst = append(dst, f)
 		file, line, col, hasLine = node.CallFile, node.CallLine, node.CallColumn, node.CallFile != 0 || node.CallLine != 0
 		node = &ix.nodes[node.Parent]
-		fn = ix.strings[node.Name]
+		fn = node.Name
 	}
 }
 
 // nameOutermost applies the outer name covering addr, if any, to the outermost frame.
-func (ix *Index) nameOutermost(f *Frame, addr uint64) {
+func (ix *Index) nameOutermost(f *FrameRef, addr uint64) {
 	if len(ix.on) == 0 {
 		return
 	}
@@ -722,7 +757,7 @@ func (ix *Index) nameOutermost(f *Frame, addr uint64) {
 	}
 	r := &ix.on[j]
 	n := &ix.nodes[r.node]
-	f.Function, f.LinkageName, f.StartAddress = ix.strings[r.name], ix.strings[n.LinkageName], n.StartAddress
+	f.Function, f.LinkageName, f.StartAddress = r.name, n.LinkageName, n.StartAddress
 }
 
 // lnUpper returns the index of the first row in rows[lo:hi] whose address is greater than v,
