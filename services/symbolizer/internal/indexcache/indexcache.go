@@ -13,11 +13,13 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
 
-// Entry is a loaded index with the PT_LOAD segments that normalize addresses for it.
+// Entry is a loaded index with the PT_LOAD segments that normalize addresses for it, or,
+// in a cache of string tables, an index's string table alone (Index nil).
 type Entry struct {
-	Index *index.Index
-	Loads []addrmap.Load
-	Bytes int64
+	Index   *index.Index
+	Strings *index.StringTable
+	Loads   []addrmap.Load
+	Bytes   int64
 }
 
 // Loader produces an entry on a miss (from the stored index or by building it).

@@ -51,6 +51,31 @@ type File struct {
 // IndexObject is where the file's serialized index is stored.
 func (f *File) IndexObject() string { return f.Object + ".index" }
 
+// StringsObject is where the string table of the file's index is stored on its own: a
+// replica reads results cached as string IDs with it, without loading the whole index.
+func (f *File) StringsObject() string { return f.Object + ".strings" }
+
+// StoreIndex stores ix, built from f, and its string table. A failure is logged, not
+// returned: the index can always be built again from the file.
+func (m *Meta) StoreIndex(ctx context.Context, f *File, ix *index.Index) {
+	blob, err := ix.MarshalBinary()
+	if err == nil {
+		err = m.s.Put(ctx, f.IndexObject(), bytes.NewReader(blob), int64(len(blob)))
+	}
+	if err != nil {
+		m.opt.Logger.Warn("store index", "object", f.IndexObject(), "err", err)
+	}
+	m.StoreStrings(ctx, f, ix)
+}
+
+// StoreStrings stores the string table of ix, built from f; a failure is logged.
+func (m *Meta) StoreStrings(ctx context.Context, f *File, ix *index.Index) {
+	blob := ix.MarshalStrings()
+	if err := m.s.Put(ctx, f.StringsObject(), bytes.NewReader(blob), int64(len(blob))); err != nil {
+		m.opt.Logger.Warn("store string table", "object", f.StringsObject(), "err", err)
+	}
+}
+
 // Upload is a reserved, unfinished upload.
 type Upload struct {
 	ID        string                    `json:"id"`
@@ -456,11 +481,7 @@ func (m *Meta) Finish(ctx context.Context, id ID, uploadID string) (*Record, err
 		return nil, err
 	}
 	if ins.Index != nil {
-		if blob, err := ins.Index.MarshalBinary(); err == nil {
-			if err := m.s.Put(ctx, file.IndexObject(), bytes.NewReader(blob), int64(len(blob))); err != nil {
-				m.opt.Logger.Warn("store index", "object", file.IndexObject(), "err", err)
-			}
-		}
+		m.StoreIndex(ctx, file, ins.Index)
 	}
 	old := r.Current
 	r.Current, r.Pending = file, nil
@@ -494,7 +515,7 @@ func (m *Meta) deletePending(ctx context.Context, p *Upload) {
 }
 
 func (m *Meta) deleteFile(ctx context.Context, f *File) {
-	for _, k := range []string{f.Object, f.IndexObject()} {
+	for _, k := range []string{f.Object, f.IndexObject(), f.StringsObject()} {
 		if err := m.s.Delete(ctx, k); err != nil {
 			m.opt.Logger.Warn("delete replaced file", "object", k, "err", err)
 		}

@@ -9,7 +9,7 @@
 //
 // Results are grouped in hashes of 1 MiB of address space each:
 //
-//	key:   psym:v2:<BuildID>@<Tag>:<Addr>>20 in lower-case hex>
+//	key:   psym:v3:<BuildID>@<Tag>:<Addr>>20 in lower-case hex>
 //	field: <Addr in lower-case hex>
 //	value: "=" + the cached value
 //
@@ -45,7 +45,8 @@ import (
 )
 
 const (
-	keyPrefix = "psym:v2:"
+	// keyPrefix changes with the format of the values the symbolizer keeps (v3: string IDs).
+	keyPrefix = "psym:v3:"
 	// bucketShift sizes a bucket: 1 MiB of address space. Measured on a 500,000-entry
 	// Redis, 10,000 random addresses cost Redis 9.9 ms with >>20 buckets against 13.5 ms with
 	// >>16 ones; larger buckets would make single hashes of hot binaries very large.
@@ -54,9 +55,10 @@ const (
 	valuePrefix = '='
 )
 
-// Key names one cached result. BuildID is the ID the file was found under and Tag a short
-// prefix of the file's SHA-256, so a better file uploaded later under the same build ID
-// does not inherit the old file's results.
+// Key names one cached result. BuildID is the ID the file was found under and Tag names
+// everything else the value depends on: the symbolizer puts a prefix of the file's SHA-256
+// there, so a better file uploaded later under the same build ID does not inherit the old
+// file's results, and the tag of the string table its values refer to.
 type Key struct {
 	BuildID string
 	Tag     string

@@ -83,7 +83,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	if out[0] != val("main") || !found[0] || !found[1] || out[1] != "" || found[2] {
 		t.Fatalf("get = %q %v", out, found)
 	}
-	if got := client.HGet(ctx, "psym:v2:abcd@t1:0", "20").Val(); got != "=" {
+	if got := client.HGet(ctx, "psym:v3:abcd@t1:0", "20").Val(); got != "=" {
 		t.Fatalf("negative entry stored as %q, want %q", got, "=")
 	}
 
@@ -146,10 +146,10 @@ func TestBucketLayout(t *testing.T) {
 	}
 	c.Put(ctx, keys, []string{"a", "", "c", "d", "e"})
 	want := map[string]map[string]string{
-		"psym:v2:abcd@t1:7f00000":     {"7f0000001234": "=a", "7f00000fffff": "="},
-		"psym:v2:abcd@t1:7f00001":     {"7f0000100000": "=c"},
-		"psym:v2:abcd@t1:0":           {"0": "=d"},
-		"psym:v2:abcd@t1:fffffffffff": {"ffffffffffffffff": "=e"},
+		"psym:v3:abcd@t1:7f00000":     {"7f0000001234": "=a", "7f00000fffff": "="},
+		"psym:v3:abcd@t1:7f00001":     {"7f0000100000": "=c"},
+		"psym:v3:abcd@t1:0":           {"0": "=d"},
+		"psym:v3:abcd@t1:fffffffffff": {"ffffffffffffffff": "=e"},
 	}
 	got, err := client.Keys(ctx, "psym:*").Result()
 	if err != nil {
@@ -187,9 +187,9 @@ func TestBucketLayout(t *testing.T) {
 	}
 
 	// A later write to a bucket sets its TTL again.
-	client.Expire(ctx, "psym:v2:abcd@t1:0", time.Minute)
+	client.Expire(ctx, "psym:v3:abcd@t1:0", time.Minute)
 	c.Put(ctx, []Key{{"abcd", "t1", 5}}, []string{"f"})
-	if ttl := client.TTL(ctx, "psym:v2:abcd@t1:0").Val(); ttl <= time.Minute {
+	if ttl := client.TTL(ctx, "psym:v3:abcd@t1:0").Val(); ttl <= time.Minute {
 		t.Errorf("TTL after a new write = %v, want it reset to about 1h", ttl)
 	}
 }
@@ -271,7 +271,7 @@ func TestGoBuildID(t *testing.T) {
 	id := "Vt9dgwVp0yd1oCTpZpVU/Z3WfQk8ckW0lXZ5Sm6Sa/oz4L1cxNVLZzNs8iGgBt/uAhnR0sYJbdOB8rW7cXo"
 	k := Key{id, "0123abcd", 0x4a5b6c}
 	c.Put(ctx, []Key{k}, []string{val("go")})
-	if got := client.HGet(ctx, "psym:v2:"+id+"@0123abcd:4", "4a5b6c").Val(); got != "="+val("go") {
+	if got := client.HGet(ctx, "psym:v3:"+id+"@0123abcd:4", "4a5b6c").Val(); got != "="+val("go") {
 		t.Fatalf("stored %q", got)
 	}
 	if out, found := get(t, New(Options{Redis: client}), []Key{k}); !found[0] || out[0] != val("go") {

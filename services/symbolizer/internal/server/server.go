@@ -68,6 +68,7 @@ type Config struct {
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
+	StringsBytes    int64         `name:"strings-cache-bytes" default:"268435456" env:"SYMBOLIZER_STRINGS_CACHE_BYTES" help:"Memory for the string tables of indexes not in memory, with which results cached in Redis are read (about 6% of an index each)."`
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
 	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
 	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
@@ -226,6 +227,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	}
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
 		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
+		StringsCacheBytes: c.StringsBytes,
 	})
 	up := uploadapi.New(s.Meta, s.Metrics, log)
 	up.PublicURL = c.PublicURL

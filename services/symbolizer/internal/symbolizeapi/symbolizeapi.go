@@ -48,7 +48,10 @@ type Options struct {
 	// ResolveTTL bounds how long an ID's record is reused without re-reading the store
 	// (uploads on other replicas become visible after at most this long).
 	ResolveTTL time.Duration
-	Logger     *slog.Logger
+	// StringsCacheBytes bounds the memory of the string tables kept to read cached results
+	// of files whose index is not in memory; 0 means 256 MiB.
+	StringsCacheBytes int64
+	Logger            *slog.Logger
 }
 
 // Service is the SymbolizerService handler.
@@ -56,6 +59,7 @@ type Service struct {
 	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
 	meta    *meta.Meta
 	indexes *indexcache.Cache
+	strs    *indexcache.Cache // string tables of files whose index is not in memory
 	results *resultcache.Cache
 	fetch   Fetcher
 	m       *metrics.Metrics
@@ -84,7 +88,10 @@ func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetch
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Service{meta: md, indexes: ix, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
+	if opt.StringsCacheBytes == 0 {
+		opt.StringsCacheBytes = 256 << 20
+	}
+	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
@@ -220,54 +227,134 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		if !seen {
 			j = len(keys)
 			uniq[vaddrs[i]] = j
-			keys = append(keys, resultcache.Key{BuildID: id.ID, Tag: f.SHA256[:16], Addr: vaddrs[i]})
+			keys = append(keys, resultcache.Key{BuildID: id.ID, Addr: vaddrs[i]})
 		}
 		slot[i] = j
 	}
-	t := newTable(len(keys))
-	defer t.release()
 	caching := s.results.Enabled()
-	if e := s.indexes.Get(f.SHA256); e != nil {
+	e := s.indexes.Get(f.SHA256)
+	if e != nil {
+		s.countIndex(true)
+	} else if !caching {
+		var err error
+		if e, err = s.entry(ctx, rec); err != nil {
+			return unavailable(ctx, mod, err)
+		}
+	}
+	// Cached results are string IDs of the file's index: the key names the string table
+	// with the file's content, so no replica reads IDs of one table against another.
+	var strs *index.StringTable
+	if e != nil {
+		strs = e.Index.Strings()
+	} else {
+		var err error
+		if strs, err = s.stringTable(ctx, rec); err != nil {
+			return unavailable(ctx, mod, err)
+		}
+	}
+	tag := f.SHA256[:16] + "." + strs.Tag()
+	for j := range keys {
+		keys[j].Tag = tag
+	}
+	t := newTable(strs, len(keys))
+	defer func() { t.release() }()
+	if e != nil {
 		// A resident index answers faster than a round trip to Redis: skip the result
 		// caches, and fill Redis (in the background) for replicas that lack the index.
-		s.countIndex(true)
 		vals := t.lookup(e.Index, keys, nil, caching)
 		if caching {
 			s.results.PutAsync(keys, vals)
 		}
-	} else {
-		var missIdx []int
-		if caching {
-			missIdx = s.cached(ctx, t, keys)
-		} else {
-			missIdx = make([]int, len(keys))
-			for j := range missIdx {
-				missIdx[j] = j
+		t.emit(res, ok, slot)
+		return res
+	}
+	missIdx := s.cached(ctx, t, keys)
+	if len(missIdx) > 0 {
+		e, err := s.entry(ctx, rec)
+		if err != nil {
+			return unavailable(ctx, mod, err)
+		}
+		if e.Index.Strings().Tag() != strs.Tag() {
+			// The stored string table is not this index's (written by another version of
+			// the index builder): answer from the index alone, under its own table, and
+			// store that table for the next reads.
+			s.opt.Logger.Warn("stored string table differs from the index's; replacing it", "object", f.StringsObject())
+			s.meta.StoreStrings(ctx, f, e.Index)
+			s.strs.Remove(f.SHA256)
+			t.release()
+			strs = e.Index.Strings()
+			tag = f.SHA256[:16] + "." + strs.Tag()
+			for j := range keys {
+				keys[j].Tag = tag
+			}
+			t = newTable(strs, len(keys))
+			missIdx = nil // every key
+		}
+		vals := t.lookup(e.Index, keys, missIdx, true)
+		missKeys := keys
+		if missIdx != nil {
+			missKeys = make([]resultcache.Key, len(missIdx))
+			for n, j := range missIdx {
+				missKeys[n] = keys[j]
 			}
 		}
-		if len(missIdx) > 0 {
-			e, err := s.entry(ctx, rec)
-			if err != nil {
-				if errors.Is(err, errInvalid) {
-					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
-				}
-				if ctx.Err() != nil {
-					return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
-				}
-				return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
-			}
-			vals := t.lookup(e.Index, keys, missIdx, caching)
-			if caching {
-				missKeys := make([]resultcache.Key, len(missIdx))
-				for n, j := range missIdx {
-					missKeys[n] = keys[j]
-				}
-				s.results.PutAsync(missKeys, vals)
-			}
-		}
+		s.results.PutAsync(missKeys, vals)
 	}
 	t.emit(res, ok, slot)
 	return res
+}
+
+// unavailable is the answer for a module whose index (or string table) could not be had.
+func unavailable(ctx context.Context, mod *symbolizerv1.Module, err error) *symbolizerv1.ModuleResult {
+	if errors.Is(err, errInvalid) {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
+	}
+	if ctx.Err() != nil {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
+	}
+	return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
+}
+
+// stringTable returns the string table of the file's index for reading cached results: a
+// small object of its own in the store (6% of the index), so that a replica without the index
+// in memory need not load the index to read Redis. Without that object (a store written
+// before it existed, or a corrupt one), the index is loaded, and its table stored.
+func (s *Service) stringTable(ctx context.Context, rec *meta.Record) (*index.StringTable, error) {
+	f := rec.Current
+	e, _, err := s.strs.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
+		st, err := s.loadStrings(ctx, f)
+		if err == nil {
+			return &indexcache.Entry{Strings: st, Bytes: st.Bytes()}, nil
+		}
+		if !errors.Is(err, store.ErrNotExist) {
+			s.opt.Logger.Warn("stored string table unusable; taking the index's", "object", f.StringsObject(), "err", err)
+		}
+		ie, err := s.entry(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		s.meta.StoreStrings(ctx, f, ie.Index)
+		st = ie.Index.Strings()
+		return &indexcache.Entry{Strings: st, Bytes: st.Bytes()}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.Strings, nil
+}
+
+func (s *Service) loadStrings(ctx context.Context, f *meta.File) (*index.StringTable, error) {
+	rc, size, err := s.meta.Store().Open(ctx, f.StringsObject())
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	buf.Grow(int(min(size, 1<<30)))
+	if _, err := io.Copy(&buf, io.LimitReader(rc, size)); err != nil {
+		return nil, fmt.Errorf("read string table %s: %w", f.StringsObject(), err)
+	}
+	return index.UnmarshalStrings(buf.Bytes())
 }
 
 // fetchChunk is how many addresses one result cache read asks for. Reads of a large batch go
@@ -499,10 +586,6 @@ func (s *Service) build(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 		s.m.IndexBuilds.WithLabelValues("ok").Inc()
 	}
 	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
-	if blob, err := ix.MarshalBinary(); err == nil {
-		if err := s.meta.Store().Put(ctx, f.IndexObject(), bytes.NewReader(blob), int64(len(blob))); err != nil {
-			s.opt.Logger.Warn("store index", "object", f.IndexObject(), "err", err)
-		}
-	}
+	s.meta.StoreIndex(ctx, f, ix)
 	return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
 }

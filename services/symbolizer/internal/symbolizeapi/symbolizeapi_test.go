@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
@@ -189,23 +191,27 @@ func TestRedisAnswersLikeTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A replica without the index, and a store without the file or its index: anything not
-	// answered by Redis would come back UNAVAILABLE.
+	// A replica without the index, and a store without the file or its index, only their
+	// string table: anything not answered by Redis would come back UNAVAILABLE.
 	objs, err := svc.meta.Store().List(context.Background(), "records/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed := 0
+	removed, kept := 0, 0
 	for _, k := range objs {
-		if !strings.HasSuffix(k, "/record.json") {
+		switch {
+		case strings.HasSuffix(k, "/record.json"):
+		case strings.HasSuffix(k, ".strings"):
+			kept++
+		default:
 			if err := svc.meta.Store().Delete(context.Background(), k); err != nil {
 				t.Fatal(err)
 			}
 			removed++
 		}
 	}
-	if removed == 0 {
-		t.Fatalf("no file or index among %q", objs)
+	if removed != 2 || kept != 1 {
+		t.Fatalf("removed %d objects (want the file and its index) and kept %d string tables of %q", removed, kept, objs)
 	}
 	replica := New(svc.meta, indexcache.New(1<<30), rc, nil, nil, Options{})
 	second, err := replica.Symbolize(context.Background(), req)
@@ -241,4 +247,112 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestStringTableRepaired: a store without the string table object (written before it
+// existed), or with one that is not the index's, still gives right answers from a replica
+// without the index, which stores the index's table for the next.
+func TestStringTableRepaired(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	client, err := resultcache.NewRedisClient(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	rc := resultcache.New(resultcache.Options{Redis: client})
+	defer rc.Close()
+	svc, gnu, lo, hi := setup(t, rc)
+	req := batch(gnu, lo, hi, 300)
+	first, err := svc.Symbolize(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Flush(context.Background())
+	want, err := frametable.Decode(first.Msg.Modules[0], 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := svc.meta.Store()
+	objs, err := st.List(ctx, "records/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, k := range objs {
+		if strings.HasSuffix(k, ".strings") {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatalf("no string table stored among %q", objs)
+	}
+	good := readObject(t, st, key)
+
+	b := index.NewBuilder()
+	b.String("a string table of another index")
+	other, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := other.MarshalStrings()
+	for _, tc := range []struct {
+		name  string
+		setup func()
+	}{
+		{"missing", func() {
+			if err := st.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"another index's", func() {
+			if err := st.Put(ctx, key, bytes.NewReader(foreign), int64(len(foreign))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"corrupt", func() {
+			if err := st.Put(ctx, key, strings.NewReader("not a string table"), 18); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup()
+			replica := New(svc.meta, indexcache.New(1<<30), rc, nil, nil, Options{})
+			resp, err := replica.Symbolize(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := resp.Msg.Modules[0]
+			if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+				t.Fatalf("%v %s", m.Status, m.Message)
+			}
+			got, err := frametable.Decode(m, 300)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("address %d: %+v, want %+v", i, got[i], want[i])
+				}
+			}
+			if !bytes.Equal(readObject(t, st, key), good) {
+				t.Fatal("the index's string table was not stored again")
+			}
+		})
+	}
+}
+
+func readObject(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	rc, _, err := st.Open(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

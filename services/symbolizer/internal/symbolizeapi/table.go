@@ -1,13 +1,11 @@
 package symbolizeapi
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
-	"unicode/utf8"
-	"unsafe"
-
-	"google.golang.org/protobuf/encoding/protowire"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -15,59 +13,66 @@ import (
 )
 
 // table assembles one ModuleResult: the frames of each distinct address (a "key") as rows
-// of interned string indices, then the rows of every requested address in request order.
+// of string indices into the answer, then the rows of every requested address in request
+// order.
 //
-// Result cache values are the frames of one address in the protobuf wire format of
+// Result cache values hold the frames of one address as string IDs of the file's index
+// (index.FrameRef), six uvarints per frame, innermost first:
 //
-//	message Location { repeated Frame frames = 1; }
-//	message Frame { string function_name = 1; string linkage_name = 2; string file = 3;
-//	                uint32 line = 4; uint32 column = 5; uint32 start_line = 6; }
+//	function, linkage name (0 when it equals the function), file, line, column, start line
 //
-// (linkage_name left out when it equals function_name): self-contained, so any replica can
-// read any other's entries, and cheap to walk without decoding into messages.
+// IDs rather than names: a value is 20 bytes instead of 170, which is what Redis's time per
+// lookup and memory follow, and reading one costs no hashing of names. The IDs mean something
+// only with the string table they come from, which the cache key names (see module), so a
+// replica reads them with the file's string table alone, without the index.
 type table struct {
-	ids     map[string]uint32
-	strings []string
-	// byRef finds an index's string again by where it lives: an index holds each distinct
-	// string once, so the same name comes back with the same data pointer, and hashing the
-	// pointer spares reading (and hashing) the bytes of a name far away in a large index.
-	// Keyed by the data pointer alone (the cheapest map key); the length is checked on a hit.
-	byRef map[uintptr]strRef
-	// cached is set once a cached value added strings: index strings must then be matched
-	// by content too, or a name could appear twice.
-	cached bool
+	st      *index.StringTable
+	strings []string // the answer's strings; strings[0] is ""
+
+	// slot maps a string ID to its index in strings plus one, valid where mark holds gen:
+	// marking instead of clearing lets a pooled table serve the next answer without touching
+	// arrays as long as the file's string table.
+	slot, mark []uint32
+	gen        uint32
 
 	// Rows of the keys' frames, column by column, in the order keys were added.
 	fn, link, file, line, col, start []uint32
 	keyRow, keyLen                   []uint32
 
-	frames []index.Frame // lookup scratch
+	refs []index.FrameRef // lookup scratch
 }
 
-type strRef struct {
-	id, len uint32
-}
+// Tables are pooled: a 10,000-address answer needs columns of a few MB, and allocating them
+// per request made the garbage collector a large share of a request's cost. The string slice
+// is not pooled: the response keeps it.
+var tablePool = sync.Pool{New: func() any { return &table{} }}
 
-// Tables are pooled: a 10,000-address answer needs maps and columns of a few MB, and
-// allocating them per request made the garbage collector a large share of a request's cost.
-// The string slice is not pooled: the response keeps it.
-var tablePool = sync.Pool{New: func() any {
-	return &table{ids: map[string]uint32{}, byRef: map[uintptr]strRef{}}
-}}
+// maxPooledKeys and maxPooledStrings bound what a pooled table keeps, so that one huge
+// request or string table does not pin its arrays for good.
+const (
+	maxPooledKeys    = 1 << 17
+	maxPooledStrings = 1 << 22
+)
 
-// maxPooledKeys bounds what a pooled table keeps: maps never shrink, and one huge request
-// must not pin its tables for good.
-const maxPooledKeys = 1 << 17
-
-func newTable(keys int) *table {
+func newTable(st *index.StringTable, keys int) *table {
 	t := tablePool.Get().(*table)
+	t.st = st
 	// Sized for a function and a file per key, so the table rarely grows.
 	t.strings = make([]string, 1, 2*keys+1)
-	t.ids[""] = 0
+	if n := st.Len(); len(t.slot) < n {
+		t.slot, t.mark, t.gen = make([]uint32, n), make([]uint32, n), 0
+	}
+	t.gen++
+	if t.gen == 0 { // wrapped: old marks could look current
+		clear(t.mark)
+		t.gen = 1
+	}
+	t.mark[0], t.slot[0] = t.gen, 1 // "" is strings[0]
 	if cap(t.keyRow) < keys {
 		t.keyRow, t.keyLen = make([]uint32, keys), make([]uint32, keys)
 	}
 	t.keyRow, t.keyLen = t.keyRow[:keys], t.keyLen[:keys]
+	clear(t.keyLen)
 	for _, c := range []*[]uint32{&t.fn, &t.link, &t.file, &t.line, &t.col, &t.start} {
 		if cap(*c) < keys+keys/2 {
 			*c = make([]uint32, 0, keys+keys/2)
@@ -79,53 +84,22 @@ func newTable(keys int) *table {
 
 // release returns t to the pool; t must not be used after.
 func (t *table) release() {
-	if len(t.keyRow) > maxPooledKeys || len(t.ids) > 2*maxPooledKeys || len(t.byRef) > 2*maxPooledKeys {
+	if len(t.keyRow) > maxPooledKeys || len(t.slot) > maxPooledStrings {
 		return
 	}
-	// Cleared so that no request's strings stay reachable from the pool.
-	clear(t.ids)
-	clear(t.byRef)
-	clear(t.keyRow)
-	clear(t.keyLen)
-	t.strings, t.cached, t.frames = nil, false, t.frames[:0]
-	clear(t.frames[:cap(t.frames)])
+	t.st, t.strings, t.refs = nil, nil, t.refs[:0]
 	tablePool.Put(t)
 }
 
-// intern returns the index of s, adding it when new. Strings from an index are valid UTF-8
-// (package index guarantees it; protobuf strings must be); any other string is checked, and
-// ok is false when it is not.
-func (t *table) intern(s string, fromIndex bool) (uint32, bool) {
-	if i, ok := t.ids[s]; ok {
-		return i, true
-	}
-	if !fromIndex && !utf8.ValidString(s) {
-		return 0, false
+// intern returns the answer's index of string id, adding the string when new; id must be
+// below t.st.Len().
+func (t *table) intern(id uint32) uint32 {
+	if t.mark[id] == t.gen {
+		return t.slot[id] - 1
 	}
 	i := uint32(len(t.strings))
-	t.strings = append(t.strings, s)
-	t.ids[s] = i
-	return i, true
-}
-
-// internIndex interns a string that an index returned.
-func (t *table) internIndex(s string) uint32 {
-	if s == "" {
-		return 0
-	}
-	// t.strings keeps the bytes reachable, so the pointer stays a valid key.
-	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
-	if r, ok := t.byRef[p]; ok && int(r.len) == len(s) {
-		return r.id
-	}
-	var i uint32
-	if t.cached || len(s) > 1<<32-1 {
-		i, _ = t.intern(s, true)
-	} else {
-		i = uint32(len(t.strings))
-		t.strings = append(t.strings, s)
-	}
-	t.byRef[p] = strRef{i, uint32(len(s))}
+	t.strings = append(t.strings, t.st.String(id))
+	t.mark[id], t.slot[id] = t.gen, i+1
 	return i
 }
 
@@ -151,87 +125,74 @@ func (t *table) addValue(j int, v string) error {
 }
 
 func (t *table) parseValue(v string) error {
-	// A read-only view of the value's bytes: offsets into it become substrings of v, so
-	// names are not copied.
-	b := unsafe.Slice(unsafe.StringData(v), len(v))
-	off := 0
-	for off < len(b) {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 || num != 1 || typ != protowire.BytesType {
-			return fmt.Errorf("%w: unexpected field %d type %d", errMalformed, num, typ)
+	n := uint64(t.st.Len())
+	var f [6]uint32
+	for off, frame := 0, 0; off < len(v); frame++ {
+		for k := range f {
+			// Most numbers fit in one byte; uvarint decodes the rest.
+			if off < len(v) && v[off] < 0x80 {
+				f[k] = uint32(v[off])
+				off++
+				continue
+			}
+			x, m := uvarint(v[off:])
+			if m <= 0 || x > math.MaxUint32 {
+				return fmt.Errorf("%w: frame %d field %d: bad or truncated number", errMalformed, frame, k)
+			}
+			f[k] = uint32(x)
+			off += m
 		}
-		off += n
-		m, n := protowire.ConsumeVarint(b[off:])
-		if n < 0 || m > uint64(len(b)-off-n) {
-			return fmt.Errorf("%w: truncated frame", errMalformed)
+		if uint64(f[0]) >= n || uint64(f[1]) >= n || uint64(f[2]) >= n {
+			return fmt.Errorf("%w: frame %d names a string outside the table of %d", errMalformed, frame, n)
 		}
-		off += n
-		if err := t.parseFrame(v, off, off+int(m)); err != nil {
-			return err
-		}
-		off += int(m)
+		t.appendRow(f[0], f[1], f[2], f[3], f[4], f[5])
 	}
 	return nil
 }
 
-func (t *table) parseFrame(v string, off, end int) error {
-	b := unsafe.Slice(unsafe.StringData(v), len(v))[:end]
-	var str [3]uint32
-	var num [3]uint32
-	hasLink := false
-	for off < end {
-		f, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return fmt.Errorf("%w: bad tag in frame", errMalformed)
+// uvarint is binary.Uvarint on a string, which reading from a byte view of it would need
+// unsafe for.
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		b := s[i]
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				return 0, -(i + 1)
+			}
+			return x | uint64(b)<<shift, i + 1
 		}
-		off += n
-		switch {
-		case f >= 1 && f <= 3 && typ == protowire.BytesType:
-			m, n := protowire.ConsumeVarint(b[off:])
-			if n < 0 || m > uint64(end-off-n) {
-				return fmt.Errorf("%w: frame field %d truncated", errMalformed, f)
-			}
-			off += n
-			id, ok := t.intern(v[off:off+int(m)], false)
-			if !ok {
-				return fmt.Errorf("%w: frame field %d is not UTF-8", errMalformed, f)
-			}
-			t.cached = true
-			str[f-1] = id
-			hasLink = hasLink || f == 2
-			off += int(m)
-		case f >= 4 && f <= 6 && typ == protowire.VarintType:
-			x, n := protowire.ConsumeVarint(b[off:])
-			if n < 0 || x > 1<<32-1 {
-				return fmt.Errorf("%w: frame field %d is not a uint32", errMalformed, f)
-			}
-			num[f-4] = uint32(x)
-			off += n
-		default:
-			return fmt.Errorf("%w: unexpected frame field %d type %d", errMalformed, f, typ)
-		}
+		x |= uint64(b&0x7f) << shift
+		shift += 7
 	}
-	if !hasLink || str[1] == str[0] {
-		str[1] = 0
-	}
-	t.fn = append(t.fn, str[0])
-	t.link = append(t.link, str[1])
-	t.file = append(t.file, str[2])
-	t.line = append(t.line, num[0])
-	t.col = append(t.col, num[1])
-	t.start = append(t.start, num[2])
-	return nil
+	return 0, 0
 }
 
-// lookup resolves keys[j] for every j in idx (every key when idx is nil) in ix and adds
-// their frames; cached values, if any, must have been added before. With encode it also returns each one's result cache value, in idx order.
+// appendRow adds one frame given as string IDs; a linkage name equal to the function's is
+// left out, as the API asks.
+func (t *table) appendRow(fn, link, file, line, col, start uint32) {
+	if link == fn {
+		link = 0
+	}
+	t.fn = append(t.fn, t.intern(fn))
+	t.link = append(t.link, t.intern(link))
+	t.file = append(t.file, t.intern(file))
+	t.line = append(t.line, line)
+	t.col = append(t.col, col)
+	t.start = append(t.start, start)
+}
+
+// lookup resolves keys[j] for every j in idx (every key when idx is nil) in ix, whose string
+// table must be t's, and adds their frames; cached values, if any, must have been added
+// before. With encode it also returns each one's result cache value, in idx order.
 func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encode bool) []string {
 	n := len(idx)
 	if idx == nil {
 		n = len(keys)
 	}
 	var vals []string
-	var buf, frame []byte
+	var buf []byte
 	if encode {
 		vals = make([]string, n)
 	}
@@ -240,34 +201,20 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 		if idx != nil {
 			j = idx[k]
 		}
-		t.frames = ix.AppendLookup(t.frames[:0], keys[j].Addr)
-		t.keyRow[j], t.keyLen[j] = uint32(t.rows()), uint32(len(t.frames))
+		t.refs = ix.AppendLookupRefs(t.refs[:0], keys[j].Addr)
+		t.keyRow[j], t.keyLen[j] = uint32(t.rows()), uint32(len(t.refs))
 		buf = buf[:0]
-		for _, fr := range t.frames {
-			fn := t.internIndex(fr.Function)
-			link := uint32(0)
-			if fr.LinkageName != fr.Function {
-				link = t.internIndex(fr.LinkageName)
+		for _, r := range t.refs {
+			link := r.LinkageName
+			if link == r.Function {
+				link = 0
 			}
-			file := t.internIndex(fr.File)
-			t.fn = append(t.fn, fn)
-			t.link = append(t.link, link)
-			t.file = append(t.file, file)
-			t.line = append(t.line, fr.Line)
-			t.col = append(t.col, fr.Column)
-			t.start = append(t.start, fr.StartLine)
-			if !encode {
-				continue
+			t.appendRow(r.Function, link, r.File, r.Line, r.Column, r.StartLine)
+			if encode {
+				for _, x := range [6]uint32{r.Function, link, r.File, r.Line, r.Column, r.StartLine} {
+					buf = binary.AppendUvarint(buf, uint64(x))
+				}
 			}
-			frame = frame[:0]
-			frame = appendString(frame, 1, t.strings[fn])
-			frame = appendString(frame, 2, t.strings[link])
-			frame = appendString(frame, 3, t.strings[file])
-			frame = appendUint(frame, 4, fr.Line)
-			frame = appendUint(frame, 5, fr.Column)
-			frame = appendUint(frame, 6, fr.StartLine)
-			buf = protowire.AppendTag(buf, 1, protowire.BytesType)
-			buf = protowire.AppendBytes(buf, frame)
 		}
 		if encode {
 			vals[k] = string(buf)
@@ -313,21 +260,4 @@ func (t *table) emit(res *symbolizerv1.ModuleResult, ok []bool, slot []int) {
 	if total > 0 {
 		res.Strings = t.strings
 	}
-}
-
-// appendString and appendUint write a proto3 field, leaving out zero values as protobuf does.
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
-}
-
-func appendUint(b []byte, num protowire.Number, v uint32) []byte {
-	if v == 0 {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(v))
 }

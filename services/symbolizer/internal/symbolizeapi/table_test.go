@@ -2,11 +2,13 @@ package symbolizeapi
 
 import (
 	"debug/elf"
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -49,17 +51,18 @@ func testIndex(t *testing.T) (*index.Index, []resultcache.Key) {
 // gives another replica, reading it back, exactly the frames the index gives.
 func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 	ix, keys := testIndex(t)
-	direct := newTable(len(keys))
+	st := ix.Strings()
+	direct := newTable(st, len(keys))
 	vals := direct.lookup(ix, keys, nil, true)
 
-	cached := newTable(len(keys))
+	cached := newTable(st, len(keys))
 	for j, v := range vals {
 		if err := cached.addValue(j, v); err != nil {
 			t.Fatalf("value %d: %v", j, err)
 		}
 	}
 	// A replica with half the answers cached looks up the other half.
-	mixed := newTable(len(keys))
+	mixed := newTable(st, len(keys))
 	var odd []int
 	for j, v := range vals {
 		if j%2 == 0 {
@@ -134,39 +137,46 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 	}
 }
 
-func frameBytes(fields ...[]byte) string {
-	var frame []byte
-	for _, f := range fields {
-		frame = append(frame, f...)
+// frameIDs is a cached value of frames given as six numbers each.
+func frameIDs(frames ...[6]uint64) string {
+	var b []byte
+	for _, f := range frames {
+		for _, x := range f {
+			b = binary.AppendUvarint(b, x)
+		}
 	}
-	b := protowire.AppendTag(nil, 1, protowire.BytesType)
-	return string(protowire.AppendBytes(b, frame))
+	return string(b)
 }
 
-func strField(n protowire.Number, s string) []byte {
-	return protowire.AppendString(protowire.AppendTag(nil, n, protowire.BytesType), s)
-}
-
-func uintField(n protowire.Number, v uint64) []byte {
-	return protowire.AppendVarint(protowire.AppendTag(nil, n, protowire.VarintType), v)
+// smallTable is a string table of n strings: "", s1, s2, ...
+func smallTable(t testing.TB, n int) *index.StringTable {
+	b := index.NewBuilder()
+	for i := 1; i < n; i++ {
+		b.String(fmt.Sprintf("s%d", i))
+	}
+	ix, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix.Strings()
 }
 
 func TestAddValueRejectsWhatThisServerDoesNotWrite(t *testing.T) {
-	good := frameBytes(strField(1, "main"), strField(3, "a.c"), uintField(4, 7))
+	st := smallTable(t, 10)
+	good := frameIDs([6]uint64{1, 0, 2, 7, 0, 3})
 	for _, tc := range []struct {
 		name, v, want string
 	}{
-		{"unknown top-level field", string(strField(2, "x")), "unexpected field 2"},
-		{"truncated frame", good[:len(good)-2], "truncated frame"},
-		{"string not UTF-8", frameBytes(strField(1, "ma\xffin")), "not UTF-8"},
-		{"line over 32 bits", frameBytes(uintField(4, 1<<33)), "not a uint32"},
-		{"string field as varint", frameBytes(uintField(1, 3)), "unexpected frame field 1 type 0"},
-		{"unknown frame field", frameBytes(strField(9, "x")), "unexpected frame field 9"},
-		{"bad tag", "\x0a\x01\x80", "bad tag"},
-		{"second frame bad", good + frameBytes(uintField(5, 1<<40)), "not a uint32"},
+		{"truncated frame", good[:len(good)-2], "frame 0 field 4: bad or truncated number"},
+		{"string outside the table", frameIDs([6]uint64{10, 0, 2, 7, 0, 3}), "frame 0 names a string outside the table of 10"},
+		{"file outside the table", frameIDs([6]uint64{1, 0, 1 << 20, 7, 0, 3}), "outside the table"},
+		{"line over 32 bits", frameIDs([6]uint64{1, 0, 2, 1 << 33, 0, 3}), "frame 0 field 3: bad or truncated number"},
+		{"overlong varint", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", "bad or truncated number"},
+		{"second frame bad", good + frameIDs([6]uint64{1, 0, 2, 7, 1 << 40, 3}), "frame 1 field 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tb := newTable(2)
+			tb := newTable(st, 2)
+			defer tb.release()
 			if err := tb.addValue(0, good); err != nil {
 				t.Fatal(err)
 			}
@@ -182,26 +192,33 @@ func TestAddValueRejectsWhatThisServerDoesNotWrite(t *testing.T) {
 	}
 }
 
-func TestInternChecksCachedStrings(t *testing.T) {
-	tb := newTable(1)
-	if _, ok := tb.intern("x\xfe", false); ok {
-		t.Fatal("a cached invalid string was accepted")
-	}
-	i, ok := tb.intern("x", false)
-	if j, _ := tb.intern("x", true); !ok || i != j || tb.strings[i] != "x" {
-		t.Fatalf("one string interned as %d and %d", i, j)
-	}
-	if i, _ := tb.intern("", true); i != 0 {
-		t.Fatalf("empty string at %d", i)
+// TestPooledTablesStartClean: a table taken from the pool, after serving another string
+// table, interns from scratch.
+func TestPooledTablesStartClean(t *testing.T) {
+	big, small := smallTable(t, 50), smallTable(t, 5)
+	for round := range 3 {
+		for _, st := range []*index.StringTable{big, small} {
+			tb := newTable(st, 1)
+			if err := tb.addValue(0, frameIDs([6]uint64{4, 3, 2, 1, 0, 0}, [6]uint64{4, 0, 3, 2, 0, 0})); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"", st.String(4), st.String(3), st.String(2)}
+			if !slices.Equal(tb.strings, want) {
+				t.Fatalf("round %d: strings %q, want %q", round, tb.strings, want)
+			}
+			tb.release()
+		}
 	}
 }
 
 func FuzzAddValue(f *testing.F) {
-	f.Add(frameBytes(strField(1, "main"), strField(2, "_Z4mainv"), strField(3, "a.c"), uintField(4, 7), uintField(5, 2), uintField(6, 1)))
-	f.Add(frameBytes(strField(1, "inner")) + frameBytes(strField(1, "outer"), uintField(4, 3)))
+	f.Add(frameIDs([6]uint64{1, 2, 3, 7, 2, 1}))
+	f.Add(frameIDs([6]uint64{1, 0, 0, 0, 0, 0}, [6]uint64{2, 0, 3, 3, 0, 0}))
 	f.Add("")
+	st := smallTable(f, 8)
 	f.Fuzz(func(t *testing.T, v string) {
-		tb := newTable(1)
+		tb := newTable(st, 1)
+		defer tb.release()
 		if err := tb.addValue(0, v); err != nil {
 			if tb.rows() != 0 {
 				t.Fatal("rows kept from a rejected value")
