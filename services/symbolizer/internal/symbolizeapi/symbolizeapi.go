@@ -252,9 +252,11 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 			return unavailable(ctx, mod, err)
 		}
 	}
-	tag := f.SHA256[:16] + "." + strs.Tag()
-	for j := range keys {
-		keys[j].Tag = tag
+	if caching {
+		tag := f.SHA256[:16] + "." + strs.Tag()
+		for j := range keys {
+			keys[j].Tag = tag
+		}
 	}
 	t := newTable(strs, len(keys))
 	defer func() { t.release() }()
@@ -283,7 +285,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 			s.strs.Remove(f.SHA256)
 			t.release()
 			strs = e.Index.Strings()
-			tag = f.SHA256[:16] + "." + strs.Tag()
+			tag := f.SHA256[:16] + "." + strs.Tag()
 			for j := range keys {
 				keys[j].Tag = tag
 			}
