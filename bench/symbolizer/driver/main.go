@@ -358,7 +358,11 @@ func main() {
 		time.Sleep(3 * time.Second)
 	}
 	rc := redisClient(rurl)
-	defer rc.Close()
+	defer func() {
+		if err := rc.Close(); err != nil {
+			log.Printf("close redis client: %v", err)
+		}
+	}()
 	resetRedisStats(ctx, rc)
 	measure(ctx, "cached", srv, c, reqs).print()
 	cachedRedis := redisMillis(ctx, rc)
