@@ -133,21 +133,9 @@ func TestPassThroughExporters(t *testing.T) {
 		"/readyz":  "ready",
 		"/metrics": `profsym_gateway_requests_total{outcome="invalid",transport="grpc"} 1`,
 	} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("%s: read body: %v", path, err)
-		}
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Fatalf("%s: %d %q lacks %q", path, resp.StatusCode, body, want)
+		code, body := getAdmin(t, g, path)
+		if code != 200 || !strings.Contains(string(body), want) {
+			t.Fatalf("%s: %d %q lacks %q", path, code, body, want)
 		}
 		if path == "/metrics" {
 			for _, m := range []string{"profsym_gateway_samples_received_total", "profsym_gateway_samples_exported_total",
@@ -164,22 +152,10 @@ func TestPassThroughExporters(t *testing.T) {
 func TestAdminPprof(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		g := startGateway(t, server.Config{AdminPprof: on, OutputDir: t.TempDir()})
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+"/debug/pprof/goroutine?debug=1", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile")
+		code, body := getAdmin(t, g, "/debug/pprof/goroutine?debug=1")
+		served := code == http.StatusOK && strings.Contains(string(body), "goroutine profile")
 		if served != on {
-			t.Fatalf("--admin-pprof=%v: %d %.80q", on, resp.StatusCode, body)
+			t.Fatalf("--admin-pprof=%v: %d %.80q", on, code, body)
 		}
 	}
 }
@@ -189,4 +165,23 @@ func TestGzipLevelChecked(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--otlp-gzip-level: gzip level 12: want 1 (fastest) to 9 (smallest)") {
 		t.Fatalf("level 12: %v", err)
 	}
+}
+
+// getAdmin GETs path from the gateway's admin address.
+func getAdmin(t *testing.T, g *gateway, path string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: read body: %v", path, err)
+	}
+	return resp.StatusCode, body
 }

@@ -252,11 +252,14 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 			return unavailable(ctx, mod, err)
 		}
 	}
-	if caching {
+	tagKeys := func() {
 		tag := f.SHA256[:16] + "." + strs.Tag()
 		for j := range keys {
 			keys[j].Tag = tag
 		}
+	}
+	if caching {
+		tagKeys()
 	}
 	t := newTable(strs, len(keys))
 	defer func() { t.release() }()
@@ -285,10 +288,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 			s.strs.Remove(f.SHA256)
 			t.release()
 			strs = e.Index.Strings()
-			tag := f.SHA256[:16] + "." + strs.Tag()
-			for j := range keys {
-				keys[j].Tag = tag
-			}
+			tagKeys()
 			t = newTable(strs, len(keys))
 			missIdx = nil // every key
 		}
@@ -346,17 +346,27 @@ func (s *Service) stringTable(ctx context.Context, rec *meta.Record) (*index.Str
 }
 
 func (s *Service) loadStrings(ctx context.Context, f *meta.File) (*index.StringTable, error) {
-	rc, size, err := s.meta.Store().Open(ctx, f.StringsObject())
+	b, _, err := s.readObject(ctx, f.StringsObject())
 	if err != nil {
 		return nil, err
+	}
+	return index.UnmarshalStrings(b)
+}
+
+// readObject reads a whole stored object. opened says whether the object could be opened
+// (an absent one wraps store.ErrNotExist), so an error is known to come from reading it.
+func (s *Service) readObject(ctx context.Context, key string) (data []byte, opened bool, err error) {
+	rc, size, err := s.meta.Store().Open(ctx, key)
+	if err != nil {
+		return nil, false, err
 	}
 	defer rc.Close()
 	var buf bytes.Buffer
 	buf.Grow(int(min(size, 1<<30)))
 	if _, err := io.Copy(&buf, io.LimitReader(rc, size)); err != nil {
-		return nil, fmt.Errorf("read string table %s: %w", f.StringsObject(), err)
+		return nil, true, fmt.Errorf("read %s: %w", key, err)
 	}
-	return index.UnmarshalStrings(buf.Bytes())
+	return buf.Bytes(), true, nil
 }
 
 // fetchChunk is how many addresses one result cache read asks for. Reads of a large batch go
@@ -534,18 +544,14 @@ func (s *Service) entry(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 }
 
 func (s *Service) loadStored(ctx context.Context, f *meta.File) (*index.Index, error) {
-	rc, size, err := s.meta.Store().Open(ctx, f.IndexObject())
+	b, opened, err := s.readObject(ctx, f.IndexObject())
 	if err != nil {
+		if opened {
+			s.countLoad("error")
+		}
 		return nil, err
 	}
-	defer rc.Close()
-	var buf bytes.Buffer
-	buf.Grow(int(min(size, 1<<30)))
-	if _, err := io.Copy(&buf, io.LimitReader(rc, size)); err != nil {
-		s.countLoad("error")
-		return nil, fmt.Errorf("read index %s: %w", f.IndexObject(), err)
-	}
-	ix, err := index.Unmarshal(buf.Bytes())
+	ix, err := index.Unmarshal(b)
 	if err != nil {
 		s.countLoad("error")
 		s.opt.Logger.Warn("stored index unusable; rebuilding", "object", f.IndexObject(), "err", err)

@@ -132,10 +132,7 @@ func BenchmarkSymbolize10k(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var rc *resultcache.Cache
 			if mode == "redis" {
-				r := testsupport.StartRedis(b)
-				client, _ := resultcache.NewRedisClient(r.URL())
-				defer client.Close()
-				rc = resultcache.New(resultcache.Options{Redis: client})
+				rc = redisCache(b)
 			}
 			svc, gnu, lo, hi := setup(b, rc)
 			req := batch(gnu, lo, hi, 10000)
@@ -167,17 +164,28 @@ func BenchmarkSymbolize10k(b *testing.B) {
 	}
 }
 
+// redisCache is a result cache on a real redis-server of the test's own, closed after it.
+func redisCache(tb testing.TB) *resultcache.Cache {
+	tb.Helper()
+	r := testsupport.StartRedis(tb)
+	client, err := resultcache.NewRedisClient(r.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rc := resultcache.New(resultcache.Options{Redis: client})
+	tb.Cleanup(func() {
+		rc.Close()
+		if err := client.Close(); err != nil {
+			tb.Errorf("close redis client: %v", err)
+		}
+	})
+	return rc
+}
+
 // TestRedisAnswersLikeTheIndex: a replica without the index answers a batch larger than one
 // result cache read from Redis alone, with the frames the index gave.
 func TestRedisAnswersLikeTheIndex(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	client, err := resultcache.NewRedisClient(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	rc := resultcache.New(resultcache.Options{Redis: client})
-	defer rc.Close()
+	rc := redisCache(t)
 	svc, gnu, lo, hi := setup(t, rc)
 	req := batch(gnu, lo, hi, 3*fetchChunk+17)
 	first, err := svc.Symbolize(context.Background(), req)
@@ -253,14 +261,7 @@ func cpuTime() time.Duration {
 // existed), or with one that is not the index's, still gives right answers from a replica
 // without the index, which stores the index's table for the next.
 func TestStringTableRepaired(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	client, err := resultcache.NewRedisClient(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	rc := resultcache.New(resultcache.Options{Redis: client})
-	defer rc.Close()
+	rc := redisCache(t)
 	svc, gnu, lo, hi := setup(t, rc)
 	req := batch(gnu, lo, hi, 300)
 	first, err := svc.Symbolize(context.Background(), req)
