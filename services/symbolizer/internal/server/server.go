@@ -15,6 +15,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+	"github.com/profsym/profsym/services/symbolizer/internal/protocodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
@@ -241,7 +243,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	// a few MiB; anything far larger is refused before it is buffered.
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
-	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, opts...)
+	// Symbolize answers are large: their binary encoding is written by hand (protocodec).
+	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, append(slices.Clip(opts), connect.WithCodec(protocodec.Codec{}))...)
 	mux.Handle(symPath, symHandler)
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
