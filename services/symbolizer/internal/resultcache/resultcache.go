@@ -283,7 +283,9 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []string, found []bool)
 func (c *Cache) getRedis(ctx context.Context, keys []Key, idx []int, out []string, found []bool) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
-	return c.hmget(ctx, newBatch(keys, idx, nil), out, found)
+	b := newBatch(keys, idx, nil)
+	defer b.release()
+	return c.hmget(ctx, b, out, found)
 }
 
 // hmget sends one HMGET per bucket in one pipeline. Go-redis's cluster client splits the
@@ -344,6 +346,7 @@ type batch struct {
 	order   []int // indexes into the caller's keys, bucket by bucket
 	strs    []string
 	args    []any
+	ends    []int // scratch of newBatch
 }
 
 type moduleKey struct{ buildID, tag string }
@@ -418,7 +421,9 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 		counts[lastBI]++
 	}
 
-	b := &batch{buckets: make([]bucket, len(ids)), order: make([]int, len(idx))}
+	b := batchPool.Get().(*batch)
+	b.buckets = resize(b.buckets, len(ids))
+	b.order = resize(b.order, len(idx))
 	perField := 1
 	if vals != nil {
 		perField = 2
@@ -449,7 +454,7 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 		}
 	}
 	sb.Grow(keyBytes + 16*len(idx) + valBytes)
-	ends := make([]int, 0, arg-len(ids))
+	ends := b.ends[:0]
 	var num [16]byte
 	for bi, id := range ids {
 		m := modules[id.module]
@@ -458,11 +463,11 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 		sb.WriteByte('@')
 		sb.WriteString(m.tag)
 		sb.WriteByte(':')
-		sb.Write(strconv.AppendUint(num[:0], id.hi, 16))
+		sb.Write(hex(&num, id.hi))
 		ends = append(ends, sb.Len())
 		bk := b.buckets[bi]
 		for _, i := range b.order[bk.first : bk.first+bk.n] {
-			sb.Write(strconv.AppendUint(num[:0], keys[i].Addr, 16))
+			sb.Write(hex(&num, keys[i].Addr))
 			ends = append(ends, sb.Len())
 			if vals != nil {
 				sb.WriteByte(valuePrefix)
@@ -471,8 +476,9 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 			}
 		}
 	}
+	b.ends = ends
 	all := sb.String()
-	b.strs = make([]string, len(ends))
+	b.strs = resize(b.strs, len(ends))
 	start := 0
 	for j, end := range ends {
 		b.strs[j] = all[start:end]
@@ -482,16 +488,69 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 	if vals != nil {
 		cmd = "hset"
 	}
-	b.args = make([]any, arg)
-	s := 0
+	b.args = resize(b.args, arg)
+	n := 0
 	for _, bk := range b.buckets {
 		b.args[bk.arg] = cmd
 		for a := bk.arg + 1; a < bk.arg+2+perField*bk.n; a++ {
-			b.args[a] = &b.strs[s]
-			s++
+			b.args[a] = &b.strs[n]
+			n++
 		}
 	}
 	return b
+}
+
+// Batches are pooled: a 10,000-key batch is about half a megabyte of slices, most of it
+// pointers the garbage collector would scan.
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// maxPooledArgs bounds the batches the pool keeps, so one huge batch is not pinned for good.
+const maxPooledArgs = 1 << 17
+
+// release returns b to the pool; b and the strings of its args must not be used after.
+func (b *batch) release() {
+	if cap(b.args) > maxPooledArgs {
+		return
+	}
+	// The strings point into one large string: cleared, the pool does not keep it alive.
+	clear(b.strs)
+	batchPool.Put(b)
+}
+
+// resize returns s with length n, reusing its array when large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// hexPairs holds the two lower-case hex digits of every byte.
+const hexPairs = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f" +
+	"202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f" +
+	"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f" +
+	"606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f" +
+	"808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f" +
+	"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf" +
+	"c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf" +
+	"e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff"
+
+// hex returns x in lower-case hex without leading zeros, as strconv.FormatUint(x, 16) does,
+// written into buf: a byte at a time from the end, where strconv's general loop goes a digit
+// at a time (hex formatting was a fifth of a lookup's preparation).
+func hex(buf *[16]byte, x uint64) []byte {
+	i := len(buf)
+	for x >= 0x10 {
+		i -= 2
+		p := 2 * (x & 0xff)
+		buf[i], buf[i+1] = hexPairs[p], hexPairs[p+1]
+		x >>= 8
+	}
+	if x > 0 || i == len(buf) {
+		i--
+		buf[i] = hexPairs[2*x+1]
+	}
+	return buf[i:]
 }
 
 // Put stores results: in memory, and in Redis with one pipelined round trip before it
@@ -526,6 +585,7 @@ func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []string) {
 		idx[i] = i
 	}
 	b := newBatch(keys, idx, vals)
+	defer b.release()
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, bk := range b.buckets {
 			end := bk.arg + 2 + 2*bk.n

@@ -2,6 +2,7 @@ package resultcache
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -439,6 +440,31 @@ func TestNewBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkBatch(t, keys, tc.idx, tc.vals) })
 	}
+	// Batches come from a pool: one made after a larger one was released has nothing of it.
+	t.Run("reused", func(t *testing.T) {
+		for range 3 {
+			checkBatch(t, keys, []int{0, 1, 2, 3, 4, 5}, vals)
+			checkBatch(t, keys, []int{2}, nil)
+		}
+	})
+}
+
+// hex writes what strconv writes, on the edges of every digit count and at random.
+func TestHex(t *testing.T) {
+	xs := []uint64{0, ^uint64(0)}
+	for d := range 64 {
+		xs = append(xs, 1<<d, 1<<d-1, 1<<d+1)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for range 10000 {
+		xs = append(xs, r.Uint64()>>r.UintN(64))
+	}
+	var buf [16]byte
+	for _, x := range xs {
+		if got, want := string(hex(&buf, x)), strconv.FormatUint(x, 16); got != want {
+			t.Fatalf("hex(%#x) = %q, want %q", x, got, want)
+		}
+	}
 }
 
 // A batch of more modules than the packed bucket numbers can hold still groups correctly.
@@ -467,6 +493,7 @@ func TestNewBatchManyModules(t *testing.T) {
 func checkBatch(t *testing.T, keys []Key, idx []int, vals []string) {
 	t.Helper()
 	b := newBatch(keys, idx, vals)
+	defer b.release()
 	cmd, per := "hmget", 1
 	if vals != nil {
 		cmd, per = "hset", 2
