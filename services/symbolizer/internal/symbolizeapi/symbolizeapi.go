@@ -215,21 +215,12 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: fidelity(f.Fidelity),
 		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type,
 	}
-	// Unique addresses, so duplicates cost one lookup.
-	uniq := make(map[uint64]int, landed)
+	// Distinct addresses, so duplicates cost one lookup, in ascending order (see distinct).
 	slot := make([]int, len(addrs)) // index into keys of address i
-	var keys []resultcache.Key
-	for i := range addrs {
-		if !ok[i] {
-			continue
-		}
-		j, seen := uniq[vaddrs[i]]
-		if !seen {
-			j = len(keys)
-			uniq[vaddrs[i]] = j
-			keys = append(keys, resultcache.Key{BuildID: id.ID, Addr: vaddrs[i]})
-		}
-		slot[i] = j
+	uniq := distinct(vaddrs, ok, slot)
+	keys := make([]resultcache.Key, len(uniq))
+	for j, a := range uniq {
+		keys[j] = resultcache.Key{BuildID: id.ID, Addr: a}
 	}
 	caching := s.results.Enabled()
 	e := s.indexes.Get(f.SHA256)
@@ -369,63 +360,54 @@ func (s *Service) readObject(ctx context.Context, key string) (data []byte, open
 	return buf.Bytes(), true, nil
 }
 
-// fetchChunk is how many addresses one result cache read asks for. Reads of a large batch go
-// one after the other while the answers of the previous read are parsed, so that Redis's work
-// and the parsing overlap instead of adding up.
-const fetchChunk = 2048
+// fetchChunk is how many addresses one result cache read asks for, and fetchParallel how
+// many reads of one batch may be in flight: Redis works on one read while this process sends
+// the next and parses the answer of the previous one. More reads in flight did not help:
+// Redis answers the reads it has in hand together, so each of three comes back later than
+// each of two, and every read costs Redis a round of system calls.
+const (
+	fetchChunk    = 2048
+	fetchParallel = 2
+)
 
 // cached adds the frames of every key the result caches hold to t and returns the indices of
-// the other keys.
+// the other keys. keys are in ascending address order, so each read covers a narrow range of
+// addresses, which Redis keeps in few hashes.
 func (s *Service) cached(ctx context.Context, t *table, keys []resultcache.Key) []int {
-	// Chunks of neighbouring addresses: Redis groups results by address range, so a chunk
-	// touches few of its keys. Grouping by that range is enough (and much cheaper than sorting
-	// every address).
-	groups := map[uint64][]int{}
-	for j, k := range keys {
-		groups[k.Bucket()] = append(groups[k.Bucket()], j)
-	}
-	ranges := make([]uint64, 0, len(groups))
-	for r := range groups {
-		ranges = append(ranges, r)
-	}
-	slices.Sort(ranges)
-	order := make([]int, 0, len(keys))
-	for _, r := range ranges {
-		order = append(order, groups[r]...)
-	}
-	type chunk struct {
-		idx   []int
-		vals  []string
-		found []bool
-	}
-	chunks := make(chan chunk, 1)
+	vals, found := make([]string, len(keys)), make([]bool, len(keys))
+	type span struct{ start, end int }
+	done := make(chan span, (len(keys)+fetchChunk-1)/fetchChunk)
 	go func() {
-		defer close(chunks)
-		for start := 0; start < len(order); start += fetchChunk {
-			c := chunk{idx: order[start:min(len(order), start+fetchChunk)]}
-			ck := make([]resultcache.Key, len(c.idx))
-			for n, j := range c.idx {
-				ck[n] = keys[j]
-			}
-			c.vals, c.found = make([]string, len(ck)), make([]bool, len(ck))
-			s.results.Get(ctx, ck, c.vals, c.found)
-			chunks <- c
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, fetchParallel)
+		for start := 0; start < len(keys); start += fetchChunk {
+			end := min(len(keys), start+fetchChunk)
+			sem <- struct{}{}
+			wg.Go(func() {
+				s.results.Get(ctx, keys[start:end], vals[start:end], found[start:end])
+				<-sem
+				done <- span{start, end}
+			})
 		}
+		wg.Wait()
+		close(done)
 	}()
 	var miss []int
-	for c := range chunks {
-		for n, j := range c.idx {
-			if !c.found[n] {
+	for sp := range done {
+		for j := sp.start; j < sp.end; j++ {
+			if !found[j] {
 				miss = append(miss, j)
 				continue
 			}
 			// A value that does not parse is a miss: the index answers instead.
-			if err := t.addValue(j, c.vals[n]); err != nil {
+			if err := t.addValue(j, vals[j]); err != nil {
 				s.opt.Logger.Warn("unusable result cache entry", "build_id", keys[j].BuildID, "address", keys[j].Addr, "err", err)
 				miss = append(miss, j)
 			}
 		}
 	}
+	// The index answers the misses in address order too.
+	slices.Sort(miss)
 	return miss
 }
 

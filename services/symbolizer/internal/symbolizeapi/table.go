@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
@@ -28,12 +29,14 @@ import (
 type table struct {
 	st      *index.StringTable
 	strings []string // the answer's strings; strings[0] is ""
+	// arena holds copies of the answer's strings, one after the other (see intern).
+	arena strings.Builder
 
 	// slot maps a string ID to its index in strings plus one, valid where mark holds gen:
 	// marking instead of clearing lets a pooled table serve the next answer without touching
 	// arrays as long as the file's string table.
-	slot, mark []uint32
-	gen        uint32
+	slot []slotMark
+	gen  uint32
 
 	// Rows of the keys' frames, column by column, in the order keys were added.
 	fn, link, file, line, col, start []uint32
@@ -41,6 +44,9 @@ type table struct {
 
 	refs []index.FrameRef // lookup scratch
 }
+
+// slotMark is one entry of table.slot: side by side, the two are one memory access.
+type slotMark struct{ slot, mark uint32 }
 
 // Tables are pooled: a 10,000-address answer needs columns of a few MB, and allocating them
 // per request made the garbage collector a large share of a request's cost. The string slice
@@ -59,15 +65,16 @@ func newTable(st *index.StringTable, keys int) *table {
 	t.st = st
 	// Sized for a function and a file per key, so the table rarely grows.
 	t.strings = make([]string, 1, 2*keys+1)
+	t.arena = strings.Builder{}
 	if n := st.Len(); len(t.slot) < n {
-		t.slot, t.mark, t.gen = make([]uint32, n), make([]uint32, n), 0
+		t.slot, t.gen = make([]slotMark, n), 0
 	}
 	t.gen++
 	if t.gen == 0 { // wrapped: old marks could look current
-		clear(t.mark)
+		clear(t.slot)
 		t.gen = 1
 	}
-	t.mark[0], t.slot[0] = t.gen, 1 // "" is strings[0]
+	t.slot[0] = slotMark{1, t.gen} // "" is strings[0]
 	if cap(t.keyRow) < keys {
 		t.keyRow, t.keyLen = make([]uint32, keys), make([]uint32, keys)
 	}
@@ -88,18 +95,38 @@ func (t *table) release() {
 		return
 	}
 	t.st, t.strings, t.refs = nil, nil, t.refs[:0]
+	t.arena = strings.Builder{}
 	tablePool.Put(t)
 }
 
+// arenaChunk is the size of each of the arena's buffers: a 10,000-address answer has about
+// 750 KB of strings.
+const arenaChunk = 256 << 10
+
 // intern returns the answer's index of string id, adding the string when new; id must be
 // below t.st.Len().
+//
+// A new string is copied into the arena, and the answer refers to the copy. The copy is what
+// costs: the file's strings are megabytes, and an answer's are scattered through them, so
+// reading each one waits for memory. Copying here rather than when the answer is encoded
+// moves that wait to while Redis is still answering the next read, and leaves the encoder
+// one contiguous run of strings to copy. (A strings.Builder never changes bytes it has handed
+// out.)
 func (t *table) intern(id uint32) uint32 {
-	if t.mark[id] == t.gen {
-		return t.slot[id] - 1
+	if sm := t.slot[id]; sm.mark == t.gen {
+		return sm.slot - 1
 	}
 	i := uint32(len(t.strings))
-	t.strings = append(t.strings, t.st.String(id))
-	t.mark[id], t.slot[id] = t.gen, i+1
+	str := t.st.String(id)
+	if t.arena.Cap()-t.arena.Len() < len(str) {
+		// A new buffer rather than a larger one: growing would copy what is already there.
+		t.arena = strings.Builder{}
+		t.arena.Grow(max(arenaChunk, len(str)))
+	}
+	start := t.arena.Len()
+	t.arena.WriteString(str)
+	t.strings = append(t.strings, t.arena.String()[start:])
+	t.slot[id] = slotMark{i + 1, t.gen}
 	return i
 }
 
@@ -129,11 +156,24 @@ func (t *table) parseValue(v string) error {
 	var f [6]uint32
 	for off, frame := 0, 0; off < len(v); frame++ {
 		for k := range f {
-			// Most numbers fit in one byte; uvarint decodes the rest.
-			if off < len(v) && v[off] < 0x80 {
-				f[k] = uint32(v[off])
-				off++
-				continue
+			// Most numbers fit in three bytes (string IDs of a large file, lines); uvarint
+			// decodes the rest, and reports what is malformed.
+			if off+2 < len(v) {
+				b0, b1, b2 := v[off], v[off+1], v[off+2]
+				switch {
+				case b0 < 0x80:
+					f[k] = uint32(b0)
+					off++
+					continue
+				case b1 < 0x80:
+					f[k] = uint32(b0&0x7f) | uint32(b1)<<7
+					off += 2
+					continue
+				case b2 < 0x80:
+					f[k] = uint32(b0&0x7f) | uint32(b1&0x7f)<<7 | uint32(b2)<<14
+					off += 3
+					continue
+				}
 			}
 			x, m := uvarint(v[off:])
 			if m <= 0 || x > math.MaxUint32 {
@@ -235,25 +275,29 @@ func (t *table) emit(res *symbolizerv1.ModuleResult, ok []bool, slot []int) {
 		}
 	}
 	ft := &symbolizerv1.FrameTable{
-		FunctionNames: make([]uint32, 0, total),
-		LinkageNames:  make([]uint32, 0, total),
-		Files:         make([]uint32, 0, total),
-		Lines:         make([]uint32, 0, total),
-		Columns:       make([]uint32, 0, total),
-		StartLines:    make([]uint32, 0, total),
+		FunctionNames: make([]uint32, total),
+		LinkageNames:  make([]uint32, total),
+		Files:         make([]uint32, total),
+		Lines:         make([]uint32, total),
+		Columns:       make([]uint32, total),
+		StartLines:    make([]uint32, total),
 	}
-	for i := range ok {
-		if counts[i] == 0 {
+	// Element by element: an address has one or two frames, too few for copy to pay its call.
+	o := 0
+	for i, c := range counts {
+		if c == 0 {
 			continue
 		}
-		r := t.keyRow[slot[i]]
-		e := r + counts[i]
-		ft.FunctionNames = append(ft.FunctionNames, t.fn[r:e]...)
-		ft.LinkageNames = append(ft.LinkageNames, t.link[r:e]...)
-		ft.Files = append(ft.Files, t.file[r:e]...)
-		ft.Lines = append(ft.Lines, t.line[r:e]...)
-		ft.Columns = append(ft.Columns, t.col[r:e]...)
-		ft.StartLines = append(ft.StartLines, t.start[r:e]...)
+		r := int(t.keyRow[slot[i]])
+		for k := r; k < r+int(c); k++ {
+			ft.FunctionNames[o] = t.fn[k]
+			ft.LinkageNames[o] = t.link[k]
+			ft.Files[o] = t.file[k]
+			ft.Lines[o] = t.line[k]
+			ft.Columns[o] = t.col[k]
+			ft.StartLines[o] = t.start[k]
+			o++
+		}
 	}
 	res.FrameCounts = counts
 	res.Frames = ft

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/protocodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 )
 
@@ -240,4 +243,117 @@ func FuzzAddValue(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// BenchmarkAnswerFromCache measures what a replica without the index does with 10,000 cached
+// values once Redis has answered: parse them against the stored string table, lay out the
+// answer and encode it. PROFSYM_BENCH_BINARY points it at a large binary (the string table's
+// size is what makes the difference) instead of the tiny test program.
+func BenchmarkAnswerFromCache(b *testing.B) {
+	path := os.Getenv("PROFSYM_BENCH_BINARY")
+	if path == "" {
+		path = testsupport.CompileC(b, src, "-g", "-O2")
+	}
+	ix, _, err := debuginfo.OpenIndex(path, debuginfo.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := index.UnmarshalStrings(ix.MarshalStrings())
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lo, hi uint64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Filesz > hi-lo {
+			lo, hi = p.Vaddr, p.Vaddr+p.Filesz
+		}
+	}
+	f.Close()
+	const n = 10000
+	r := rand.New(rand.NewPCG(1, 2))
+	addrs, ok, slot := make([]uint64, n), make([]bool, n), make([]int, n)
+	for i := range addrs {
+		addrs[i], ok[i] = lo+r.Uint64N(hi-lo), true
+	}
+	uniq := distinct(addrs, ok, slot)
+	keys := make([]resultcache.Key, len(uniq))
+	for j, a := range uniq {
+		keys[j] = resultcache.Key{Addr: a}
+	}
+	vals := newTable(ix.Strings(), len(keys)).lookup(ix, keys, nil, true)
+	ix = nil
+	buf := make([]byte, 0, 4<<20)
+	b.ReportAllocs()
+	for b.Loop() {
+		t := newTable(st, len(keys))
+		for j, v := range vals {
+			if err := t.addValue(j, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		res := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK}
+		t.emit(res, ok, slot)
+		out, err := protocodec.Codec{}.MarshalAppend(buf[:0], &symbolizerv1.SymbolizeResponse{Modules: []*symbolizerv1.ModuleResult{res}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(out)))
+		t.release()
+	}
+}
+
+// Numbers of every varint length read back as written, in every field.
+func TestAddValueNumbers(t *testing.T) {
+	st := smallTable(t, 3)
+	for _, x := range []uint64{0, 1, 127, 128, 1<<14 - 1, 1 << 14, 1<<21 - 1, 1 << 21, 1<<28 - 1, 1 << 28, 1<<32 - 1} {
+		tb := newTable(st, 1)
+		v := frameIDs([6]uint64{1, 2, 1, x, x, x}, [6]uint64{2, 0, 0, x, 0, x})
+		if err := tb.addValue(0, v); err != nil {
+			t.Fatalf("%d: %v", x, err)
+		}
+		u := uint32(x)
+		if !slices.Equal(tb.line, []uint32{u, u}) || !slices.Equal(tb.col, []uint32{u, 0}) || !slices.Equal(tb.start, []uint32{u, u}) {
+			t.Fatalf("%d: lines %v, columns %v, start lines %v", x, tb.line, tb.col, tb.start)
+		}
+		tb.release()
+	}
+}
+
+// The answer's strings are copies in the table's arena, across as many of its buffers as
+// they need, and one longer than a buffer gets one of its own.
+func TestArenaCopies(t *testing.T) {
+	b := index.NewBuilder()
+	var want []string
+	for i := range 3000 {
+		want = append(want, fmt.Sprintf("%04d%s", i, strings.Repeat("x", 200)))
+	}
+	want = append(want, strings.Repeat("y", 2*arenaChunk))
+	ids := make([]uint64, len(want))
+	for i, s := range want {
+		ids[i] = uint64(b.String(s))
+	}
+	ix, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := ix.Strings()
+	tb := newTable(st, len(want))
+	defer tb.release()
+	for j, id := range ids {
+		if err := tb.addValue(j, frameIDs([6]uint64{id, 0, 0, 1, 0, 0})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(tb.strings[1:], want) {
+		t.Fatal("the answer's strings differ from the table's")
+	}
+	for i, s := range tb.strings[1:] {
+		if unsafe.StringData(s) == unsafe.StringData(st.String(uint32(ids[i]))) {
+			t.Fatalf("string %d is the table's, not a copy", i)
+		}
+	}
 }
