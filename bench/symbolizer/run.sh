@@ -5,13 +5,16 @@
 # memory, every address a Redis hit), redis (the cached phase's lookups sent straight to Redis
 # with nothing else: the floor under the cached phase on this machine). The in-process result
 # cache is off throughout.
-# Reports addresses per second, p50/p99 latency per batch, the server's CPU time per batch
-# (robust on a shared machine, unlike wall time) and its peak RSS (VmHWM).
+# Reports addresses per second, p50/p99 latency of the call per batch and its p99 with the
+# client's decoding of the answer into frames, the server's CPU time per batch (robust on a
+# shared machine, unlike wall time) and its peak RSS (VmHWM). The driver collects garbage as
+# the gateway does (pkg/gctune).
 #
 # Usage: bench/symbolizer/run.sh [BINARY]
 #   default BINARY: MinIO from .ci/install-deps (a Go binary over 100 MB) when present,
 #   else the symbolizer binary itself.
-# Env: BATCHES (default 50), COLD_RUNS (default 3), GZIP (true: accept gzip responses; default
+# Env: BATCHES (distinct batches, default 50), ROUNDS (times the warm, cached and redis phases
+#      send them, default 5), COLD_RUNS (default 3), GZIP (true: accept gzip responses; default
 #      false, loopback does not need them), PROFSYM_TOOLS.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,4 +30,4 @@ if [[ -z $bin ]]; then
 fi
 echo "machine: $(nproc) cores, $(uname -r), $(go version | cut -d' ' -f3)"
 "$work/driver" --symbolizer "$work/symbolizer" --binary "$bin" --work "$work" \
-	--batches "${BATCHES:-50}" --cold-runs "${COLD_RUNS:-3}" --gzip="${GZIP:-false}"
+	--batches "${BATCHES:-50}" --rounds "${ROUNDS:-5}" --cold-runs "${COLD_RUNS:-3}" --gzip="${GZIP:-false}"

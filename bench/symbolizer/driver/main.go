@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -27,7 +28,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,13 +40,15 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/gctune"
 )
 
 var (
 	symbolizerBin = flag.String("symbolizer", "", "symbolizer binary")
 	binary        = flag.String("binary", "", "ELF file to symbolize")
 	batch         = flag.Int("batch", 10000, "addresses per batch")
-	batches       = flag.Int("batches", 50, "batches per measured phase")
+	batches       = flag.Int("batches", 50, "distinct batches per measured phase")
+	rounds        = flag.Int("rounds", 5, "times the warm, cached and redis phases send their batches")
 	coldRuns      = flag.Int("cold-runs", 3, "server restarts for the cold and stored phases")
 	work          = flag.String("work", "", "scratch directory")
 	against       = flag.String("against", "", "only send the same batches in a loop to this running server (for profiling)")
@@ -194,30 +196,30 @@ func client(url string) symbolizerv1connect.SymbolizerServiceClient {
 	return symbolizerv1connect.NewSymbolizerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}, url, opts...)
 }
 
-// call times one batch as a client experiences it: the call, and decoding the answer into
-// frames per address (what a client must do before it can use them).
-func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (time.Duration, int) {
+// call times one batch as a client experiences it: the call (rpc), and the call plus
+// decoding the answer into frames per address (what a client must do before it can use them).
+func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest) (rpc, decoded time.Duration, resolved int) {
 	start := time.Now()
 	resp, err := c.Symbolize(ctx, connect.NewRequest(req))
 	if err != nil {
 		log.Fatalf("Symbolize: %v", err)
 	}
+	rpc = time.Since(start)
 	m := resp.Msg.Modules[0]
 	locs, err := frametable.Decode(m, len(req.Modules[0].Addresses))
-	d := time.Since(start)
+	decoded = time.Since(start)
 	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		log.Fatalf("module status %v: %s", m.Status, m.Message)
 	}
 	if err != nil {
 		log.Fatalf("decode answer: %v", err)
 	}
-	resolved := 0
 	for _, l := range locs {
 		if len(l) > 0 {
 			resolved++
 		}
 	}
-	return d, resolved
+	return rpc, decoded, resolved
 }
 
 // cpuTime is the server's user+system CPU time so far: on a shared machine it measures the
@@ -238,20 +240,39 @@ type row struct {
 	cpu      time.Duration
 	phase    string
 	n        int
-	lat      []time.Duration
+	lat      []time.Duration // the call
+	dec      []time.Duration // the call and decoding its answer
 	resolved int
 	rss      int64
 }
 
+const header = "%-8s %7s %10s %8s %8s %8s %10s %9s %8s\n"
+
+func printHeader() {
+	fmt.Printf(header, "phase", "batches", "addrs/s", "p50 ms", "p99 ms", "+decode", "srv CPU ms", "resolved", "RSS MiB")
+}
+
+// print writes the row: percentiles of the call, and the p99 with decoding; addrs/s from the
+// calls' total time.
 func (r row) print() {
-	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	if len(r.lat) == 0 {
+		return
+	}
 	var total time.Duration
 	for _, d := range r.lat {
 		total += d
 	}
-	pct := func(p float64) time.Duration { return r.lat[min(len(r.lat)-1, int(p*float64(len(r.lat))))] }
-	fmt.Printf("%-12s %8d %12.0f %10.1f %10.1f %12.1f %9.1f%% %9.0f\n", r.phase, len(r.lat),
-		float64(r.n)/total.Seconds(), ms(pct(0.5)), ms(pct(0.99)), ms(r.cpu)/float64(len(r.lat)), 100*float64(r.resolved)/float64(r.n), float64(r.rss)/(1<<20))
+	fmt.Printf("%-8s %7d %10.0f %8.1f %8.1f %8s %10s %9s %8s\n", r.phase, len(r.lat),
+		float64(r.n)/total.Seconds(), ms(pct(r.lat, .5)), ms(pct(r.lat, .99)), orDash(len(r.dec) > 0, func() string { return fmt.Sprintf("%.1f", ms(pct(r.dec, .99))) }),
+		orDash(r.cpu > 0, func() string { return fmt.Sprintf("%.1f", ms(r.cpu)/float64(len(r.lat))) }),
+		orDash(r.resolved > 0, func() string { return fmt.Sprintf("%.1f%%", 100*float64(r.resolved)/float64(r.n)) }), orDash(r.rss > 0, func() string { return fmt.Sprintf("%.0f", float64(r.rss)/(1<<20)) }))
+}
+
+func orDash(ok bool, f func() string) string {
+	if !ok {
+		return "-"
+	}
+	return f()
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -275,6 +296,9 @@ func removeIndexes(store string) {
 
 func main() {
 	flag.Parse()
+	// The driver is a client as the gateway is, and collects garbage as the gateway does: a
+	// heap growing by at least 256 MiB between collections (pkg/gctune).
+	defer gctune.Start(gctune.Options{MinHeadroom: 256 << 20, Logger: slog.New(slog.DiscardHandler)})()
 	ctx := context.Background()
 	if *against != "" && *binary != "" {
 		t := loadTarget(*binary)
@@ -284,14 +308,17 @@ func main() {
 			reqs = append(reqs, t.batch(rnd))
 		}
 		c := client(*against)
-		var lat []time.Duration
+		r := row{phase: "against"}
 		for end := time.Now().Add(*duration); time.Now().Before(end); {
 			for _, req := range reqs {
-				d, _ := call(ctx, c, req)
-				lat = append(lat, d)
+				rpc, dec, res := call(ctx, c, req)
+				r.lat, r.dec = append(r.lat, rpc), append(r.dec, dec)
+				r.n += *batch
+				r.resolved += res
 			}
 		}
-		row{phase: "against", n: len(lat) * *batch, lat: lat}.print()
+		printHeader()
+		r.print()
 		return
 	}
 	if *symbolizerBin == "" || *binary == "" || *work == "" {
@@ -300,7 +327,8 @@ func main() {
 	t := loadTarget(*binary)
 	store := filepath.Join(*work, "store")
 	st, _ := os.Stat(*binary)
-	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches per phase, gzip responses: %v\n", *binary, float64(st.Size())/(1<<20), *batch, *batches, *gzipResp)
+	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches sent %d times in the warm, cached and redis phases, gzip responses: %v\n",
+		*binary, float64(st.Size())/(1<<20), *batch, *batches, *rounds, *gzipResp)
 
 	srv, url := startServer(ctx, store)
 	up := exec.CommandContext(ctx, *symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
@@ -310,7 +338,7 @@ func main() {
 	}
 	srv.stop()
 
-	fmt.Printf("%-12s %8s %12s %10s %10s %12s %10s %9s\n", "phase", "batches", "addrs/s", "p50 ms", "p99 ms", "srv CPU ms", "resolved", "RSS MiB")
+	printHeader()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for _, phase := range []string{"cold", "stored"} {
 		r := row{phase: phase}
@@ -320,9 +348,9 @@ func main() {
 			}
 			srv, url := startServer(ctx, store)
 			c0 := cpuTime(srv)
-			d, res := call(ctx, client(url), t.batch(rnd))
+			rpc, dec, res := call(ctx, client(url), t.batch(rnd))
 			r.cpu += cpuTime(srv) - c0
-			r.lat = append(r.lat, d)
+			r.lat, r.dec = append(r.lat, rpc), append(r.dec, dec)
 			r.n += *batch
 			r.resolved += res
 			r.rss = max(r.rss, peakRSS(srv))
@@ -369,8 +397,9 @@ func main() {
 	srv.stop()
 
 	lat := redisOnly(ctx, rc, reqs)
-	fmt.Printf("%-12s %8d %12.0f %10.1f %10.1f %12s\n", "redis", len(lat), float64(len(reqs)**batch)/sum(lat).Seconds(), ms(pct(lat, .5)), ms(pct(lat, .99)), "-")
-	fmt.Printf("Redis's own time per batch (commandstats): %.1f ms in the cached phase, %.1f ms in the redis phase\n", cachedRedis/float64(len(reqs)), redisMillis(ctx, rc)/float64(len(reqs)))
+	row{phase: "redis", n: len(lat) * *batch, lat: lat}.print()
+	measured := float64(*rounds * len(reqs))
+	fmt.Printf("Redis's own time per batch (commandstats): %.1f ms in the cached phase, %.1f ms in the redis phase\n", cachedRedis/measured, redisMillis(ctx, rc)/measured)
 }
 
 func redisClient(url string) *redis.Client {
@@ -425,48 +454,43 @@ func redisOnly(ctx context.Context, rc *redis.Client, reqs []*symbolizerv1.Symbo
 		byBucket[b] = k
 	}
 	var lat []time.Duration
-	for _, req := range reqs {
-		args := map[uint64][]any{}
-		for _, a := range req.Modules[0].Addresses {
-			b := a >> 20
-			if args[b] == nil {
-				args[b] = []any{"hmget", byBucket[b]}
+	for range *rounds {
+		for _, req := range reqs {
+			args := map[uint64][]any{}
+			for _, a := range req.Modules[0].Addresses {
+				b := a >> 20
+				if args[b] == nil {
+					args[b] = []any{"hmget", byBucket[b]}
+				}
+				args[b] = append(args[b], strconv.FormatUint(a, 16))
 			}
-			args[b] = append(args[b], strconv.FormatUint(a, 16))
-		}
-		start := time.Now()
-		cmds := make([]*redis.StringSliceCmd, 0, len(args))
-		_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, a := range args {
-				cmd := redis.NewStringSliceCmd(ctx, a...)
-				cmds = append(cmds, cmd)
-				if err := p.Process(ctx, cmd); err != nil {
-					return err
+			start := time.Now()
+			cmds := make([]*redis.StringSliceCmd, 0, len(args))
+			_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, a := range args {
+					cmd := redis.NewStringSliceCmd(ctx, a...)
+					cmds = append(cmds, cmd)
+					if err := p.Process(ctx, cmd); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			d := time.Since(start)
+			if err != nil {
+				log.Fatalf("redis pipeline: %v", err)
+			}
+			for _, cmd := range cmds {
+				for _, v := range cmd.Val() {
+					if v == "" {
+						log.Fatal("redis phase: a lookup missed; the cached phase did not fill Redis")
+					}
 				}
 			}
-			return nil
-		})
-		d := time.Since(start)
-		if err != nil {
-			log.Fatalf("redis pipeline: %v", err)
+			lat = append(lat, d)
 		}
-		for _, cmd := range cmds {
-			for _, v := range cmd.Val() {
-				if v == "" {
-					log.Fatal("redis phase: a lookup missed; the cached phase did not fill Redis")
-				}
-			}
-		}
-		lat = append(lat, d)
 	}
 	return lat
-}
-
-func sum(d []time.Duration) (t time.Duration) {
-	for _, x := range d {
-		t += x
-	}
-	return t
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -475,14 +499,18 @@ func pct(d []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
+// measure sends the batches --rounds times: a p99 of 100 batches is the second slowest, of
+// 500 the sixth, which one burst of a neighbour on a shared machine moves less.
 func measure(ctx context.Context, phase string, srv *proc, c symbolizerv1connect.SymbolizerServiceClient, reqs []*symbolizerv1.SymbolizeRequest) row {
 	r := row{phase: phase}
 	c0 := cpuTime(srv)
-	for _, req := range reqs {
-		d, res := call(ctx, c, req)
-		r.lat = append(r.lat, d)
-		r.n += len(req.Modules[0].Addresses)
-		r.resolved += res
+	for range *rounds {
+		for _, req := range reqs {
+			rpc, dec, res := call(ctx, c, req)
+			r.lat, r.dec = append(r.lat, rpc), append(r.dec, dec)
+			r.n += len(req.Modules[0].Addresses)
+			r.resolved += res
+		}
 	}
 	r.cpu = cpuTime(srv) - c0
 	r.rss = peakRSS(srv)
