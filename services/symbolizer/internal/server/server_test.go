@@ -297,6 +297,31 @@ func TestEndToEnd(t *testing.T) {
 		waitForRedis()
 	}
 
+	// gRPC-Web, and Connect's GET (the request in the URL) with binary protobuf: the
+	// symbolizer's own codec encodes the answer for both.
+	for _, tc := range []struct {
+		name, method string
+		opts         []connect.ClientOption
+	}{
+		{"grpc-web", http.MethodPost, []connect.ClientOption{connect.WithGRPCWeb()}},
+		{"connect get", http.MethodGet, []connect.ClientOption{connect.WithHTTPGet(), connect.WithHTTPGetMaxURLSize(1<<20, false)}},
+	} {
+		var methods []string
+		hc := &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			methods = append(methods, req.Method)
+			return http.DefaultTransport.RoundTrip(req)
+		})}
+		c := symbolizerv1connect.NewSymbolizerServiceClient(hc, r.url, tc.opts...)
+		resp, err := c.Symbolize(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !slices.Equal(methods, []string{tc.method}) {
+			t.Fatalf("%s: requests %v, want one %s", tc.name, methods, tc.method)
+		}
+		check(tc.name, resp.Msg)
+	}
+
 	// gRPC with grpc-go over prior-knowledge h2c.
 	conn, err := grpc.NewClient(strings.TrimPrefix(r.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -751,3 +776,7 @@ func TestReadinessFollowsTheStore(t *testing.T) {
 		t.Fatalf("/healthz with the store gone: %d", code)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
