@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/receiver"
 	"github.com/profsym/profsym/services/gateway/internal/server"
@@ -170,18 +170,5 @@ func TestGzipLevelChecked(t *testing.T) {
 // getAdmin GETs path from the gateway's admin address.
 func getAdmin(t *testing.T, g *gateway, path string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+g.adminAddr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: read body: %v", path, err)
-	}
-	return resp.StatusCode, body
+	return testsupport.Get(t, "http://"+g.adminAddr+path)
 }

@@ -66,10 +66,6 @@ type Key struct {
 }
 
 // bucketKey is the Redis key of the hash that holds k.
-// Bucket names the range of addresses whose results Redis keeps together: callers that read
-// in parts read neighbours together.
-func (k Key) Bucket() uint64 { return k.Addr >> bucketShift }
-
 func (k Key) bucketKey() string {
 	return keyPrefix + k.BuildID + "@" + k.Tag + ":" + strconv.FormatUint(k.Addr>>bucketShift, 16)
 }

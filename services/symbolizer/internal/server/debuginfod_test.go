@@ -126,7 +126,7 @@ func TestDebuginfodServer(t *testing.T) {
 		"/buildid/ABCD/debuginfo":                       404,
 		"/buildid/..%2f..%2fetc/debuginfo":              404,
 	} {
-		if got, _ := httpGet(t, r.url+path); got != code {
+		if got, _ := testsupport.Get(t, r.url+path); got != code {
 			t.Errorf("GET %s = %d, want %d", path, got, code)
 		}
 	}

@@ -60,7 +60,7 @@ func TestS3EndToEnd(t *testing.T) {
 	}
 	sameLocations(t, "s3", sresp.Msg.Modules[0], engineFrames(t, bin.path, bin.addrs))
 
-	_, got := httpGet(t, r.url+"/buildid/"+bin.ids.GNU+"/debuginfo")
+	_, got := testsupport.Get(t, r.url+"/buildid/"+bin.ids.GNU+"/debuginfo")
 	want, err := os.ReadFile(bin.path)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestS3EndToEnd(t *testing.T) {
 			t.Errorf("upload leftover %s", obj.Key)
 		}
 	}
-	if code, body := httpGet(t, r.url+"/readyz"); code != 200 {
+	if code, body := testsupport.Get(t, r.url+"/readyz"); code != 200 {
 		t.Fatalf("readyz with S3: %d %s", code, body)
 	}
 }

@@ -116,25 +116,6 @@ func startWith(t *testing.T, hook func(*Server), args ...string) *running {
 	return r
 }
 
-// httpGet GETs url and returns the status and the body.
-func httpGet(t *testing.T, url string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: read body: %v", url, err)
-	}
-	return resp.StatusCode, body
-}
-
 func upload(t *testing.T, url string, paths ...string) []uploadcli.Result {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -385,7 +366,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Metrics name every layer.
-	_, metricsText := httpGet(t, r.url+"/metrics")
+	_, metricsText := testsupport.Get(t, r.url+"/metrics")
 	for _, want := range []string{
 		`symbolizer_rpc_requests_total{code="ok",procedure="/profsym.symbolizer.v1.SymbolizerService/Symbolize"}`,
 		`symbolizer_cache_lookups_total{layer="redis",result="hit"}`,
@@ -398,7 +379,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	for path, code := range map[string]int{"/healthz": 200, "/readyz": 200, "/upload/xyz": 405} {
-		if got, _ := httpGet(t, r.url+path); got != code {
+		if got, _ := testsupport.Get(t, r.url+path); got != code {
 			t.Errorf("GET %s = %d, want %d", path, got, code)
 		}
 	}
@@ -684,7 +665,7 @@ func TestRequireReadToken(t *testing.T) {
 	if _, err := client.Symbolize(context.Background(), req); err != nil {
 		t.Fatalf("read with token = %v", err)
 	}
-	if code, _ := httpGet(t, r.url+"/buildid/abcd/debuginfo"); code != 401 {
+	if code, _ := testsupport.Get(t, r.url+"/buildid/abcd/debuginfo"); code != 401 {
 		t.Fatalf("debuginfod path without token = %d", code)
 	}
 }
@@ -759,7 +740,7 @@ func TestReadinessFollowsTheStore(t *testing.T) {
 	defer conn.Close()
 	check := func(wantHTTP int, want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
-		if code, _ := httpGet(t, r.url+"/readyz"); code != wantHTTP {
+		if code, _ := testsupport.Get(t, r.url+"/readyz"); code != wantHTTP {
 			t.Fatalf("/readyz = %d, want %d", code, wantHTTP)
 		}
 		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
@@ -772,7 +753,7 @@ func TestReadinessFollowsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(503, healthpb.HealthCheckResponse_NOT_SERVING)
-	if code, _ := httpGet(t, r.url+"/healthz"); code != 200 {
+	if code, _ := testsupport.Get(t, r.url+"/healthz"); code != 200 {
 		t.Fatalf("/healthz with the store gone: %d", code)
 	}
 }
