@@ -41,6 +41,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/gctune"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 var (
@@ -188,7 +189,8 @@ func (t target) batch(r *rand.Rand) *symbolizerv1.SymbolizeRequest {
 }
 
 func client(url string) symbolizerv1connect.SymbolizerServiceClient {
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(1 << 30)}
+	// Decoded as the gateway, the symbolizer's real client, decodes answers.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(1 << 30), connect.WithCodec(symbolizecodec.Codec{})}
 	if !*gzipResp {
 		// Unregistering gzip makes the client ask for uncompressed responses.
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
 	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
@@ -120,7 +121,9 @@ func New(cfg Config) (*Server, error) {
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}}
-		opts := []connect.ClientOption{connect.WithReadMaxBytes(256 << 20)}
+		// Answers are large: the symbolizer's codec decodes them without an allocation per
+		// string (pkg/symbolizecodec).
+		opts := []connect.ClientOption{connect.WithReadMaxBytes(256 << 20), connect.WithCodec(symbolizecodec.Codec{})}
 		if cfg.SymbolizerToken != "" {
 			token := cfg.SymbolizerToken
 			opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {

@@ -437,6 +437,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 	if len(resp.Msg.GetModules()) != len(req.Modules) {
 		return failAll(ReasonBadResponse)
 	}
+	own := owner{strs: map[string]string{}}
 	for i, m := range b.mods {
 		r := resp.Msg.GetModules()[i]
 		reason := ""
@@ -466,7 +467,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 				out[k] = outcome{reason: reason}
 				continue
 			}
-			e := cacheEntry{frames: frames[j], fidelity: r.GetFidelity()}
+			e := cacheEntry{frames: own.frames(frames[j]), fidelity: r.GetFidelity()}
 			out[k] = outcome{entry: e}
 			s.cache.put(k, h, e)
 		}
@@ -476,3 +477,34 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 
 // CacheLen returns the number of cached (binary, mapping, address) answers.
 func (s *Symbolizer) CacheLen() int { return s.cache.len() }
+
+// owner copies frames out of a symbolizer answer for the cache. An answer's frames share
+// one array (frametable.Decode) and its strings one allocation (pkg/symbolizecodec), so an
+// entry pointing into them would keep the whole answer alive: a cache bounded by entries,
+// holding a few hot frames of each of many answers, would hold all of those answers. Each
+// distinct string is copied once per answer.
+type owner struct{ strs map[string]string }
+
+func (o *owner) frames(fs []frametable.Frame) []frametable.Frame {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]frametable.Frame, len(fs))
+	for i, f := range fs {
+		f.Function, f.LinkageName, f.File = o.str(f.Function), o.str(f.LinkageName), o.str(f.File)
+		out[i] = f
+	}
+	return out
+}
+
+func (o *owner) str(s string) string {
+	if s == "" {
+		return ""
+	}
+	c, ok := o.strs[s]
+	if !ok {
+		c = strings.Clone(s)
+		o.strs[s] = c
+	}
+	return c
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/symbolize"
 	"github.com/profsym/profsym/services/gateway/internal/validate"
@@ -93,7 +94,8 @@ func start(t testing.TB, h *synthetic) symbolizerv1connect.SymbolizerServiceClie
 	mux.Handle(path, handler)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return symbolizerv1connect.NewSymbolizerServiceClient(srv.Client(), srv.URL)
+	// Decoded as the gateway decodes answers.
+	return symbolizerv1connect.NewSymbolizerServiceClient(srv.Client(), srv.URL, connect.WithCodec(symbolizecodec.Codec{}))
 }
 
 func copyOf(pd pprofile.Profiles) pprofile.Profiles {

@@ -29,12 +29,12 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/gctune"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
-	"github.com/profsym/profsym/services/symbolizer/internal/protocodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
@@ -243,8 +243,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	// a few MiB; anything far larger is refused before it is buffered.
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
-	// Symbolize answers are large: their binary encoding is written by hand (protocodec).
-	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, append(slices.Clip(opts), connect.WithCodec(protocodec.Codec{}))...)
+	// Symbolize answers are large: their binary encoding is written by hand (pkg/symbolizecodec).
+	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, append(slices.Clip(opts), connect.WithCodec(symbolizecodec.Codec{}))...)
 	mux.Handle(symPath, symHandler)
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}

@@ -17,8 +17,8 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
-	"github.com/profsym/profsym/services/symbolizer/internal/protocodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 )
 
@@ -297,7 +297,7 @@ func BenchmarkAnswerFromCache(b *testing.B) {
 		}
 		res := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK}
 		t.emit(res, ok, slot)
-		out, err := protocodec.Codec{}.MarshalAppend(buf[:0], &symbolizerv1.SymbolizeResponse{Modules: []*symbolizerv1.ModuleResult{res}})
+		out, err := symbolizecodec.Codec{}.MarshalAppend(buf[:0], &symbolizerv1.SymbolizeResponse{Modules: []*symbolizerv1.ModuleResult{res}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package protocodec
+package symbolizecodec
 
 import (
 	"bytes"
@@ -103,6 +103,10 @@ func TestInvalidUTF8(t *testing.T) {
 		want string
 	}{
 		{"strings", &symbolizerv1.ModuleResult{Strings: []string{"", "f", bad}}, "modules[1]: strings[2]: not valid UTF-8"},
+		// A length of two bytes makes the run of strings invalid by itself; the bad string
+		// must still be the one named.
+		{"strings after a long one", &symbolizerv1.ModuleResult{Strings: []string{"", strings.Repeat("n", 200), "ä", bad, "g"}}, "modules[1]: strings[3]: not valid UTF-8"},
+		{"string split across a boundary", &symbolizerv1.ModuleResult{Strings: []string{"", "a\xc3", "\xa4b"}}, "modules[1]: strings[1]: not valid UTF-8"},
 		{"message", &symbolizerv1.ModuleResult{Message: bad}, "modules[1]: message: not valid UTF-8"},
 		{"build id", &symbolizerv1.ModuleResult{ResolvedBuildId: bad}, "modules[1]: resolved_build_id: not valid UTF-8"},
 	} {

@@ -1,17 +1,6 @@
-// Package protocodec is connect's binary protobuf codec ("proto", used by the Connect, gRPC
-// and gRPC-Web protocols) with a hand-written encoder for SymbolizeResponse. Every other
-// message, and every decoding, goes to google.golang.org/protobuf as in connect's own codec.
-//
-// Why by hand: a 10,000-address answer is about 12,000 frames in six packed columns and
-// 11,000 strings. The reflective encoder spent a quarter of a Redis-cached request's CPU on
-// it (a call per varint, a table-driven walk per field); this one writes the columns in tight
-// loops. Its output is byte for byte what proto.Marshal writes (the tests compare them on
-// random messages and fuzz them), including the refusal of strings that are not valid UTF-8.
-// A message it was not written for (unknown fields, a nil element) goes to proto.Marshal.
-package protocodec
+package symbolizecodec
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -56,8 +45,12 @@ func (Codec) MarshalStable(msg any) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
 }
 
-// Unmarshal decodes data into msg.
+// Unmarshal decodes data into msg. Connect reuses data's buffer afterwards: nothing decoded
+// may point into it.
 func (Codec) Unmarshal(data []byte, msg any) error {
+	if r, ok := msg.(*symbolizerv1.SymbolizeResponse); ok {
+		return DecodeSymbolizeResponse(data, r)
+	}
 	m, ok := msg.(proto.Message)
 	if !ok {
 		return fmt.Errorf("%T is not a protobuf message", msg)
@@ -179,15 +172,22 @@ func appendModule(b []byte, m *symbolizerv1.ModuleResult, s *moduleSizes) ([]byt
 			b = appendPacked(b, byte(firstFrameTableTag+c<<3), col, s.cols[c])
 		}
 	}
-	for i, str := range m.Strings {
+	start := len(b)
+	for _, str := range m.Strings {
 		b = append(b, tagStrings)
 		b = protowire.AppendVarint(b, uint64(len(str)))
-		start := len(b)
 		b = append(b, str...)
-		// Checked on the copy, which is in cache, rather than on the source, which (for
-		// names read out of a large string table) is not.
-		if !validUTF8(b[start:]) {
-			return nil, fmt.Errorf("strings[%d]: not valid UTF-8", i)
+	}
+	// One check of all the strings with their tags and lengths, on the copy, which is in
+	// cache: the byte before each string (the last of its length) and the one after it (the
+	// next tag) are ASCII, so if the whole is valid UTF-8, so is each string. The whole can
+	// only be invalid for a string's sake or a length over 127 bytes; strings are then
+	// checked one by one.
+	if !utf8.Valid(b[start:]) {
+		for i, str := range m.Strings {
+			if !utf8.ValidString(str) {
+				return nil, fmt.Errorf("strings[%d]: not valid UTF-8", i)
+			}
 		}
 	}
 	return b, nil
@@ -265,21 +265,4 @@ func appendPacked(b []byte, tag byte, xs []uint32, n int) []byte {
 		i++
 	}
 	return b[:len(b)+n]
-}
-
-// validUTF8 is utf8.Valid with a faster path for ASCII, which almost every name and path is:
-// a word at a time, then the exact check only for a string with a byte above 0x7f.
-func validUTF8(b []byte) bool {
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		if binary.LittleEndian.Uint64(b[i:])&0x8080808080808080 != 0 {
-			return utf8.Valid(b)
-		}
-	}
-	for ; i < len(b); i++ {
-		if b[i] >= 0x80 {
-			return utf8.Valid(b)
-		}
-	}
-	return true
 }
