@@ -405,6 +405,7 @@ func (s *Service) cached(ctx context.Context, t *table, keys []resultcache.Key) 
 				miss = append(miss, j)
 			}
 		}
+		t.internPending()
 	}
 	// The index answers the misses in address order too.
 	slices.Sort(miss)

@@ -38,9 +38,13 @@ type table struct {
 	slot []slotMark
 	gen  uint32
 
-	// Rows of the keys' frames, column by column, in the order keys were added.
+	// Rows of the keys' frames, column by column, in the order keys were added. In fn, link
+	// and file, rows before interned hold indices into strings; later rows hold string IDs
+	// of st until internPending turns them into indices.
 	fn, link, file, line, col, start []uint32
 	keyRow, keyLen                   []uint32
+	interned                         int
+	sink                             uint32 // keeps warm's loads
 
 	refs []index.FrameRef // lookup scratch
 }
@@ -80,6 +84,7 @@ func newTable(st *index.StringTable, keys int) *table {
 	}
 	t.keyRow, t.keyLen = t.keyRow[:keys], t.keyLen[:keys]
 	clear(t.keyLen)
+	t.interned = 0
 	for _, c := range []*[]uint32{&t.fn, &t.link, &t.file, &t.line, &t.col, &t.start} {
 		if cap(*c) < keys+keys/2 {
 			*c = make([]uint32, 0, keys+keys/2)
@@ -106,12 +111,9 @@ const arenaChunk = 256 << 10
 // intern returns the answer's index of string id, adding the string when new; id must be
 // below t.st.Len().
 //
-// A new string is copied into the arena, and the answer refers to the copy. The copy is what
-// costs: the file's strings are megabytes, and an answer's are scattered through them, so
-// reading each one waits for memory. Copying here rather than when the answer is encoded
-// moves that wait to while Redis is still answering the next read, and leaves the encoder
-// one contiguous run of strings to copy. (A strings.Builder never changes bytes it has handed
-// out.)
+// A new string is copied into the arena, and the answer refers to the copy, so the encoder
+// has one contiguous run of strings to copy. (A strings.Builder never changes bytes it has
+// handed out.)
 func (t *table) intern(id uint32) uint32 {
 	if sm := t.slot[id]; sm.mark == t.gen {
 		return sm.slot - 1
@@ -128,6 +130,51 @@ func (t *table) intern(id uint32) uint32 {
 	t.strings = append(t.strings, t.arena.String()[start:])
 	t.slot[id] = slotMark{i + 1, t.gen}
 	return i
+}
+
+// warmRows is how many rows internPending warms at a time: their slots, string headers and
+// string bytes fit in the core's cache together.
+const warmRows = 512
+
+// internPending turns the string IDs of the rows added since the last call into indices
+// into the answer's strings.
+//
+// Interning is where a cached answer waits for memory: the file's strings are megabytes
+// and an answer's are scattered through them, so each new string costs a miss on its slot,
+// its header and its bytes, one after the other. Rows are therefore taken a few hundred at a
+// time, and their slots and headers, then their bytes, are first read in loops of loads that
+// do not depend on each other, which the CPU overlaps; intern then finds them in cache. This
+// runs while Redis answers the batch's next read.
+func (t *table) internPending() {
+	for from := t.interned; from < t.rows(); from += warmRows {
+		to := min(from+warmRows, t.rows())
+		fn, link, file := t.fn[from:to], t.link[from:to], t.file[from:to]
+		t.warm([3][]uint32{fn, link, file})
+		for i := range fn {
+			fn[i], link[i], file[i] = t.intern(fn[i]), t.intern(link[i]), t.intern(file[i])
+		}
+	}
+	t.interned = t.rows()
+}
+
+// warm reads what interning the IDs of cols will read, in independent loads.
+func (t *table) warm(cols [3][]uint32) {
+	sink := t.sink
+	for _, c := range cols {
+		for _, id := range c {
+			sink += t.slot[id].mark + uint32(len(t.st.String(id)))
+		}
+	}
+	for _, c := range cols {
+		for _, id := range c {
+			if t.slot[id].mark != t.gen {
+				if s := t.st.String(id); len(s) > 0 {
+					sink += uint32(s[0]) + uint32(s[len(s)-1])
+				}
+			}
+		}
+	}
+	t.sink = sink
 }
 
 func (t *table) rows() int { return len(t.fn) }
@@ -209,15 +256,15 @@ func uvarint(s string) (uint64, int) {
 	return 0, 0
 }
 
-// appendRow adds one frame given as string IDs; a linkage name equal to the function's is
-// left out, as the API asks.
+// appendRow adds one frame given as string IDs (internPending interns them); a linkage name
+// equal to the function's is left out, as the API asks.
 func (t *table) appendRow(fn, link, file, line, col, start uint32) {
 	if link == fn {
 		link = 0
 	}
-	t.fn = append(t.fn, t.intern(fn))
-	t.link = append(t.link, t.intern(link))
-	t.file = append(t.file, t.intern(file))
+	t.fn = append(t.fn, fn)
+	t.link = append(t.link, link)
+	t.file = append(t.file, file)
 	t.line = append(t.line, line)
 	t.col = append(t.col, col)
 	t.start = append(t.start, start)
@@ -260,12 +307,14 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 			vals[k] = string(buf)
 		}
 	}
+	t.internPending()
 	return vals
 }
 
 // emit writes the rows of every address into res: address i (when ok[i]) gets the frames of
 // key slot[i].
 func (t *table) emit(res *symbolizerv1.ModuleResult, ok []bool, slot []int) {
+	t.internPending()
 	counts := make([]uint32, len(ok))
 	total := 0
 	for i := range ok {

@@ -43,7 +43,8 @@ func testIndex(t *testing.T) (*index.Index, []resultcache.Key) {
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	var keys []resultcache.Key
-	for i := 0; i < 500; i++ {
+	// Enough keys for several of internPending's windows.
+	for i := 0; i < 2000; i++ {
 		keys = append(keys, resultcache.Key{BuildID: "b", Tag: "t", Addr: lo + r.Uint64N(hi-lo)})
 	}
 	keys = append(keys, resultcache.Key{BuildID: "b", Tag: "t", Addr: 1}) // before every segment
@@ -205,6 +206,7 @@ func TestPooledTablesStartClean(t *testing.T) {
 			if err := tb.addValue(0, frameIDs([6]uint64{4, 3, 2, 1, 0, 0}, [6]uint64{4, 0, 3, 2, 0, 0})); err != nil {
 				t.Fatal(err)
 			}
+			tb.internPending()
 			want := []string{"", st.String(4), st.String(3), st.String(2)}
 			if !slices.Equal(tb.strings, want) {
 				t.Fatalf("round %d: strings %q, want %q", round, tb.strings, want)
@@ -245,11 +247,9 @@ func FuzzAddValue(f *testing.F) {
 	})
 }
 
-// BenchmarkAnswerFromCache measures what a replica without the index does with 10,000 cached
-// values once Redis has answered: parse them against the stored string table, lay out the
-// answer and encode it. PROFSYM_BENCH_BINARY points it at a large binary (the string table's
-// size is what makes the difference) instead of the tiny test program.
-func BenchmarkAnswerFromCache(b *testing.B) {
+// cachedAnswer is a 10,000-address answer's result cache values and string table, from
+// PROFSYM_BENCH_BINARY (a large binary shows what memory costs) or a small test program.
+func cachedAnswer(b *testing.B) (st *index.StringTable, vals []string, ok []bool, slot []int) {
 	path := os.Getenv("PROFSYM_BENCH_BINARY")
 	if path == "" {
 		path = testsupport.CompileC(b, src, "-g", "-O2")
@@ -258,7 +258,8 @@ func BenchmarkAnswerFromCache(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := index.UnmarshalStrings(ix.MarshalStrings())
+	// The table as a replica reads it: unmarshaled on its own, not the index's.
+	st, err = index.UnmarshalStrings(ix.MarshalStrings())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -275,7 +276,8 @@ func BenchmarkAnswerFromCache(b *testing.B) {
 	f.Close()
 	const n = 10000
 	r := rand.New(rand.NewPCG(1, 2))
-	addrs, ok, slot := make([]uint64, n), make([]bool, n), make([]int, n)
+	addrs := make([]uint64, n)
+	ok, slot = make([]bool, n), make([]int, n)
 	for i := range addrs {
 		addrs[i], ok[i] = lo+r.Uint64N(hi-lo), true
 	}
@@ -284,12 +286,19 @@ func BenchmarkAnswerFromCache(b *testing.B) {
 	for j, a := range uniq {
 		keys[j] = resultcache.Key{Addr: a}
 	}
-	vals := newTable(ix.Strings(), len(keys)).lookup(ix, keys, nil, true)
-	ix = nil
+	return st, newTable(ix.Strings(), len(keys)).lookup(ix, keys, nil, true), ok, slot
+}
+
+// BenchmarkAnswerFromCache measures what a replica without the index does with 10,000 cached
+// values once Redis has answered: parse them against the stored string table, lay out the
+// answer and encode it. PROFSYM_BENCH_BINARY points it at a large binary (the string table's
+// size is what makes the difference) instead of the tiny test program.
+func BenchmarkAnswerFromCache(b *testing.B) {
+	st, vals, ok, slot := cachedAnswer(b)
 	buf := make([]byte, 0, 4<<20)
 	b.ReportAllocs()
 	for b.Loop() {
-		t := newTable(st, len(keys))
+		t := newTable(st, len(vals))
 		for j, v := range vals {
 			if err := t.addValue(j, v); err != nil {
 				b.Fatal(err)
@@ -303,6 +312,39 @@ func BenchmarkAnswerFromCache(b *testing.B) {
 		}
 		b.SetBytes(int64(len(out)))
 		t.release()
+	}
+}
+
+// BenchmarkInternColdCache: interning an answer's strings when the string table is out of
+// the CPU's caches, as it is in a server whose Redis shares them, value by value against a
+// cache read's worth at a time (what the server does).
+func BenchmarkInternColdCache(b *testing.B) {
+	st, vals, _, _ := cachedAnswer(b)
+	evict := make([]byte, 256<<20)
+	for _, tc := range []struct {
+		name  string
+		every int
+	}{{"by value", 1}, {"by read", fetchChunk}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				for i := 0; i < len(evict); i += 64 {
+					evict[i]++
+				}
+				b.StartTimer()
+				t := newTable(st, len(vals))
+				for j, v := range vals {
+					if err := t.addValue(j, v); err != nil {
+						b.Fatal(err)
+					}
+					if (j+1)%tc.every == 0 {
+						t.internPending()
+					}
+				}
+				t.internPending()
+				t.release()
+			}
+		})
 	}
 }
 
@@ -348,6 +390,7 @@ func TestArenaCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	tb.internPending()
 	if !slices.Equal(tb.strings[1:], want) {
 		t.Fatal("the answer's strings differ from the table's")
 	}
