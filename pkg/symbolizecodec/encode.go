@@ -1,6 +1,7 @@
 package symbolizecodec
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -172,23 +173,29 @@ func appendModule(b []byte, m *symbolizerv1.ModuleResult, s *moduleSizes) ([]byt
 			b = appendPacked(b, byte(firstFrameTableTag+c<<3), col, s.cols[c])
 		}
 	}
-	start := len(b)
+	// UTF-8 is checked on the copy, which is in cache, over runs of strings with their tags
+	// and lengths: the byte before each string (the last of its length) and the one after it
+	// (the next tag) are ASCII, so if a run is valid UTF-8, so is each of its strings. A
+	// length over 127 bytes takes bytes above 0x7f, so such a string ends the run and is
+	// checked on its own.
+	run := len(b)
 	for _, str := range m.Strings {
+		long := len(str) >= 1<<7
+		if long && !utf8.Valid(b[run:]) {
+			return nil, invalidString(m.Strings)
+		}
 		b = append(b, tagStrings)
 		b = protowire.AppendVarint(b, uint64(len(str)))
 		b = append(b, str...)
-	}
-	// One check of all the strings with their tags and lengths, on the copy, which is in
-	// cache: the byte before each string (the last of its length) and the one after it (the
-	// next tag) are ASCII, so if the whole is valid UTF-8, so is each string. The whole can
-	// only be invalid for a string's sake or a length over 127 bytes; strings are then
-	// checked one by one.
-	if !utf8.Valid(b[start:]) {
-		for i, str := range m.Strings {
-			if !utf8.ValidString(str) {
-				return nil, fmt.Errorf("strings[%d]: not valid UTF-8", i)
+		if long {
+			if !utf8.Valid(b[len(b)-len(str):]) {
+				return nil, invalidString(m.Strings)
 			}
+			run = len(b)
 		}
+	}
+	if !utf8.Valid(b[run:]) {
+		return nil, invalidString(m.Strings)
 	}
 	return b, nil
 }
@@ -265,4 +272,14 @@ func appendPacked(b []byte, tag byte, xs []uint32, n int) []byte {
 		i++
 	}
 	return b[:len(b)+n]
+}
+
+// invalidString names the first string of strs that is not valid UTF-8.
+func invalidString(strs []string) error {
+	for i, str := range strs {
+		if !utf8.ValidString(str) {
+			return fmt.Errorf("strings[%d]: not valid UTF-8", i)
+		}
+	}
+	return errors.New("strings: not valid UTF-8")
 }

@@ -216,7 +216,12 @@ func bigResponse() *symbolizerv1.SymbolizeResponse {
 	}
 	m.Strings = append(m.Strings, "")
 	for i := range nstr - 1 {
-		m.Strings = append(m.Strings, strings.Repeat("github.com/minio/minio/cmd.", 2)+string(rune('a'+i%26)))
+		// One name in ten is over 127 bytes, as long C++ and Go generic names are.
+		parts := 2
+		if i%10 == 0 {
+			parts = 6
+		}
+		m.Strings = append(m.Strings, strings.Repeat("github.com/minio/minio/cmd.", parts)+string(rune('a'+i%26)))
 	}
 	return &symbolizerv1.SymbolizeResponse{Modules: []*symbolizerv1.ModuleResult{m}}
 }
