@@ -195,28 +195,60 @@ func TestBucketLayout(t *testing.T) {
 	}
 }
 
+// Values of any bytes come back as written, whichever protocol the client speaks: Redis
+// marks a missing field differently in RESP2 ("$-1") and RESP3 ("_").
 func TestValuesRoundTrip(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	for _, proto := range []string{"2", "3"} {
+		t.Run("resp"+proto, func(t *testing.T) {
+			client, err := NewRedisClient(r.URL() + "?protocol=" + proto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			ctx := context.Background()
+			w := New(Options{Redis: client})
+			defer w.Close()
+			vals := []string{"", "x", "=", "==a", "\x00", "\x00\xff\r\n$-1\r\n", "_\r\n", strings.Repeat("long", 50000)}
+			keys := make([]Key, len(vals))
+			for i := range keys {
+				keys[i] = Key{"abcd" + proto, "t", 0x400000 + uint64(i)}
+			}
+			w.Put(ctx, keys, vals)
+			// A second cache with no in-process layer reads what the first wrote.
+			rd := New(Options{Redis: client})
+			defer rd.Close()
+			out, found := get(t, rd, append(slices.Clone(keys), Key{"abcd" + proto, "t", 0x400000 + uint64(len(vals))}))
+			for i, v := range vals {
+				if !found[i] || out[i] != v {
+					t.Errorf("value %d: got %q found=%v, want %q", i, out[i], found[i], v)
+				}
+			}
+			if found[len(vals)] {
+				t.Errorf("a key never written was found: %q", out[len(vals)])
+			}
+		})
+	}
+}
+
+// A bucket key that holds something other than a hash makes Redis answer HMGET with an
+// error: the read fails as a whole, is counted, and reads as misses.
+func TestWrongType(t *testing.T) {
 	_, client := startRedis(t)
 	ctx := context.Background()
-	w := New(Options{Redis: client})
-	defer w.Close()
-	vals := []string{"", "x", "=", "==a", "\x00", "\x00\xff\r\n$-1\r\n", strings.Repeat("long", 50000)}
-	keys := make([]Key, len(vals))
-	for i := range keys {
-		keys[i] = Key{"abcd", "t", 0x400000 + uint64(i)}
+	k := Key{"abcd", "t", 0x10}
+	if err := client.Set(ctx, k.bucketKey(), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
 	}
-	w.Put(ctx, keys, vals)
-	// A second cache with no in-process layer reads what the first wrote.
-	r := New(Options{Redis: client})
-	defer r.Close()
-	out, found := get(t, r, append(slices.Clone(keys), Key{"abcd", "t", 0x400000 + uint64(len(vals))}))
-	for i, v := range vals {
-		if !found[i] || out[i] != v {
-			t.Errorf("value %d: got %q found=%v, want %q", i, out[i], found[i], v)
-		}
+	m := newCountMetrics()
+	c := New(Options{Redis: client, Metrics: m})
+	defer c.Close()
+	out, found := get(t, c, []Key{k})
+	if found[0] || out[0] != "" {
+		t.Fatalf("get = %q %v", out, found)
 	}
-	if found[len(vals)] {
-		t.Errorf("a key never written was found: %q", out[len(vals)])
+	if m.errorCount() != 1 {
+		t.Fatalf("errors %v, want one", m.errors)
 	}
 }
 
