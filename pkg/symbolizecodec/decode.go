@@ -109,11 +109,14 @@ func decode(data []byte) (mods []*symbolizerv1.ModuleResult, ok bool) {
 			return nil, false
 		}
 	}
-	// Strings made only of ASCII, as names and paths nearly always are, are valid UTF-8
-	// however they are cut: one pass over the arena then checks them all.
-	if !utf8.ValidString(d.arena.String()) {
-		for _, m := range mods {
-			for _, s := range m.Strings {
+	// One check of the whole arena, then one byte per string: the strings lie in the arena
+	// one after the other, so when the arena is valid UTF-8, each of them is unless a
+	// character straddles two of them; a string then starts with a continuation byte.
+	all := d.arena.String()
+	valid := utf8.ValidString(all)
+	for _, m := range mods {
+		for _, s := range m.Strings {
+			if !valid || len(s) > 0 && s[0]&0xc0 == 0x80 {
 				if !utf8.ValidString(s) {
 					return nil, false
 				}

@@ -113,6 +113,9 @@ func TestDecodeShapes(t *testing.T) {
 		{"two-byte tag", response([]byte{0x88, 0x00, 0x01}), false, false},
 		{"invalid UTF-8 string", response(bytesField(nil, 9, []byte("a\xff"))), false, true},
 		{"invalid UTF-8 message", response(bytesField(nil, 2, []byte("\xc3"))), false, true},
+		// Each string is invalid, though the two side by side are "aäb".
+		{"a character split across two strings", response(bytesField(bytesField(nil, 9, []byte("a\xc3")), 9, []byte("\xa4b"))), false, true},
+		{"split across two modules", response(bytesField(nil, 9, []byte("a\xc3")), bytesField(nil, 9, []byte("\xa4b"))), false, true},
 		{"truncated module", response(ok)[:4], false, true},
 		{"length past the end", []byte{0x0a, 0x05, 0x08}, false, true},
 		{"column ends inside a varint", response(bytesField(nil, 7, []byte{0x01, 0x80})), false, true},
@@ -147,6 +150,8 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// A character split across two strings: each is invalid, the two together are not.
+	f.Add([]byte("\x0a\x08\x4a\x02a\xc3\x4a\x02\xa4b"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sameAsProto(t, data)
 	})
