@@ -159,10 +159,8 @@ func TestFallback(t *testing.T) {
 	}
 }
 
-// FuzzMarshal: whatever protobuf decodes as a SymbolizeResponse, the codec encodes exactly as
-// proto.Marshal does.
-func FuzzMarshal(f *testing.F) {
-	r := rand.New(rand.NewPCG(3, 4))
+// addRandomResponses seeds f with the encodings of 20 random responses.
+func addRandomResponses(f *testing.F, r *rand.Rand) {
 	for range 20 {
 		b, err := proto.Marshal(randomResponse(r))
 		if err != nil {
@@ -170,6 +168,12 @@ func FuzzMarshal(f *testing.F) {
 		}
 		f.Add(b)
 	}
+}
+
+// FuzzMarshal: whatever protobuf decodes as a SymbolizeResponse, the codec encodes exactly as
+// proto.Marshal does.
+func FuzzMarshal(f *testing.F) {
+	addRandomResponses(f, rand.New(rand.NewPCG(3, 4)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		resp := &symbolizerv1.SymbolizeResponse{}
 		if proto.Unmarshal(data, resp) != nil {

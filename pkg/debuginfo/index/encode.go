@@ -133,13 +133,45 @@ func (ix *Index) MarshalBinary() ([]byte, error) {
 		buf = binary.AppendUvarint(buf, uint64(ix.on[i].node))
 	}
 
+	seal(buf, magic, formatVersion)
+	return buf, nil
+}
+
+// seal fills the header that buf's first headerSize bytes hold for the payload after them:
+// magic, version, no flags, payload length, CRC-32C. The index and the string table objects
+// share this header, each with its own magic and version.
+func seal(buf []byte, magic [8]byte, version uint16) {
 	payload := buf[headerSize:]
 	copy(buf[0:8], magic[:])
-	binary.LittleEndian.PutUint16(buf[8:], formatVersion)
+	binary.LittleEndian.PutUint16(buf[8:], version)
 	binary.LittleEndian.PutUint16(buf[10:], 0)
 	binary.LittleEndian.PutUint64(buf[12:], uint64(len(payload)))
 	binary.LittleEndian.PutUint32(buf[20:], crc32.Checksum(payload, castagnoli))
-	return buf, nil
+}
+
+// unseal checks the header seal wrote, naming the object what in its errors, and returns the
+// payload. Errors wrap ErrCorrupt, or ErrVersion for a version this build does not read.
+func unseal(data []byte, magic [8]byte, version uint16, what string) ([]byte, error) {
+	if len(data) < headerSize {
+		return nil, fmt.Errorf("%w: %s of %d bytes, shorter than the %d-byte header", ErrCorrupt, what, len(data), headerSize)
+	}
+	if [8]byte(data[0:8]) != magic {
+		return nil, fmt.Errorf("%w: bad %s magic %q", ErrCorrupt, what, data[0:8])
+	}
+	if v := binary.LittleEndian.Uint16(data[8:]); v != version {
+		return nil, fmt.Errorf("%w: %s version %d, this build reads %d", ErrVersion, what, v, version)
+	}
+	if f := binary.LittleEndian.Uint16(data[10:]); f != 0 {
+		return nil, fmt.Errorf("%w: unknown %s flags %#x", ErrCorrupt, what, f)
+	}
+	if n := binary.LittleEndian.Uint64(data[12:]); n != uint64(len(data)-headerSize) {
+		return nil, fmt.Errorf("%w: %s payload length %d, have %d bytes", ErrCorrupt, what, n, len(data)-headerSize)
+	}
+	payload := data[headerSize:]
+	if sum := crc32.Checksum(payload, castagnoli); sum != binary.LittleEndian.Uint32(data[20:]) {
+		return nil, fmt.Errorf("%w: %s checksum %#08x, header says %#08x", ErrCorrupt, what, sum, binary.LittleEndian.Uint32(data[20:]))
+	}
+	return payload, nil
 }
 
 // decoder reads the payload; the first problem sticks and every later read returns zero.
@@ -219,27 +251,11 @@ func (d *decoder) count(what string, perElem int) int {
 // for a format this build does not read. Memory allocated is bounded by a small multiple of
 // len(data), and every cross-reference is checked, so Lookup on the result cannot fail.
 func Unmarshal(data []byte) (*Index, error) {
-	if len(data) < headerSize {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(data), headerSize)
-	}
-	if [8]byte(data[0:8]) != magic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[0:8])
-	}
-	if v := binary.LittleEndian.Uint16(data[8:]); v != formatVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, formatVersion)
-	}
-	if f := binary.LittleEndian.Uint16(data[10:]); f != 0 {
-		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, f)
-	}
-	if n := binary.LittleEndian.Uint64(data[12:]); n != uint64(len(data)-headerSize) {
-		return nil, fmt.Errorf("%w: payload length %d, have %d bytes", ErrCorrupt, n, len(data)-headerSize)
-	}
-	payload := data[headerSize:]
-	if sum := crc32.Checksum(payload, castagnoli); sum != binary.LittleEndian.Uint32(data[20:]) {
-		return nil, fmt.Errorf("%w: checksum %#08x, header says %#08x", ErrCorrupt, sum, binary.LittleEndian.Uint32(data[20:]))
+	payload, err := unseal(data, magic, formatVersion, "index")
+	if err != nil {
+		return nil, err
 	}
 	d := &decoder{b: payload}
-	var err error
 	if len(payload) < 1 {
 		return nil, fmt.Errorf("%w: empty payload", ErrCorrupt)
 	}

@@ -2,10 +2,8 @@ package index
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"hash/crc32"
 	"sync"
 )
 
@@ -88,10 +86,7 @@ func (ix *Index) MarshalStrings() []byte {
 		n += len(s) + 2
 	}
 	buf := appendStrings(make([]byte, headerSize, headerSize+n+8), ix.strings)
-	copy(buf[0:8], stringsMagic[:])
-	binary.LittleEndian.PutUint16(buf[8:], stringsVersion)
-	binary.LittleEndian.PutUint64(buf[12:], uint64(len(buf)-headerSize))
-	binary.LittleEndian.PutUint32(buf[20:], crc32.Checksum(buf[headerSize:], castagnoli))
+	seal(buf, stringsMagic, stringsVersion)
 	return buf
 }
 
@@ -99,24 +94,9 @@ func (ix *Index) MarshalStrings() []byte {
 // ErrVersion for a version this build does not read. Every string is checked to be valid
 // UTF-8, and string 0 to be empty.
 func UnmarshalStrings(data []byte) (*StringTable, error) {
-	if len(data) < headerSize {
-		return nil, fmt.Errorf("%w: string table of %d bytes, shorter than the %d-byte header", ErrCorrupt, len(data), headerSize)
-	}
-	if [8]byte(data[0:8]) != stringsMagic {
-		return nil, fmt.Errorf("%w: bad string table magic %q", ErrCorrupt, data[0:8])
-	}
-	if v := binary.LittleEndian.Uint16(data[8:]); v != stringsVersion {
-		return nil, fmt.Errorf("%w: string table version %d, this build reads %d", ErrVersion, v, stringsVersion)
-	}
-	if f := binary.LittleEndian.Uint16(data[10:]); f != 0 {
-		return nil, fmt.Errorf("%w: unknown string table flags %#x", ErrCorrupt, f)
-	}
-	if n := binary.LittleEndian.Uint64(data[12:]); n != uint64(len(data)-headerSize) {
-		return nil, fmt.Errorf("%w: string table payload length %d, have %d bytes", ErrCorrupt, n, len(data)-headerSize)
-	}
-	payload := data[headerSize:]
-	if sum := crc32.Checksum(payload, castagnoli); sum != binary.LittleEndian.Uint32(data[20:]) {
-		return nil, fmt.Errorf("%w: string table checksum %#08x, header says %#08x", ErrCorrupt, sum, binary.LittleEndian.Uint32(data[20:]))
+	payload, err := unseal(data, stringsMagic, stringsVersion, "string table")
+	if err != nil {
+		return nil, err
 	}
 	d := &decoder{b: payload}
 	strs, err := d.strings()
