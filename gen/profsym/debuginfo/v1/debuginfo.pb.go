@@ -267,6 +267,12 @@ const (
 	ShouldUploadReason_SHOULD_UPLOAD_REASON_PREVIOUS_UPLOAD_STALE ShouldUploadReason = 6
 	// Do not upload: `size` is over the server's size cap.
 	ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE ShouldUploadReason = 7
+	// Upload: only a separate debug file is stored for this binary. A debug file keeps the
+	// program headers' virtual addresses but not the executable's file offsets, so
+	// addresses that come with a mapping cannot be placed without the executable. The
+	// executable is kept for its program headers and IDs (such as its htlhash); the
+	// stored debug file stays the source of symbols.
+	ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED ShouldUploadReason = 8
 )
 
 // Enum value maps for ShouldUploadReason.
@@ -280,6 +286,7 @@ var (
 		5: "SHOULD_UPLOAD_REASON_REPLACES_WORSE",
 		6: "SHOULD_UPLOAD_REASON_PREVIOUS_UPLOAD_STALE",
 		7: "SHOULD_UPLOAD_REASON_TOO_LARGE",
+		8: "SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED",
 	}
 	ShouldUploadReason_value = map[string]int32{
 		"SHOULD_UPLOAD_REASON_UNSPECIFIED":           0,
@@ -290,6 +297,7 @@ var (
 		"SHOULD_UPLOAD_REASON_REPLACES_WORSE":        5,
 		"SHOULD_UPLOAD_REASON_PREVIOUS_UPLOAD_STALE": 6,
 		"SHOULD_UPLOAD_REASON_TOO_LARGE":             7,
+		"SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED":     8,
 	}
 )
 
@@ -636,9 +644,14 @@ type Debuginfo struct {
 	// Size of the file in bytes.
 	Size uint64 `protobuf:"varint,9,opt,name=size,proto3" json:"size,omitempty"`
 	// When `FinishUpload` completed (UTC); unset while uploading.
-	UploadedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=uploaded_at,json=uploadedAt,proto3" json:"uploaded_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UploadedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=uploaded_at,json=uploadedAt,proto3" json:"uploaded_at,omitempty"`
+	// The executable's program headers are known: the stored file is runnable, or an
+	// executable of this binary was uploaded or fetched beside a separate debug file.
+	// Without them only addresses with an all-zero mapping (ELF virtual addresses) can be
+	// symbolized.
+	HasProgramHeaders bool `protobuf:"varint,11,opt,name=has_program_headers,json=hasProgramHeaders,proto3" json:"has_program_headers,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Debuginfo) Reset() {
@@ -739,6 +752,13 @@ func (x *Debuginfo) GetUploadedAt() *timestamppb.Timestamp {
 		return x.UploadedAt
 	}
 	return nil
+}
+
+func (x *Debuginfo) GetHasProgramHeaders() bool {
+	if x != nil {
+		return x.HasProgramHeaders
+	}
+	return false
 }
 
 // ShouldUploadRequest describes a file a client could upload.
@@ -1518,7 +1538,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"has_dynsym\x18\x06 \x01(\bR\thasDynsym\x12+\n" +
 	"\x11has_minidebuginfo\x18\a \x01(\bR\x10hasMinidebuginfo\x12#\n" +
 	"\rhas_debuglink\x18\b \x01(\bR\fhasDebuglink\x12U\n" +
-	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\"\xf2\x03\n" +
+	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\"\xa2\x04\n" +
 	"\tDebuginfo\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x120\n" +
@@ -1531,7 +1551,8 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x04size\x18\t \x01(\x04R\x04size\x12;\n" +
 	"\vuploaded_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"uploadedAt\"\x98\x02\n" +
+	"uploadedAt\x12.\n" +
+	"\x13has_program_headers\x18\v \x01(\bR\x11hasProgramHeaders\"\x98\x02\n" +
 	"\x13ShouldUploadRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x127\n" +
@@ -1599,7 +1620,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x19UPLOAD_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10UPLOAD_SOURCE_CI\x10\x01\x12\x16\n" +
 	"\x12UPLOAD_SOURCE_NODE\x10\x02\x12\x1c\n" +
-	"\x18UPLOAD_SOURCE_DEBUGINFOD\x10\x03*\xd5\x02\n" +
+	"\x18UPLOAD_SOURCE_DEBUGINFOD\x10\x03*\x81\x03\n" +
 	"\x12ShouldUploadReason\x12$\n" +
 	" SHOULD_UPLOAD_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSHOULD_UPLOAD_REASON_FIRST\x10\x01\x12'\n" +
@@ -1608,7 +1629,8 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\"SHOULD_UPLOAD_REASON_BETTER_STORED\x10\x04\x12'\n" +
 	"#SHOULD_UPLOAD_REASON_REPLACES_WORSE\x10\x05\x12.\n" +
 	"*SHOULD_UPLOAD_REASON_PREVIOUS_UPLOAD_STALE\x10\x06\x12\"\n" +
-	"\x1eSHOULD_UPLOAD_REASON_TOO_LARGE\x10\a*\x8c\x01\n" +
+	"\x1eSHOULD_UPLOAD_REASON_TOO_LARGE\x10\a\x12*\n" +
+	"&SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED\x10\b*\x8c\x01\n" +
 	"\x0eDebuginfoState\x12\x1f\n" +
 	"\x1bDEBUGINFO_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19DEBUGINFO_STATE_UPLOADING\x10\x01\x12\x1d\n" +

@@ -82,6 +82,14 @@ const (
 	// the file, which means mapping and addresses do not belong to this file or do not
 	// follow the documented convention.
 	ModuleStatus_MODULE_STATUS_INVALID_MAPPING ModuleStatus = 5
+	// Only a separate debug file is stored for the binary (what distro debug packages and
+	// debuginfod serve, or `objcopy --only-keep-debug`), and no executable of it is known.
+	// A debug file's program headers keep the virtual addresses but not the executable's
+	// file offsets, so an address that comes with a mapping cannot be placed without
+	// guessing, and a symbolizer does not guess. Upload the executable (the collector does
+	// so from the node; `symbolizer upload` from CI), serve it from a debuginfod upstream,
+	// or send ELF virtual addresses with an all-zero mapping.
+	ModuleStatus_MODULE_STATUS_EXECUTABLE_NEEDED ModuleStatus = 6
 )
 
 // Enum value maps for ModuleStatus.
@@ -93,6 +101,7 @@ var (
 		3: "MODULE_STATUS_INVALID_DEBUGINFO",
 		4: "MODULE_STATUS_UNAVAILABLE",
 		5: "MODULE_STATUS_INVALID_MAPPING",
+		6: "MODULE_STATUS_EXECUTABLE_NEEDED",
 	}
 	ModuleStatus_value = map[string]int32{
 		"MODULE_STATUS_UNSPECIFIED":       0,
@@ -101,6 +110,7 @@ var (
 		"MODULE_STATUS_INVALID_DEBUGINFO": 3,
 		"MODULE_STATUS_UNAVAILABLE":       4,
 		"MODULE_STATUS_INVALID_MAPPING":   5,
+		"MODULE_STATUS_EXECUTABLE_NEEDED": 6,
 	}
 )
 
@@ -675,14 +685,15 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\x05lines\x18\x04 \x03(\rR\x05lines\x12\x18\n" +
 	"\acolumns\x18\x05 \x03(\rR\acolumns\x12\x1f\n" +
 	"\vstart_lines\x18\x06 \x03(\rR\n" +
-	"startLines*\xc7\x01\n" +
+	"startLines*\xec\x01\n" +
 	"\fModuleStatus\x12\x1d\n" +
 	"\x19MODULE_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MODULE_STATUS_OK\x10\x01\x12\x1b\n" +
 	"\x17MODULE_STATUS_NOT_FOUND\x10\x02\x12#\n" +
 	"\x1fMODULE_STATUS_INVALID_DEBUGINFO\x10\x03\x12\x1d\n" +
 	"\x19MODULE_STATUS_UNAVAILABLE\x10\x04\x12!\n" +
-	"\x1dMODULE_STATUS_INVALID_MAPPING\x10\x05*a\n" +
+	"\x1dMODULE_STATUS_INVALID_MAPPING\x10\x05\x12#\n" +
+	"\x1fMODULE_STATUS_EXECUTABLE_NEEDED\x10\x06*a\n" +
 	"\bFidelity\x12\x18\n" +
 	"\x14FIDELITY_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10FIDELITY_SYMBOLS\x10\x01\x12\x12\n" +

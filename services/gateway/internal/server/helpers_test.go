@@ -54,6 +54,7 @@ var symbolizerBin = sync.OnceValues(func() (string, error) {
 // port and store for the fault drills.
 type realSymbolizer struct {
 	bin, storeDir, token, redisURL string
+	extra                          []string // more flags for serve
 	port                           int
 	cmd                            *exec.Cmd
 	logs                           *os.File
@@ -63,7 +64,7 @@ type realSymbolizer struct {
 	ctx context.Context
 }
 
-func startSymbolizer(t *testing.T, redisURL string) *realSymbolizer {
+func startSymbolizer(t *testing.T, redisURL string, extra ...string) *realSymbolizer {
 	t.Helper()
 	bin, err := symbolizerBin()
 	if err != nil {
@@ -71,7 +72,7 @@ func startSymbolizer(t *testing.T, redisURL string) *realSymbolizer {
 	}
 	dir := t.TempDir()
 	s := &realSymbolizer{bin: bin, storeDir: filepath.Join(dir, "store"), token: "gateway-test-token", redisURL: redisURL,
-		t: t, ctx: t.Context()}
+		extra: extra, t: t, ctx: t.Context()}
 	s.logs, err = os.Create(filepath.Join(dir, "symbolizer.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +102,7 @@ func (s *realSymbolizer) Start(t *testing.T) {
 		if s.redisURL != "" {
 			args = append(args, "--redis-url", s.redisURL, "--redis-timeout", "100ms")
 		}
+		args = append(args, s.extra...)
 		cmd := exec.CommandContext(s.ctx, s.bin, args...)
 		cmd.Stdout, cmd.Stderr = s.logs, s.logs
 		if err := cmd.Start(); err != nil {
@@ -158,7 +160,8 @@ func (s *realSymbolizer) Stop() {
 	s.cmd = nil
 }
 
-// Upload sends files with the real upload client.
+// Upload sends files with the real upload client; flags such as --type may stand among the
+// paths.
 func (s *realSymbolizer) Upload(t *testing.T, paths ...string) {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), s.bin, append([]string{"upload", "--server", s.URL(), "--token", s.token, "--progress", "plain"}, paths...)...)

@@ -55,6 +55,17 @@ func main() { fmt.Println(work(1000)) }
 type testBin struct {
 	name, path, fn string
 	pie            bool
+	// debug is the separate debug file of path, if it has one: path is what runs (and what
+	// a profiler on the node identifies), debug what has its symbols.
+	debug string
+}
+
+// symbols is the file with the binary's symbols and DWARF.
+func (b testBin) symbols() string {
+	if b.debug != "" {
+		return b.debug
+	}
+	return b.path
 }
 
 var (
@@ -203,7 +214,7 @@ func buildRequest(t *testing.T, sh shape, bins []testBin) (pprofile.Profiles, []
 		trap.AttributeIndices().Append(kernel)
 		trapIdx := int32(d.LocationTable().Len() - 1)
 
-		lo, hi := symbolRange(t, b.path, b.fn)
+		lo, hi := symbolRange(t, b.symbols(), b.fn)
 		for va := lo; va < hi; va++ {
 			loc := d.LocationTable().AppendEmpty()
 			loc.SetMappingIndex(mi)
@@ -232,7 +243,7 @@ func checkFrames(t *testing.T, out []otlptest.Sample, cases []caseAddr) {
 	t.Helper()
 	byBin := map[string][]int{}
 	for i, c := range cases {
-		byBin[c.bin.path] = append(byBin[c.bin.path], i)
+		byBin[c.bin.symbols()] = append(byBin[c.bin.symbols()], i)
 	}
 	inlineChains := 0
 	for path, idx := range byBin {

@@ -38,6 +38,9 @@ const (
 	ReasonInvalidDebuginfo = "invalid_debuginfo"
 	ReasonUnavailable      = "unavailable"
 	ReasonInvalidMapping   = "invalid_mapping"
+	// ReasonExecutableNeeded: only a separate debug file of the binary is stored, which
+	// cannot place mapped addresses; the executable is wanted.
+	ReasonExecutableNeeded = "executable_needed"
 	ReasonNoFrames         = "no_frames"
 	ReasonDeadline         = "deadline"
 	ReasonSymbolizerError  = "symbolizer_error"
@@ -457,6 +460,8 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			reason = ReasonInvalidMapping
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE:
 			reason = ReasonUnavailable
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_EXECUTABLE_NEEDED:
+			reason = ReasonExecutableNeeded
 		default:
 			reason = ReasonBadResponse
 		}

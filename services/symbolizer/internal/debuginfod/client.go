@@ -99,8 +99,29 @@ func NewClient(md *meta.Meta, opt ClientOptions) *Client {
 	return c
 }
 
-// Fetch implements symbolizeapi.Fetcher.
+// kind is one of the files debuginfod serves for a build ID.
+type kind struct {
+	path string
+	typ  debuginfov1.DebuginfoType
+}
+
+var (
+	debuginfoKind  = kind{"debuginfo", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO}
+	executableKind = kind{"executable", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE}
+)
+
+// Fetch implements symbolizeapi.Fetcher: the debug file, else the executable.
 func (c *Client) Fetch(ctx context.Context, gnu string) (bool, error) {
+	return c.get(ctx, gnu, debuginfoKind, executableKind)
+}
+
+// FetchExecutable implements symbolizeapi.Fetcher: the executable only, for the program
+// headers a stored debug file lacks. Its misses are remembered apart from Fetch's.
+func (c *Client) FetchExecutable(ctx context.Context, gnu string) (bool, error) {
+	return c.get(ctx, gnu, executableKind)
+}
+
+func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (bool, error) {
 	if len(c.upstreams) == 0 {
 		return false, nil
 	}
@@ -108,14 +129,18 @@ func (c *Client) Fetch(ctx context.Context, gnu string) (bool, error) {
 	if meta.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
 		return false, fmt.Errorf("debuginfod: invalid build ID %q", gnu)
 	}
+	key := id
+	for _, k := range kinds {
+		key += "/" + k.path
+	}
 	c.mu.Lock()
-	until, negative := c.neg[id]
+	until, negative := c.neg[key]
 	c.mu.Unlock()
 	if negative && time.Now().Before(until) {
 		return false, nil
 	}
-	ch := c.sf.DoChan(id, func() (any, error) {
-		return c.fetch(context.WithoutCancel(ctx), id)
+	ch := c.sf.DoChan(key, func() (any, error) {
+		return c.fetch(context.WithoutCancel(ctx), id, key, kinds)
 	})
 	select {
 	case <-ctx.Done():
@@ -130,7 +155,9 @@ func (c *Client) Fetch(ctx context.Context, gnu string) (bool, error) {
 
 var errNotFound = errors.New("not found")
 
-func (c *Client) fetch(ctx context.Context, id string) (bool, error) {
+// fetch asks each upstream for each kind in turn and stores the first file found. key names
+// the request in the negative cache.
+func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool, error) {
 	var errs []error
 	for _, u := range c.upstreams {
 		if !u.allow() {
@@ -138,10 +165,7 @@ func (c *Client) fetch(ctx context.Context, id string) (bool, error) {
 			errs = append(errs, fmt.Errorf("%s: circuit open after repeated failures", u.url))
 			continue
 		}
-		for _, kind := range []struct {
-			path string
-			typ  debuginfov1.DebuginfoType
-		}{{"debuginfo", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO}, {"executable", debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE}} {
+		for _, kind := range kinds {
 			path, err := c.download(ctx, u.url+"/buildid/"+id+"/"+kind.path)
 			if errors.Is(err, errNotFound) {
 				u.result(true)
@@ -178,7 +202,7 @@ func (c *Client) fetch(ctx context.Context, id string) (bool, error) {
 	if len(c.neg) > 100000 {
 		c.neg = map[string]time.Time{}
 	}
-	c.neg[id] = time.Now().Add(c.opt.NegativeTTL)
+	c.neg[key] = time.Now().Add(c.opt.NegativeTTL)
 	c.mu.Unlock()
 	return false, nil
 }

@@ -90,24 +90,71 @@ type Upload struct {
 // Object is where the upload's bytes are PUT.
 func (u *Upload) Object() string { return "uploads/" + u.ID }
 
+// Exec is what a record keeps of an executable of its binary while its file is a separate
+// debug file: the program headers, which place addresses that come with a mapping, and the
+// IDs, which name the binary as profilers on the node see it (the executable's htlhash is not
+// the debug file's).
+type Exec struct {
+	SHA256 string                   `json:"sha256"`
+	Source debuginfov1.UploadSource `json:"source"`
+	IDs    buildid.IDs              `json:"ids"`
+	Loads  []addrmap.Load           `json:"loads"`
+}
+
+func execOf(f *File) *Exec {
+	return &Exec{SHA256: f.SHA256, Source: f.Source, IDs: f.IDs, Loads: f.Loads}
+}
+
 // Record is everything stored for one binary.
 type Record struct {
 	Key     string  `json:"key"`
 	Current *File   `json:"current,omitempty"`
 	Pending *Upload `json:"pending,omitempty"`
+	// Exec is set while Current is not runnable and an executable of the binary was seen.
+	Exec *Exec `json:"exec,omitempty"`
 	// Aliases are the IDs whose alias object points at this record.
 	Aliases []ID `json:"aliases,omitempty"`
+}
+
+// Loads returns the program headers that place addresses given with a mapping: the current
+// file's when it is runnable, else those of an executable seen beside it. ok is false when
+// only a separate debug file is known: objcopy --only-keep-debug (and so every distro debug
+// package) keeps p_vaddr and p_memsz but rewrites p_offset and p_filesz, and normalizing
+// with those puts addresses into other functions.
+func (r *Record) Loads() (loads []addrmap.Load, ok bool) {
+	if f := r.Current; f != nil && f.Runnable {
+		return f.Loads, true
+	}
+	if r.Exec != nil {
+		return r.Exec.Loads, true
+	}
+	return nil, false
+}
+
+// ids returns every ID the record answers to: its file's, and its executable's.
+func (r *Record) ids() []ID {
+	f := r.Current
+	ids := append([]ID{f.BuildID}, IDsOf(f.IDs)...)
+	if r.Exec != nil {
+		for _, id := range IDsOf(r.Exec.IDs) {
+			if !containsID(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }
 
 // Proto renders the record for the API; nil when there is nothing to show.
 func (r *Record) Proto() *debuginfov1.Debuginfo {
 	if f := r.Current; f != nil {
+		_, headers := r.Loads()
 		d := &debuginfov1.Debuginfo{
 			BuildId: f.BuildID.ID, BuildIdType: f.BuildID.Type, Type: f.Type, Source: f.Source,
 			State: f.State, Quality: f.Quality.Proto(), Sha256: f.SHA256, Size: f.Size,
-			UploadedAt: timestamppb.New(f.UploadedAt),
+			UploadedAt: timestamppb.New(f.UploadedAt), HasProgramHeaders: headers,
 		}
-		for _, id := range IDsOf(f.IDs) {
+		for _, id := range r.ids()[1:] {
 			d.Ids = append(d.Ids, &debuginfov1.BinaryID{Type: id.Type, Id: id.ID})
 		}
 		return d
@@ -338,6 +385,12 @@ func (m *Meta) decide(r *Record, d Desc, now time.Time) Decision {
 			return Decision{true, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_REPLACES_WORSE,
 				fmt.Sprintf("replaces the stored %s from %s", cur.Type, cur.Source)}
 		}
+		if d.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE {
+			if _, ok := r.Loads(); !ok {
+				return Decision{true, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED,
+					"only a separate debug file is stored: the executable's program headers are needed to place mapped addresses"}
+			}
+		}
 		return Decision{false, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_BETTER_STORED,
 			fmt.Sprintf("a file at least as good (%s from %s) is stored", cur.Type, cur.Source)}
 	}
@@ -476,6 +529,22 @@ func (m *Meta) Finish(ctx context.Context, id ID, uploadID string) (*Record, err
 		}
 		return nil, fmt.Errorf("%w: %w", ErrVerification, verr)
 	}
+	old := r.Current
+	if old != nil && old.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE && !old.Runnable && file.Runnable &&
+		rank(file.Type, file.Source) <= rank(old.Type, old.Source) {
+		// An executable beside a stored debug file (SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED):
+		// the debug file stays the source of symbols; the executable lends its program
+		// headers and IDs, and its bytes are not kept.
+		r.Exec, r.Pending = execOf(file), nil
+		if err := m.saveRecord(ctx, r); err != nil {
+			return nil, err
+		}
+		if err := m.pointAliases(ctx, r); err != nil {
+			return nil, err
+		}
+		m.deletePending(ctx, p)
+		return r, nil
+	}
 	file.Object = r.Key + "/" + file.SHA256
 	if err := m.s.Copy(ctx, p.Object(), file.Object); err != nil {
 		return nil, err
@@ -483,7 +552,12 @@ func (m *Meta) Finish(ctx context.Context, id ID, uploadID string) (*Record, err
 	if ins.Index != nil {
 		m.StoreIndex(ctx, file, ins.Index)
 	}
-	old := r.Current
+	switch {
+	case file.Runnable:
+		r.Exec = nil // the file's own program headers serve
+	case old != nil && old.Runnable:
+		r.Exec = execOf(old) // a debug file replaces the executable: keep what placed addresses
+	}
 	r.Current, r.Pending = file, nil
 	// The record now names the new file: only then are aliases pointed at it and the old
 	// file removed, so a reader never follows a record to a missing or unverified file.
@@ -522,12 +596,11 @@ func (m *Meta) deleteFile(ctx context.Context, f *File) {
 	}
 }
 
-// pointAliases makes every ID of the record's file resolve to it, unless the ID already
-// resolves to another record holding a file at least as good.
+// pointAliases makes every ID of the record's file (and of its executable) resolve to it,
+// unless the ID already resolves to another record holding a file at least as good.
 func (m *Meta) pointAliases(ctx context.Context, r *Record) error {
 	f := r.Current
-	ids := append([]ID{f.BuildID}, IDsOf(f.IDs)...)
-	for _, id := range ids {
+	for _, id := range r.ids() {
 		if containsID(r.Aliases, id) {
 			continue
 		}

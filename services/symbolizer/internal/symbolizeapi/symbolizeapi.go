@@ -35,7 +35,11 @@ import (
 // Fetcher gets a file from elsewhere (debuginfod) into the store. found is false when no
 // upstream has it.
 type Fetcher interface {
+	// Fetch gets the binary's debug file, else its executable.
 	Fetch(ctx context.Context, gnuBuildID string) (found bool, err error)
+	// FetchExecutable gets the executable of a binary whose record holds only a separate
+	// debug file, for its program headers.
+	FetchExecutable(ctx context.Context, gnuBuildID string) (found bool, err error)
 }
 
 // Options configures the service.
@@ -190,13 +194,23 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		}
 	}
 
+	var loads []addrmap.Load
+	if !m.IsZero() {
+		var known bool
+		if rec, loads, known = s.programHeaders(ctx, rec, id, mod); !known {
+			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_EXECUTABLE_NEEDED,
+				"only a separate debug file is stored for this binary; its program headers do not give the executable's file offsets, so mapped addresses cannot be placed: upload the executable, or send ELF virtual addresses with an all-zero mapping")
+		}
+		f = rec.Current
+	}
+
 	addrs := mod.GetAddresses()
 	vaddrs := make([]uint64, len(addrs))
 	ok := make([]bool, len(addrs))
 	landed, outside := 0, 0
 	var lastErr error
 	for i, a := range addrs {
-		v, err := addrmap.Normalize(a, m, f.Loads)
+		v, err := addrmap.Normalize(a, m, loads)
 		switch {
 		case err == nil:
 			vaddrs[i], ok[i] = v, true
@@ -295,6 +309,38 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	t.emit(res, ok, slot)
 	return res
+}
+
+// programHeaders returns the program headers that place the module's mapped addresses. When
+// the record holds only a separate debug file, the executable is asked of the debuginfod
+// upstreams (by GNU build ID) and the record read again. known is false when no executable
+// could be had; a failure to ask is logged, and the module is answered as if none exists.
+func (s *Service) programHeaders(ctx context.Context, rec *meta.Record, id meta.ID, mod *symbolizerv1.Module) (*meta.Record, []addrmap.Load, bool) {
+	if loads, ok := rec.Loads(); ok {
+		return rec, loads, true
+	}
+	gnu := mod.GetGnuBuildId()
+	if gnu == "" && rec.Current.IDs.GNU != "" {
+		gnu = rec.Current.IDs.GNU
+	}
+	if gnu == "" || s.fetch == nil {
+		return rec, nil, false
+	}
+	found, err := s.fetch.FetchExecutable(ctx, gnu)
+	if err != nil {
+		s.opt.Logger.Warn("fetch executable for program headers", "build_id", gnu, "err", err)
+		return rec, nil, false
+	}
+	if !found {
+		return rec, nil, false
+	}
+	s.Forget()
+	again, err := s.resolve(ctx, id)
+	if err != nil {
+		return rec, nil, false
+	}
+	loads, ok := again.Loads()
+	return again, loads, ok
 }
 
 // unavailable is the answer for a module whose index (or string table) could not be had.
