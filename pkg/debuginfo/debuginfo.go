@@ -77,6 +77,9 @@ type Info struct {
 	Symtab        bool   `json:"symtab"`
 	Dynsym        bool   `json:"dynsym"`
 	MiniDebugInfo bool   `json:"minidebuginfo"`
+	// Runnable: the file holds its code, so its program headers place mapped addresses; a
+	// separate debug file does not (see elfx.File.Runnable).
+	Runnable bool `json:"runnable"`
 
 	// Sources lists the sources that fed the index, best first; filled by Index.
 	Sources []string `json:"sources,omitempty"`
@@ -118,7 +121,7 @@ func Open(path string, opts Options) (*Binary, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: build IDs: %w", path, err)
 	}
-	b.info = Info{Path: path, Size: st.Size(), IDs: b.ids}
+	b.info = Info{Path: path, Size: st.Size(), IDs: b.ids, Runnable: b.elf.Runnable()}
 	b.describe(b.elf)
 
 	if err := b.findDebugFile(); err != nil {

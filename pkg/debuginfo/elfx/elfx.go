@@ -478,6 +478,18 @@ func (f *File) HasDWARF() bool {
 // Loads returns the PT_LOAD program headers.
 func (f *File) Loads() []addrmap.Load { return addrmap.LoadsOf(f.f) }
 
+// Runnable reports whether the file's executable sections hold bytes. objcopy
+// --only-keep-debug turns them into NOBITS and rewrites the program headers' file offsets, so
+// a separate debug file is not runnable and its Loads do not place mapped addresses.
+func (f *File) Runnable() bool {
+	for _, s := range f.f.Sections {
+		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 && s.Type != elf.SHT_NOBITS {
+			return true
+		}
+	}
+	return false
+}
+
 // Symbols returns the .symtab symbols (debug/elf semantics: without the null symbol 0), with
 // the section size checked against the limits first. elf.ErrNoSymbols when there is none.
 func (f *File) Symbols() ([]elf.Symbol, error) {

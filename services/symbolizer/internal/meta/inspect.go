@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 
@@ -57,7 +56,7 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 	}
 	// Both only read the file: a failing close loses nothing.
 	defer func() { _ = closer.Close() }()
-	ins := &Inspection{Loads: ef.Loads(), Runnable: runnable(ef.ELF())}
+	ins := &Inspection{Loads: ef.Loads(), Runnable: ef.Runnable()}
 	ins.IDs, err = buildid.Compute(ef.ReaderAt(), ef.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
@@ -88,17 +87,4 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 		ins.Quality.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_NONE
 	}
 	return ins, nil
-}
-
-// runnable: the executable sections hold bytes. objcopy --only-keep-debug turns them into
-// NOBITS, so a separate debug file is not runnable.
-func runnable(f *elf.File) bool {
-	for _, s := range f.Sections {
-		if s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 {
-			if s.Type != elf.SHT_NOBITS {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -68,6 +68,11 @@ func (c *InspectCmd) run(out io.Writer) error {
 	row("symtab", yes(info.Symtab))
 	row("dynsym", yes(info.Dynsym))
 	row("minidebuginfo", yes(info.MiniDebugInfo))
+	if info.Runnable {
+		row("program headers", "the executable's: mapped addresses can be placed")
+	} else {
+		row("program headers", "a separate debug file's: file offsets are not the executable's; mapped addresses need the executable")
+	}
 	if !c.NoIndex {
 		row("index sources", orNone(strings.Join(info.Sources, ", ")))
 		row("index fidelity", orNone(info.Fidelity))
