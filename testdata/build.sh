@@ -139,7 +139,7 @@ spawn compile cxx-clang-O2-lto cxx clang++ -O2 -g -flto -fuse-ld=lld -fPIE -pie
 build_go() {
 	local target=$out/bin/$1
 	shift
-	uptodate "$target" "$src/go/main.go" "$src/go/go.mod" && return 0
+	uptodate "$target" "$src/go/"*.go "$src/go/go.mod" && return 0
 	log "go build $(basename "$target")"
 	(cd "$src/go" && GOWORK=off GOFLAGS=-mod=mod go build "$@" -o "$target.tmp" .)
 	mv -f "$target.tmp" "$target"

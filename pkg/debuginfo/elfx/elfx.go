@@ -408,8 +408,18 @@ var DWARFSectionNames = []string{
 // ".debug_" prefix (see DWARFSectionNames). .debug_X wins over .zdebug_X. SHT_NOBITS
 // sections (left by strip --only-keep-debug in the stripped binary) count as absent.
 func (f *File) DWARFSections() (map[string][]byte, error) {
+	return f.DWARFSectionsOf(DWARFSectionNames...)
+}
+
+// DWARFLineSectionNames are the sections that the line tables and the units naming them need,
+// without the function ranges and location lists.
+var DWARFLineSectionNames = []string{"info", "abbrev", "line", "str", "line_str", "str_offsets", "addr"}
+
+// DWARFSectionsOf is DWARFSections for the named sections only: each one read is decompressed
+// whole, and a reader of line tables has no use for the largest (location lists, ranges).
+func (f *File) DWARFSectionsOf(keys ...string) (map[string][]byte, error) {
 	out := make(map[string][]byte)
-	for _, key := range DWARFSectionNames {
+	for _, key := range keys {
 		s := f.Section(".debug_" + key)
 		if s == nil || s.Type == elf.SHT_NOBITS {
 			s = f.Section(".zdebug_" + key)

@@ -33,9 +33,10 @@ import (
 // Version 2 added the declFile and startAddress node columns and the outer names. Version 3
 // guarantees that every string is valid UTF-8 (the Builder replaces invalid sequences; Unmarshal
 // rejects a string that is not): earlier versions may hold raw symbol bytes, so they are not
-// read, and the caller rebuilds them.
+// read, and the caller rebuilds them. Version 4 gives outermost nodes made from local ELF
+// symbols their STT_FILE name in the callFile column (see Node.SymbolFile).
 const (
-	formatVersion = 3
+	formatVersion = 4
 	headerSize    = 24
 )
 

@@ -42,7 +42,9 @@ type Node struct {
 	// Parent is the node this one is inlined into, or NoParent.
 	Parent NodeID
 	// CallFile, CallLine and CallColumn locate the call site in Parent that this inlined
-	// instance stands for (DW_AT_call_file/line/column). Zero for outermost nodes.
+	// instance stands for (DW_AT_call_file/line/column). An outermost node has no call site:
+	// CallLine and CallColumn are zero, and CallFile holds its SymbolFile (the field is reused
+	// rather than added because indexes of large Go binaries hold millions of nodes).
 	CallFile   uint32
 	CallLine   uint32
 	CallColumn uint32
@@ -415,6 +417,15 @@ func (b *Builder) Build() (*Index, error) {
 	if !slices.IsSortedFunc(lines, lineCmp) {
 		slices.SortFunc(lines, lineCmp)
 	}
+	// A row that says what the row before it says changes no lookup (a lookup takes the last
+	// row at or below the address) and is dropped: Go's DWARF repeats file:line on about a
+	// third of its rows (statement boundaries), and on a large binary that is megabytes.
+	// The builder's rows are compacted in place so that the index's table is allocated once,
+	// at its final size.
+	lines = slices.CompactFunc(lines, func(p, r lineRow) bool {
+		return p.end == r.end && (p.end || p.file == r.file && p.line == r.line && p.column == r.column)
+	})
+	b.lines = nil
 	ix.ln = make([]lnRow, len(lines))
 	for i, r := range lines {
 		row := &ix.ln[i]
@@ -723,7 +734,10 @@ func (ix *Index) AppendLookupRefs(dst []FrameRef, addr uint64) []FrameRef {
 			f.File, f.Line, f.Column = file, line, col
 		}
 		if node.Parent == NoParent {
-			ix.nameOutermost(&f, addr)
+			if !hasLine {
+				f.File = node.SymbolFile()
+			}
+			ix.nameOutermost(&f, addr, hasLine)
 			return append(dst, f)
 		}
 		dst = append(dst, f)
@@ -733,8 +747,9 @@ func (ix *Index) AppendLookupRefs(dst []FrameRef, addr uint64) []FrameRef {
 	}
 }
 
-// nameOutermost applies the outer name covering addr, if any, to the outermost frame.
-func (ix *Index) nameOutermost(f *FrameRef, addr uint64) {
+// nameOutermost applies the outer name covering addr, if any, to the outermost frame, and its
+// symbol's file where no line row gives the frame one.
+func (ix *Index) nameOutermost(f *FrameRef, addr uint64, hasLine bool) {
 	if len(ix.on) == 0 {
 		return
 	}
@@ -758,6 +773,19 @@ func (ix *Index) nameOutermost(f *FrameRef, addr uint64) {
 	r := &ix.on[j]
 	n := &ix.nodes[r.node]
 	f.Function, f.LinkageName, f.StartAddress = r.name, n.LinkageName, n.StartAddress
+	if !hasLine {
+		f.File = n.SymbolFile()
+	}
+}
+
+// SymbolFile returns, for an outermost node made from a local ELF symbol, the name of the
+// STT_FILE symbol it belongs to, else the empty-string ID. It is the file of the outermost
+// frame where no line row gives one (at line 0), as in llvm-symbolizer.
+func (n *Node) SymbolFile() uint32 {
+	if n.Parent != NoParent {
+		return 0
+	}
+	return n.CallFile
 }
 
 // lnUpper returns the index of the first row in rows[lo:hi] whose address is greater than v,

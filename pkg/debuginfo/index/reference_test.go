@@ -36,9 +36,16 @@ func (ix *Index) referenceLookup(addr uint64) []Frame {
 			f.File, f.Line, f.Column = ix.strings[file], line, col
 		}
 		if node.Parent == NoParent {
+			// Where no line row gives the outermost frame a file, its symbol's STT_FILE does.
+			if !hasLine {
+				f.File = ix.strings[node.CallFile]
+			}
 			if j := sort.Search(len(ix.on), func(k int) bool { return ix.on[k].start() > addr }) - 1; j >= 0 && addr < ix.on[j].end() {
 				o := ix.nodes[ix.on[j].node]
 				f.Function, f.LinkageName, f.StartAddress = ix.strings[o.Name], ix.strings[o.LinkageName], o.StartAddress
+				if !hasLine {
+					f.File = ix.strings[o.CallFile]
+				}
 			}
 			return append(out, f)
 		}

@@ -13,6 +13,10 @@
 //     symbol has a size and the address lies past its end, even where an earlier, larger
 //     symbol would cover it. A symbol of size 0 reaches up to the next symbol: the PLT after
 //     a size-0 _init is named "_init", as llvm-symbolizer names it.
+//   - Where no line-table row covers an address, the file of a local (STB_LOCAL) symbol is
+//     the name of the nearest STT_FILE symbol before it in table order, with line 0; a global
+//     symbol has none ("??"). Code built without -g, such as the crates Rust's std links in
+//     or a C file compiled without it, is named this way.
 //
 // Only the parts of those ranges that lie in executable segments are added: profiles hold
 // code addresses, and data symbols matter only where they end or start code ranges.
@@ -48,7 +52,8 @@ const maxSymbols = 1 << 24
 type candidate struct {
 	addr, size uint64
 	name       string
-	order      int // position in the symbol table: the last of equals wins
+	file       string // the STT_FILE name a local symbol belongs to
+	order      int    // position in the symbol table: the last of equals wins
 }
 
 // Function is one symbol-table function as llvm-symbolizer 14 sees it, with the code it
@@ -58,6 +63,8 @@ type Function struct {
 	Lo, Hi uint64 // [Lo, Hi)
 	// Name is the demangled name; LinkageName the symbol when it was mangled, else "".
 	Name, LinkageName string
+	// File is the source file a local symbol belongs to (its STT_FILE), else "".
+	File string
 }
 
 // Functions returns the functions of f's symbol table in address order, disjoint, with the
@@ -132,7 +139,7 @@ func Functions(f *elf.File) (fns []Function, st Stats, err error) {
 			linkage = sym
 		}
 		for _, r := range o.ranges {
-			fns = append(fns, Function{Lo: r.lo, Hi: r.hi, Name: names[k], LinkageName: linkage})
+			fns = append(fns, Function{Lo: r.lo, Hi: r.hi, Name: names[k], LinkageName: linkage, File: cands[o.cand].file})
 		}
 	}
 	return fns, Stats{Symbols: len(keep), Source: source}, nil
@@ -151,8 +158,9 @@ func Load(f *elf.File, b *index.Builder) (Stats, error) {
 	node := index.NoParent
 	for i, fn := range fns {
 		// The pieces of one symbol are adjacent and share their names: one node for all.
-		if i == 0 || fn.Name != fns[i-1].Name || fn.LinkageName != fns[i-1].LinkageName {
-			node = b.AddNode(index.Node{Name: b.String(fn.Name), LinkageName: b.String(fn.LinkageName), Parent: index.NoParent})
+		if i == 0 || fn.Name != fns[i-1].Name || fn.LinkageName != fns[i-1].LinkageName || fn.File != fns[i-1].File {
+			node = b.AddNode(index.Node{Name: b.String(fn.Name), LinkageName: b.String(fn.LinkageName),
+				CallFile: b.String(fn.File), Parent: index.NoParent}) // its SymbolFile
 		}
 		b.AddSymbolRange(fn.Lo, fn.Hi, node)
 	}
@@ -198,9 +206,13 @@ func readSymbols(f *elf.File) ([]elf.Symbol, string, error) {
 // candidates keeps the symbols llvm-symbolizer 14 keeps, with their addresses.
 func candidates(f *elf.File, syms []elf.Symbol) []candidate {
 	out := make([]candidate, 0, len(syms))
+	file := ""
 	for i, s := range syms {
 		switch elf.ST_TYPE(s.Info) {
 		case elf.STT_FUNC, elf.STT_GNU_IFUNC, elf.STT_OBJECT, elf.STT_NOTYPE:
+		case elf.STT_FILE:
+			file = s.Name
+			continue
 		default:
 			continue
 		}
@@ -216,7 +228,11 @@ func candidates(f *elf.File, syms []elf.Symbol) []candidate {
 		if f.Machine == elf.EM_ARM && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
 			addr &^= 1 // the Thumb bit is not part of the address
 		}
-		out = append(out, candidate{addr: addr, size: s.Size, name: s.Name, order: i})
+		c := candidate{addr: addr, size: s.Size, name: s.Name, order: i}
+		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
+			c.file = file
+		}
+		out = append(out, c)
 	}
 	return out
 }

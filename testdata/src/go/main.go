@@ -1,5 +1,6 @@
 // Command corpus is the Go program of profsym's symbolization corpus: generics, closures,
-// methods through interfaces and chains of small functions that the compiler inlines.
+// methods through interfaces, chains of small functions that the compiler inlines, and large
+// package initializers (init.go).
 package main
 
 import (
@@ -154,7 +155,7 @@ func main() {
 	evens := Filter(ints, func(v int) bool { return v%2 == 0 })
 	floats := Map(evens, func(v int) float64 { return float64(v) / 7 })
 	u32 := Map(ints, func(v int) uint32 { return uint32(v) * 3 })
-	total := Sum(ints) + int(Sum(floats)) + int(Sum(u32))
+	total := Sum(ints) + int(Sum(floats)) + int(Sum(u32)) + applyAll(n)
 	joined := Reduce(ints[:min(len(ints), 20)], "", func(acc string, v int) string { return acc + strconv.Itoa(v) + "," })
 	var st Stack[string]
 	for _, w := range strings.Split(joined, ",") {

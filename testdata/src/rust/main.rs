@@ -1,5 +1,5 @@
 //! Rust program of profsym's symbolization corpus: std only, with traits, generics,
-//! closures, iterator chains and trait objects.
+//! closures, iterator chains, trait objects and a captured backtrace.
 use std::collections::{BTreeMap, HashMap};
 use std::env;
 use std::fmt;
@@ -142,8 +142,12 @@ fn main() {
         *by_name.entry(s.name()).or_default() += 1;
     }
     let words = word_counts("the Quick brown fox jumps over the lazy dog THE end");
+    // A captured backtrace links std's bundled crates (addr2line, gimli, miniz_oxide,
+    // rustc-demangle), built without debug info: their code is named from the symbol table,
+    // with the STT_FILE name as its file.
+    let frames = std::backtrace::Backtrace::force_capture().to_string().lines().count();
     println!(
-        "{} {:?} {:.2} {:.2} {:.2} {} {} {}",
+        "{} {:?} {:.2} {:.2} {:.2} {} {} {} {}",
         shifted.len(),
         largest(&nums),
         total_norm(&pts),
@@ -151,6 +155,7 @@ fn main() {
         area,
         by_name.len(),
         words["the"],
-        pts.first().map(|p| p.to_string()).unwrap_or_default()
+        pts.first().map(|p| p.to_string()).unwrap_or_default(),
+        frames > 0
     );
 }

@@ -365,7 +365,7 @@ func Compare(addrs []uint64, ours, ref [][]Frame, mode Mode, classifiers ...Clas
 		}
 		// file:line is held frame by frame on its own, whatever the names say, so a naming
 		// difference does not hide (or excuse) a location difference.
-		if mode == ModeFull && (hasLines(r) || hasLines(o)) {
+		if mode == ModeFull && (located(r) || located(o)) {
 			rep.LineCompared++
 			if sameLines(o, r) {
 				rep.LineAgree++
@@ -411,12 +411,12 @@ func sameChain(a, b []Frame) bool {
 	return true
 }
 
-// hasLines says whether the reference read a source line for some frame. A file with line 0
-// is not a source location: llvm-symbolizer prints the STT_FILE symbol's name for functions
-// without DWARF, and the file of a line-0 row for compiler-generated code.
-func hasLines(fs []Frame) bool {
+// located says whether some frame has a file or a line. A file with line 0 counts: it is
+// the STT_FILE symbol's name that llvm-symbolizer prints for a local function without line
+// rows (code built without -g), or the file of a line-0 row for compiler-generated code.
+func located(fs []Frame) bool {
 	for _, f := range fs {
-		if f.Line != 0 {
+		if f.Line != 0 || f.File != "" {
 			return true
 		}
 	}
@@ -431,7 +431,7 @@ func sameLines(a, b []Frame) bool {
 		if a[i].Line != b[i].Line {
 			return false
 		}
-		if a[i].Line != 0 && cleanPath(a[i].File) != cleanPath(b[i].File) {
+		if cleanPath(a[i].File) != cleanPath(b[i].File) {
 			return false
 		}
 	}
