@@ -7,6 +7,9 @@
 #   warm   addresses per second once the index exists: the marginal rate between a 10,000-
 #          and a $BIG-address batch, (BIG - 10000) / (t_BIG - t_10k), the same for both tools
 #   rss    peak resident set size of the $BIG batch (/usr/bin/time -f %M)
+#   cached cold again, ours with the index cache filled by an earlier run (--cache-dir): what a
+#          second `symbolizer symbolize` on the same binary costs. Every other figure of ours
+#          is taken with --no-cache.
 #
 # Binaries: MinIO (a Go binary over 100 MB with DWARF, from .ci/install-deps), the zstd CLI
 # from Debian's source package and a C++ corpus binary (both from testdata/build.sh).
@@ -49,7 +52,8 @@ fi
 log "building the symbolizer CLI and the address sampler"
 (cd "$root" && go build -o "$work/symbolizer" ./services/symbolizer && go build -o "$work/sample" ./bench/symbolize/sample)
 
-ours() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON; }
+ours() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON --no-cache; }
+cached() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON --cache-dir "$work/cache"; }
 llvm() { llvm-symbolizer --obj="$1" --output-style=JSON; }
 
 # measure TOOL BIN ADDRS -> "wall_seconds max_rss_kb" (best wall and best RSS of REPEAT runs);
@@ -58,7 +62,7 @@ measure() {
 	local tool=$1 bin=$2 addrs=$3 best_t= best_m= i t m lines want
 	want=$(wc -l <"$addrs")
 	for ((i = 0; i < REPEAT; i++)); do
-		/usr/bin/time -f '%e %M' -o "$work/time" bash -c "$(declare -f ours llvm); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
+		/usr/bin/time -f '%e %M' -o "$work/time" bash -c "$(declare -f ours cached llvm); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
 		lines=$(wc -l <"$work/out")
 		if ((lines != want)); then
 			log "$tool on $(basename "$bin"): $lines answers for $want addresses"
@@ -83,21 +87,23 @@ for bin in "${bins[@]}"; do
 	log "$name (${size} MB): ours"
 	read -r os_t os_m < <(measure ours "$bin" "$work/$name.small")
 	read -r ob_t ob_m < <(measure ours "$bin" "$work/$name.big")
+	cached "$bin" <"$work/$name.small" >/dev/null # fills the cache
+	read -r oc_t _ < <(measure cached "$bin" "$work/$name.small")
 	log "$name (${size} MB): llvm-symbolizer"
 	read -r ls_t ls_m < <(measure llvm "$bin" "$work/$name.small")
 	read -r lb_t lb_m < <(measure llvm "$bin" "$work/$name.big")
 	rows+=("$(awk -v n="$name" -v sz="$size" -v big="$BIG" -v small="$SMALL" \
-		-v ost="$os_t" -v obt="$ob_t" -v obm="$ob_m" -v lst="$ls_t" -v lbt="$lb_t" -v lbm="$lb_m" 'BEGIN {
+		-v ost="$os_t" -v oct="$oc_t" -v obt="$ob_t" -v obm="$ob_m" -v lst="$ls_t" -v lbt="$lb_t" -v lbm="$lb_m" 'BEGIN {
 		dow = obt - ost; dlw = lbt - lst
 		ow = dow > 0 ? (big - small) / dow : 0
 		lw = dlw > 0 ? (big - small) / dlw : 0
-		printf "%-22s %5d | %7.2f %7.2f %6.2fx | %10.0f %10.0f %6.2fx | %7.1f %7.1f %6.2fx\n",
-			n, sz, ost, lst, (ost > 0 ? lst / ost : 0), ow, lw, (lw > 0 ? ow / lw : 0),
+		printf "%-22s %5d | %7.2f %7.2f %6.2fx | %7.2f %6.2fx | %10.0f %10.0f %6.2fx | %7.1f %7.1f %6.2fx\n",
+			n, sz, ost, lst, (ost > 0 ? lst / ost : 0), oct, (oct > 0 ? lst / oct : 0), ow, lw, (lw > 0 ? ow / lw : 0),
 			obm / 1024, lbm / 1024, (lbm > 0 ? obm / lbm : 0)
 	}')")
 done
 
-printf '\n%-22s %5s | %-23s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "warm (addresses/s)" "peak RSS, ${BIG} addrs (MB)"
-printf '%-22s %5s | %7s %7s %7s | %10s %10s %7s | %7s %7s %7s\n' binary MB ours llvm "llvm/us" ours llvm "us/llvm" ours llvm "us/llvm"
+printf '\n%-22s %5s | %-23s | %-15s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "cached (s)" "warm (addresses/s)" "peak RSS, ${BIG} addrs (MB)"
+printf '%-22s %5s | %7s %7s %7s | %7s %7s | %10s %10s %7s | %7s %7s %7s\n' binary MB ours llvm "llvm/us" ours "llvm/us" ours llvm "us/llvm" ours llvm "us/llvm"
 printf '%s\n' "${rows[@]}"
 printf '\ncold ratio > 1: we are faster; warm ratio: our throughput over llvm-symbolizer'"'"'s; RSS ratio <= 1: we use no more memory. Best of %d runs each.\n' "$REPEAT"

@@ -25,8 +25,13 @@ type Cmd struct {
 	DebugDir    []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable." placeholder:"DIR"`
 	OutputStyle string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
 	Inlines     bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
+	CacheDir    string   `help:"Keep each binary's index here, so the next run on the same binary loads it instead of building it (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
+	NoCache     bool     `help:"Neither read nor write the index cache." name:"no-cache"`
+	CacheSize   int64    `help:"Largest total size of the index cache in bytes; the least recently used indexes are removed beyond it." default:"2147483648" placeholder:"BYTES"`
 	CPUProfile  string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
-	Addresses   []string `arg:"" optional:"" help:"ELF virtual addresses, hex with 0x or decimal (as llvm-symbolizer reads them). Read from stdin, one per line, when none are given."`
+	// Stderr receives the cache's warnings (a cache that cannot be written is not an error).
+	Stderr    io.Writer `kong:"-"`
+	Addresses []string  `arg:"" optional:"" help:"ELF virtual addresses, hex with 0x or decimal (as llvm-symbolizer reads them). Read from stdin, one per line, when none are given."`
 }
 
 // Run resolves the addresses and prints them.
@@ -106,7 +111,52 @@ func (c *Cmd) loadIndex() (*index.Index, error) {
 	}
 	// Only read from: a failing close loses nothing.
 	defer func() { _ = b.Close() }()
-	return b.Index()
+	cache, key := c.cache(b)
+	if cache != nil {
+		if ix := cache.load(key); ix != nil {
+			// A smaller --cache-size takes effect on the next run, hit or miss.
+			if err := cache.evict(); err != nil {
+				c.warn(err)
+			}
+			return ix, nil
+		}
+	}
+	ix, err := b.Index()
+	if err != nil || cache == nil {
+		return ix, err
+	}
+	if err := cache.store(key, ix); err != nil {
+		c.warn(err)
+	}
+	return ix, nil
+}
+
+// cache returns the index cache and b's key in it, or nil when caching is off or impossible.
+func (c *Cmd) cache(b *debuginfo.Binary) (*indexCache, string) {
+	if c.NoCache {
+		return nil, ""
+	}
+	dir := c.CacheDir
+	if dir == "" {
+		if dir = DefaultCacheDir(); dir == "" {
+			return nil, ""
+		}
+	}
+	cache := &indexCache{dir: dir, maxBytes: c.CacheSize}
+	key, err := cache.key(b)
+	if err != nil {
+		c.warn(err)
+		return nil, ""
+	}
+	return cache, key
+}
+
+func (c *Cmd) warn(err error) {
+	w := c.Stderr
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "symbolizer symbolize: %v\n", err)
 }
 
 // ParseAddress reads an address the way llvm-symbolizer does: 0x-prefixed hex, else decimal.

@@ -1,0 +1,152 @@
+package symbolizecmd
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+)
+
+// indexCache keeps serialized indexes of the binaries `symbolize` has read, so a second run on
+// the same binary loads the index (milliseconds) instead of building it (seconds on a large
+// binary). An entry is named by what the index is built from: the binary's build IDs and
+// htlhash, and the same of the debug file that was used, if any. A build ID names one build;
+// the htlhash tells a stripped copy from the unstripped file of the same build.
+type indexCache struct {
+	dir      string
+	maxBytes int64
+}
+
+const cacheSuffix = ".psymidx"
+
+// DefaultCacheDir is where indexes are kept when --cache-dir is not given: the user's cache
+// directory ($XDG_CACHE_HOME, else ~/.cache), under profsym/index.
+func DefaultCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "profsym", "index")
+}
+
+// key names the index of b. It fails only when the debug file cannot be read.
+func (c *indexCache) key(b *debuginfo.Binary) (string, error) {
+	ids := b.IDs()
+	parts := []string{ids.GNU, ids.Go, ids.HTLHash}
+	if dbg := b.Info().DebugFile; dbg != "" {
+		d, err := buildid.FromFile(dbg)
+		if err != nil {
+			return "", fmt.Errorf("index cache: debug file %s: %w", dbg, err)
+		}
+		parts = append(parts, d.GNU, d.Go, d.HTLHash)
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	// The readable part helps whoever looks into the directory; the hash makes it unique.
+	name := ids.GNU
+	if name == "" {
+		name = ids.HTLHash
+	}
+	return name + "-" + hex.EncodeToString(sum[:8]) + cacheSuffix, nil
+}
+
+// load returns the cached index named key, or nil when there is none or it is unusable (an
+// older format, a torn file), in which case it is removed.
+func (c *indexCache) load(key string) *index.Index {
+	path := filepath.Join(c.dir, key)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	ix, err := index.Unmarshal(data)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil
+	}
+	// The modification time orders entries for eviction: a used entry is recent.
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+	return ix
+}
+
+// store writes ix under key (atomically: a reader never sees half a file), then evicts the least
+// recently used entries beyond maxBytes.
+func (c *indexCache) store(key string, ix *index.Index) error {
+	blob, err := ix.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	if c.maxBytes > 0 && int64(len(blob)) > c.maxBytes {
+		return nil // larger than the whole cache: not kept
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	_, werr := tmp.Write(blob)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), filepath.Join(c.dir, key))
+	}
+	if werr != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("index cache: %w", werr)
+	}
+	return c.evict()
+}
+
+func (c *indexCache) evict() error {
+	if c.maxBytes <= 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	type file struct {
+		path  string
+		size  int64
+		mtime time.Time
+	}
+	var files []file
+	var total int64
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), cacheSuffix) {
+			continue
+		}
+		info, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile by another run
+		}
+		if err != nil {
+			return fmt.Errorf("index cache: %w", err)
+		}
+		files = append(files, file{filepath.Join(c.dir, e.Name()), info.Size(), info.ModTime()})
+		total += info.Size()
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].mtime.Before(files[j].mtime) })
+	for _, f := range files {
+		if total <= c.maxBytes {
+			break
+		}
+		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("index cache: %w", err)
+		}
+		total -= f.size
+	}
+	return nil
+}

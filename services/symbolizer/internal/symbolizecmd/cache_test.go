@@ -1,0 +1,120 @@
+package symbolizecmd
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain keeps the tests' indexes out of the user's cache directory: a Cmd made without the
+// flag parser has caching on, in the default directory.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "symbolizecmd-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := os.Setenv("XDG_CACHE_HOME", dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func cacheEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+cacheSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func symbolizeOut(t *testing.T, c *Cmd) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	c.Stderr = &errb
+	if err := c.run(strings.NewReader(""), &out); err != nil {
+		t.Fatal(err)
+	}
+	if errb.Len() > 0 {
+		t.Fatalf("warnings: %s", errb.String())
+	}
+	return out.String()
+}
+
+func TestIndexCache(t *testing.T) {
+	bin, addrs := build(t)
+	dir := filepath.Join(t.TempDir(), "cache")
+	cmd := func() *Cmd {
+		return &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true, Addresses: addrs, CacheDir: dir, CacheSize: 1 << 30}
+	}
+	want := symbolizeOut(t, &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true, Addresses: addrs, NoCache: true})
+	if n := len(cacheEntries(t, dir)); n != 0 {
+		t.Fatalf("--no-cache wrote %d entries", n)
+	}
+
+	if got := symbolizeOut(t, cmd()); got != want {
+		t.Fatal("first cached run answers differently")
+	}
+	entries := cacheEntries(t, dir)
+	if len(entries) != 1 {
+		t.Fatalf("%d cache entries after one binary, want 1", len(entries))
+	}
+	// The second run answers from the entry: made unreadable as an index, the entry would be
+	// replaced, so first check that a run leaves a good entry alone.
+	before, err := os.ReadFile(entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := symbolizeOut(t, cmd()); got != want {
+		t.Fatal("run from the cache answers differently")
+	}
+	after, err := os.ReadFile(entries[0])
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the cached index was rewritten by a run that should have read it (%v)", err)
+	}
+
+	// A torn entry is not trusted: the index is built again and the entry replaced.
+	if err := os.WriteFile(entries[0], before[:len(before)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := symbolizeOut(t, cmd()); got != want {
+		t.Fatal("run with a torn cache entry answers differently")
+	}
+	if fixed, err := os.ReadFile(entries[0]); err != nil || !bytes.Equal(fixed, before) {
+		t.Fatalf("torn entry not replaced by the rebuilt index (%v)", err)
+	}
+
+	// A stripped copy of the same build is another entry, and answers from its own index.
+	stripped := filepath.Join(t.TempDir(), "stripped")
+	if out, err := exec.CommandContext(t.Context(), "objcopy", "--strip-debug", bin, stripped).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	c := cmd()
+	c.Obj = stripped
+	wantStripped := symbolizeOut(t, &Cmd{Obj: stripped, OutputStyle: "JSON", Inlines: true, Addresses: addrs, NoCache: true})
+	if got := symbolizeOut(t, c); got != wantStripped || got == want {
+		t.Fatal("the stripped copy was answered from the unstripped file's index")
+	}
+	if n := len(cacheEntries(t, dir)); n != 2 {
+		t.Fatalf("%d cache entries after two files, want 2", n)
+	}
+
+	// Beyond its size the cache drops the least recently used entry.
+	c = cmd()
+	c.CacheSize = int64(len(before)) + 1
+	symbolizeOut(t, c)
+	left := cacheEntries(t, dir)
+	if len(left) != 1 || left[0] != entries[0] {
+		t.Fatalf("after eviction: %v, want only %s", left, entries[0])
+	}
+}
