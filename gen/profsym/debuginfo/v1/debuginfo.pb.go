@@ -444,6 +444,135 @@ func (SectionCompression) EnumDescriptor() ([]byte, []int) {
 	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{5}
 }
 
+// CoverageReason says why frames of a binary stayed unresolved.
+type CoverageReason int32
+
+const (
+	// Nothing is unresolved, or the binary resolved at least partly.
+	CoverageReason_COVERAGE_REASON_UNSPECIFIED CoverageReason = 0
+	// No debuginfo is stored under any of the binary's IDs, nor served by an upstream.
+	CoverageReason_COVERAGE_REASON_NO_DEBUGINFO CoverageReason = 1
+	// The stored file could not be read (`MODULE_STATUS_INVALID_DEBUGINFO`).
+	CoverageReason_COVERAGE_REASON_INVALID_FILE CoverageReason = 2
+	// An upstream debuginfod server or the store failed (`MODULE_STATUS_UNAVAILABLE`).
+	CoverageReason_COVERAGE_REASON_UPSTREAM_MISS CoverageReason = 3
+	// Only a separate debug file is stored and the mapping needs the executable
+	// (`MODULE_STATUS_EXECUTABLE_NEEDED`).
+	CoverageReason_COVERAGE_REASON_EXECUTABLE_NEEDED CoverageReason = 4
+	// The request's mapping did not fit the file (`MODULE_STATUS_INVALID_MAPPING`).
+	CoverageReason_COVERAGE_REASON_INVALID_MAPPING CoverageReason = 5
+	// The file was read but has nothing for these addresses (symbols stripped, addresses
+	// outside every function).
+	CoverageReason_COVERAGE_REASON_NO_SYMBOLS CoverageReason = 6
+)
+
+// Enum value maps for CoverageReason.
+var (
+	CoverageReason_name = map[int32]string{
+		0: "COVERAGE_REASON_UNSPECIFIED",
+		1: "COVERAGE_REASON_NO_DEBUGINFO",
+		2: "COVERAGE_REASON_INVALID_FILE",
+		3: "COVERAGE_REASON_UPSTREAM_MISS",
+		4: "COVERAGE_REASON_EXECUTABLE_NEEDED",
+		5: "COVERAGE_REASON_INVALID_MAPPING",
+		6: "COVERAGE_REASON_NO_SYMBOLS",
+	}
+	CoverageReason_value = map[string]int32{
+		"COVERAGE_REASON_UNSPECIFIED":       0,
+		"COVERAGE_REASON_NO_DEBUGINFO":      1,
+		"COVERAGE_REASON_INVALID_FILE":      2,
+		"COVERAGE_REASON_UPSTREAM_MISS":     3,
+		"COVERAGE_REASON_EXECUTABLE_NEEDED": 4,
+		"COVERAGE_REASON_INVALID_MAPPING":   5,
+		"COVERAGE_REASON_NO_SYMBOLS":        6,
+	}
+)
+
+func (x CoverageReason) Enum() *CoverageReason {
+	p := new(CoverageReason)
+	*p = x
+	return p
+}
+
+func (x CoverageReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CoverageReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6].Descriptor()
+}
+
+func (CoverageReason) Type() protoreflect.EnumType {
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6]
+}
+
+func (x CoverageReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CoverageReason.Descriptor instead.
+func (CoverageReason) EnumDescriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{6}
+}
+
+// CoverageFidelity is the richest answer a binary got.
+type CoverageFidelity int32
+
+const (
+	// Nothing resolved.
+	CoverageFidelity_COVERAGE_FIDELITY_UNSPECIFIED CoverageFidelity = 0
+	// Function names from ELF symbol tables only.
+	CoverageFidelity_COVERAGE_FIDELITY_SYMBOLS CoverageFidelity = 1
+	// Functions and file:line, without inline frames (Go pclntab without an inline tree,
+	// DWARF line tables only).
+	CoverageFidelity_COVERAGE_FIDELITY_LINES CoverageFidelity = 2
+	// Functions, file:line and inline frames (DWARF or Go pclntab).
+	CoverageFidelity_COVERAGE_FIDELITY_FULL CoverageFidelity = 3
+)
+
+// Enum value maps for CoverageFidelity.
+var (
+	CoverageFidelity_name = map[int32]string{
+		0: "COVERAGE_FIDELITY_UNSPECIFIED",
+		1: "COVERAGE_FIDELITY_SYMBOLS",
+		2: "COVERAGE_FIDELITY_LINES",
+		3: "COVERAGE_FIDELITY_FULL",
+	}
+	CoverageFidelity_value = map[string]int32{
+		"COVERAGE_FIDELITY_UNSPECIFIED": 0,
+		"COVERAGE_FIDELITY_SYMBOLS":     1,
+		"COVERAGE_FIDELITY_LINES":       2,
+		"COVERAGE_FIDELITY_FULL":        3,
+	}
+)
+
+func (x CoverageFidelity) Enum() *CoverageFidelity {
+	p := new(CoverageFidelity)
+	*p = x
+	return p
+}
+
+func (x CoverageFidelity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CoverageFidelity) Descriptor() protoreflect.EnumDescriptor {
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7].Descriptor()
+}
+
+func (CoverageFidelity) Type() protoreflect.EnumType {
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7]
+}
+
+func (x CoverageFidelity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CoverageFidelity.Descriptor instead.
+func (CoverageFidelity) EnumDescriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{7}
+}
+
 // BinaryID is one ID of a file.
 type BinaryID struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1519,6 +1648,253 @@ func (*DeleteResponse) Descriptor() ([]byte, []int) {
 	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{14}
 }
 
+// Coverage is what Symbolize answered for one binary.
+type Coverage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ID the binary was asked by: the GNU build ID if the request had one, else the Go
+	// build ID, else the htlhash.
+	BuildId string `protobuf:"bytes,1,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Type of `build_id`.
+	BuildIdType BuildIDType `protobuf:"varint,2,opt,name=build_id_type,json=buildIdType,proto3,enum=profsym.debuginfo.v1.BuildIDType" json:"build_id_type,omitempty"`
+	// Addresses asked about.
+	FramesAsked uint64 `protobuf:"varint,3,opt,name=frames_asked,json=framesAsked,proto3" json:"frames_asked,omitempty"`
+	// Addresses that came back with at least one frame.
+	FramesResolved uint64 `protobuf:"varint,4,opt,name=frames_resolved,json=framesResolved,proto3" json:"frames_resolved,omitempty"`
+	// The richest fidelity reached.
+	Fidelity CoverageFidelity `protobuf:"varint,5,opt,name=fidelity,proto3,enum=profsym.debuginfo.v1.CoverageFidelity" json:"fidelity,omitempty"`
+	// Why the latest unresolved frames stayed addresses.
+	Reason CoverageReason `protobuf:"varint,6,opt,name=reason,proto3,enum=profsym.debuginfo.v1.CoverageReason" json:"reason,omitempty"`
+	// When the binary was first asked about.
+	FirstSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	// When the binary was last asked about.
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// Executable names or paths the requests carried (the module's `filename`), at most 8.
+	Filenames     []string `protobuf:"bytes,9,rep,name=filenames,proto3" json:"filenames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Coverage) Reset() {
+	*x = Coverage{}
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Coverage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Coverage) ProtoMessage() {}
+
+func (x *Coverage) ProtoReflect() protoreflect.Message {
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Coverage.ProtoReflect.Descriptor instead.
+func (*Coverage) Descriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Coverage) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *Coverage) GetBuildIdType() BuildIDType {
+	if x != nil {
+		return x.BuildIdType
+	}
+	return BuildIDType_BUILD_ID_TYPE_UNSPECIFIED
+}
+
+func (x *Coverage) GetFramesAsked() uint64 {
+	if x != nil {
+		return x.FramesAsked
+	}
+	return 0
+}
+
+func (x *Coverage) GetFramesResolved() uint64 {
+	if x != nil {
+		return x.FramesResolved
+	}
+	return 0
+}
+
+func (x *Coverage) GetFidelity() CoverageFidelity {
+	if x != nil {
+		return x.Fidelity
+	}
+	return CoverageFidelity_COVERAGE_FIDELITY_UNSPECIFIED
+}
+
+func (x *Coverage) GetReason() CoverageReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CoverageReason_COVERAGE_REASON_UNSPECIFIED
+}
+
+func (x *Coverage) GetFirstSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeen
+	}
+	return nil
+}
+
+func (x *Coverage) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *Coverage) GetFilenames() []string {
+	if x != nil {
+		return x.Filenames
+	}
+	return nil
+}
+
+// ListCoverageRequest filters the coverage list.
+type ListCoverageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only binaries whose latest unresolved frames have this reason; unspecified means all.
+	Reason CoverageReason `protobuf:"varint,1,opt,name=reason,proto3,enum=profsym.debuginfo.v1.CoverageReason" json:"reason,omitempty"`
+	// Only binaries last asked about at or after this time; unset means any time.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// Only binaries with unresolved frames.
+	UnresolvedOnly bool `protobuf:"varint,3,opt,name=unresolved_only,json=unresolvedOnly,proto3" json:"unresolved_only,omitempty"`
+	// At most this many entries (the most unresolved first): 0 means 100, at most 10000.
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCoverageRequest) Reset() {
+	*x = ListCoverageRequest{}
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCoverageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCoverageRequest) ProtoMessage() {}
+
+func (x *ListCoverageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCoverageRequest.ProtoReflect.Descriptor instead.
+func (*ListCoverageRequest) Descriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListCoverageRequest) GetReason() CoverageReason {
+	if x != nil {
+		return x.Reason
+	}
+	return CoverageReason_COVERAGE_REASON_UNSPECIFIED
+}
+
+func (x *ListCoverageRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListCoverageRequest) GetUnresolvedOnly() bool {
+	if x != nil {
+		return x.UnresolvedOnly
+	}
+	return false
+}
+
+func (x *ListCoverageRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListCoverageResponse holds the entries, the most unresolved frames first.
+type ListCoverageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries, the most unresolved frames first.
+	Entries []*Coverage `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Entries that matched the filter, before `limit`.
+	Total         uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCoverageResponse) Reset() {
+	*x = ListCoverageResponse{}
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCoverageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCoverageResponse) ProtoMessage() {}
+
+func (x *ListCoverageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCoverageResponse.ProtoReflect.Descriptor instead.
+func (*ListCoverageResponse) Descriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListCoverageResponse) GetEntries() []*Coverage {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListCoverageResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 var File_profsym_debuginfo_v1_debuginfo_proto protoreflect.FileDescriptor
 
 const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
@@ -1606,7 +1982,26 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\rDeleteRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\"\x10\n" +
-	"\x0eDeleteResponse*t\n" +
+	"\x0eDeleteResponse\"\xcc\x03\n" +
+	"\bCoverage\x12\x19\n" +
+	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
+	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x12!\n" +
+	"\fframes_asked\x18\x03 \x01(\x04R\vframesAsked\x12'\n" +
+	"\x0fframes_resolved\x18\x04 \x01(\x04R\x0eframesResolved\x12B\n" +
+	"\bfidelity\x18\x05 \x01(\x0e2&.profsym.debuginfo.v1.CoverageFidelityR\bfidelity\x12<\n" +
+	"\x06reason\x18\x06 \x01(\x0e2$.profsym.debuginfo.v1.CoverageReasonR\x06reason\x129\n" +
+	"\n" +
+	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1c\n" +
+	"\tfilenames\x18\t \x03(\tR\tfilenames\"\xc4\x01\n" +
+	"\x13ListCoverageRequest\x12<\n" +
+	"\x06reason\x18\x01 \x01(\x0e2$.profsym.debuginfo.v1.CoverageReasonR\x06reason\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12'\n" +
+	"\x0funresolved_only\x18\x03 \x01(\bR\x0eunresolvedOnly\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"f\n" +
+	"\x14ListCoverageResponse\x128\n" +
+	"\aentries\x18\x01 \x03(\v2\x1e.profsym.debuginfo.v1.CoverageR\aentries\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total*t\n" +
 	"\vBuildIDType\x12\x1d\n" +
 	"\x19BUILD_ID_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11BUILD_ID_TYPE_GNU\x10\x01\x12\x14\n" +
@@ -1640,14 +2035,28 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x1fSECTION_COMPRESSION_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SECTION_COMPRESSION_NONE\x10\x01\x12\x1c\n" +
 	"\x18SECTION_COMPRESSION_ZLIB\x10\x02\x12\x1c\n" +
-	"\x18SECTION_COMPRESSION_ZSTD\x10\x032\xdb\x04\n" +
+	"\x18SECTION_COMPRESSION_ZSTD\x10\x03*\x84\x02\n" +
+	"\x0eCoverageReason\x12\x1f\n" +
+	"\x1bCOVERAGE_REASON_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cCOVERAGE_REASON_NO_DEBUGINFO\x10\x01\x12 \n" +
+	"\x1cCOVERAGE_REASON_INVALID_FILE\x10\x02\x12!\n" +
+	"\x1dCOVERAGE_REASON_UPSTREAM_MISS\x10\x03\x12%\n" +
+	"!COVERAGE_REASON_EXECUTABLE_NEEDED\x10\x04\x12#\n" +
+	"\x1fCOVERAGE_REASON_INVALID_MAPPING\x10\x05\x12\x1e\n" +
+	"\x1aCOVERAGE_REASON_NO_SYMBOLS\x10\x06*\x8d\x01\n" +
+	"\x10CoverageFidelity\x12!\n" +
+	"\x1dCOVERAGE_FIDELITY_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19COVERAGE_FIDELITY_SYMBOLS\x10\x01\x12\x1b\n" +
+	"\x17COVERAGE_FIDELITY_LINES\x10\x02\x12\x1a\n" +
+	"\x16COVERAGE_FIDELITY_FULL\x10\x032\xc7\x05\n" +
 	"\x10DebuginfoService\x12j\n" +
 	"\fShouldUpload\x12).profsym.debuginfo.v1.ShouldUploadRequest\x1a*.profsym.debuginfo.v1.ShouldUploadResponse\"\x03\x90\x02\x01\x12p\n" +
 	"\x0eInitiateUpload\x12+.profsym.debuginfo.v1.InitiateUploadRequest\x1a,.profsym.debuginfo.v1.InitiateUploadResponse\"\x03\x90\x02\x02\x12j\n" +
 	"\fFinishUpload\x12).profsym.debuginfo.v1.FinishUploadRequest\x1a*.profsym.debuginfo.v1.FinishUploadResponse\"\x03\x90\x02\x02\x12O\n" +
 	"\x03Get\x12 .profsym.debuginfo.v1.GetRequest\x1a!.profsym.debuginfo.v1.GetResponse\"\x03\x90\x02\x01\x12R\n" +
 	"\x04List\x12!.profsym.debuginfo.v1.ListRequest\x1a\".profsym.debuginfo.v1.ListResponse\"\x03\x90\x02\x01\x12X\n" +
-	"\x06Delete\x12#.profsym.debuginfo.v1.DeleteRequest\x1a$.profsym.debuginfo.v1.DeleteResponse\"\x03\x90\x02\x02B\xdd\x01\n" +
+	"\x06Delete\x12#.profsym.debuginfo.v1.DeleteRequest\x1a$.profsym.debuginfo.v1.DeleteResponse\"\x03\x90\x02\x02\x12j\n" +
+	"\fListCoverage\x12).profsym.debuginfo.v1.ListCoverageRequest\x1a*.profsym.debuginfo.v1.ListCoverageResponse\"\x03\x90\x02\x01B\xdd\x01\n" +
 	"\x18com.profsym.debuginfo.v1B\x0eDebuginfoProtoP\x01Z?github.com/profsym/profsym/gen/profsym/debuginfo/v1;debuginfov1\xa2\x02\x03PDX\xaa\x02\x14Profsym.Debuginfo.V1\xca\x02\x14Profsym\\Debuginfo\\V1\xe2\x02 Profsym\\Debuginfo\\V1\\GPBMetadata\xea\x02\x16Profsym::Debuginfo::V1b\x06proto3"
 
 var (
@@ -1662,8 +2071,8 @@ func file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP() []byte {
 	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescData
 }
 
-var file_profsym_debuginfo_v1_debuginfo_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_profsym_debuginfo_v1_debuginfo_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(BuildIDType)(0),               // 0: profsym.debuginfo.v1.BuildIDType
 	(DebuginfoType)(0),             // 1: profsym.debuginfo.v1.DebuginfoType
@@ -1671,34 +2080,39 @@ var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(ShouldUploadReason)(0),        // 3: profsym.debuginfo.v1.ShouldUploadReason
 	(DebuginfoState)(0),            // 4: profsym.debuginfo.v1.DebuginfoState
 	(SectionCompression)(0),        // 5: profsym.debuginfo.v1.SectionCompression
-	(*BinaryID)(nil),               // 6: profsym.debuginfo.v1.BinaryID
-	(*Quality)(nil),                // 7: profsym.debuginfo.v1.Quality
-	(*Debuginfo)(nil),              // 8: profsym.debuginfo.v1.Debuginfo
-	(*ShouldUploadRequest)(nil),    // 9: profsym.debuginfo.v1.ShouldUploadRequest
-	(*ShouldUploadResponse)(nil),   // 10: profsym.debuginfo.v1.ShouldUploadResponse
-	(*InitiateUploadRequest)(nil),  // 11: profsym.debuginfo.v1.InitiateUploadRequest
-	(*InitiateUploadResponse)(nil), // 12: profsym.debuginfo.v1.InitiateUploadResponse
-	(*FinishUploadRequest)(nil),    // 13: profsym.debuginfo.v1.FinishUploadRequest
-	(*FinishUploadResponse)(nil),   // 14: profsym.debuginfo.v1.FinishUploadResponse
-	(*GetRequest)(nil),             // 15: profsym.debuginfo.v1.GetRequest
-	(*GetResponse)(nil),            // 16: profsym.debuginfo.v1.GetResponse
-	(*ListRequest)(nil),            // 17: profsym.debuginfo.v1.ListRequest
-	(*ListResponse)(nil),           // 18: profsym.debuginfo.v1.ListResponse
-	(*DeleteRequest)(nil),          // 19: profsym.debuginfo.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 20: profsym.debuginfo.v1.DeleteResponse
-	nil,                            // 21: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(CoverageReason)(0),            // 6: profsym.debuginfo.v1.CoverageReason
+	(CoverageFidelity)(0),          // 7: profsym.debuginfo.v1.CoverageFidelity
+	(*BinaryID)(nil),               // 8: profsym.debuginfo.v1.BinaryID
+	(*Quality)(nil),                // 9: profsym.debuginfo.v1.Quality
+	(*Debuginfo)(nil),              // 10: profsym.debuginfo.v1.Debuginfo
+	(*ShouldUploadRequest)(nil),    // 11: profsym.debuginfo.v1.ShouldUploadRequest
+	(*ShouldUploadResponse)(nil),   // 12: profsym.debuginfo.v1.ShouldUploadResponse
+	(*InitiateUploadRequest)(nil),  // 13: profsym.debuginfo.v1.InitiateUploadRequest
+	(*InitiateUploadResponse)(nil), // 14: profsym.debuginfo.v1.InitiateUploadResponse
+	(*FinishUploadRequest)(nil),    // 15: profsym.debuginfo.v1.FinishUploadRequest
+	(*FinishUploadResponse)(nil),   // 16: profsym.debuginfo.v1.FinishUploadResponse
+	(*GetRequest)(nil),             // 17: profsym.debuginfo.v1.GetRequest
+	(*GetResponse)(nil),            // 18: profsym.debuginfo.v1.GetResponse
+	(*ListRequest)(nil),            // 19: profsym.debuginfo.v1.ListRequest
+	(*ListResponse)(nil),           // 20: profsym.debuginfo.v1.ListResponse
+	(*DeleteRequest)(nil),          // 21: profsym.debuginfo.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 22: profsym.debuginfo.v1.DeleteResponse
+	(*Coverage)(nil),               // 23: profsym.debuginfo.v1.Coverage
+	(*ListCoverageRequest)(nil),    // 24: profsym.debuginfo.v1.ListCoverageRequest
+	(*ListCoverageResponse)(nil),   // 25: profsym.debuginfo.v1.ListCoverageResponse
+	nil,                            // 26: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 0: profsym.debuginfo.v1.BinaryID.type:type_name -> profsym.debuginfo.v1.BuildIDType
 	5,  // 1: profsym.debuginfo.v1.Quality.debug_compression:type_name -> profsym.debuginfo.v1.SectionCompression
 	0,  // 2: profsym.debuginfo.v1.Debuginfo.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	6,  // 3: profsym.debuginfo.v1.Debuginfo.ids:type_name -> profsym.debuginfo.v1.BinaryID
+	8,  // 3: profsym.debuginfo.v1.Debuginfo.ids:type_name -> profsym.debuginfo.v1.BinaryID
 	1,  // 4: profsym.debuginfo.v1.Debuginfo.type:type_name -> profsym.debuginfo.v1.DebuginfoType
 	2,  // 5: profsym.debuginfo.v1.Debuginfo.source:type_name -> profsym.debuginfo.v1.UploadSource
 	4,  // 6: profsym.debuginfo.v1.Debuginfo.state:type_name -> profsym.debuginfo.v1.DebuginfoState
-	7,  // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
-	22, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
+	9,  // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
+	27, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	1,  // 10: profsym.debuginfo.v1.ShouldUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
 	2,  // 11: profsym.debuginfo.v1.ShouldUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
@@ -1706,30 +2120,40 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 13: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	1,  // 14: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
 	2,  // 15: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	21, // 16: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	22, // 17: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 18: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	26, // 16: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	27, // 17: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 18: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
 	0,  // 19: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	8,  // 20: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
-	8,  // 21: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
+	10, // 20: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	10, // 21: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
 	0,  // 22: profsym.debuginfo.v1.DeleteRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	9,  // 23: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
-	11, // 24: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
-	13, // 25: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
-	15, // 26: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
-	17, // 27: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
-	19, // 28: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
-	10, // 29: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
-	12, // 30: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
-	14, // 31: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
-	16, // 32: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
-	18, // 33: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
-	20, // 34: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	0,  // 23: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	7,  // 24: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
+	6,  // 25: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	27, // 26: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
+	27, // 27: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
+	6,  // 28: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	27, // 29: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
+	23, // 30: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
+	11, // 31: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
+	13, // 32: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
+	15, // 33: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
+	17, // 34: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
+	19, // 35: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
+	21, // 36: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
+	24, // 37: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
+	12, // 38: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
+	14, // 39: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
+	16, // 40: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
+	18, // 41: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
+	20, // 42: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
+	22, // 43: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
+	25, // 44: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
+	38, // [38:45] is the sub-list for method output_type
+	31, // [31:38] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_profsym_debuginfo_v1_debuginfo_proto_init() }
@@ -1742,8 +2166,8 @@ func file_profsym_debuginfo_v1_debuginfo_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc), len(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   16,
+			NumEnums:      8,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

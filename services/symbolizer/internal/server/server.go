@@ -31,6 +31,7 @@ import (
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
@@ -38,6 +39,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
+	"github.com/profsym/profsym/services/symbolizer/internal/ui"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadapi"
 )
 
@@ -74,6 +76,9 @@ type Config struct {
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
 	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
 	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
+
+	CoverageInterval time.Duration `name:"coverage-interval" default:"1m" env:"SYMBOLIZER_COVERAGE_INTERVAL" help:"How often this replica writes its tally of what Symbolize resolved (coverage/ in the store; read by ListCoverage, /ui/ and 'symbolizer debuginfo missing')."`
+	CoverageEntries  int           `name:"coverage-entries" default:"100000" env:"SYMBOLIZER_COVERAGE_ENTRIES" help:"Binaries tallied in memory; beyond it the least recently seen is dropped."`
 
 	DebuginfodURLs     []string      `name:"debuginfod-url" env:"SYMBOLIZER_DEBUGINFOD_URLS" help:"Upstream debuginfod server (repeatable; DEBUGINFOD_URLS, space separated, is used when unset)."`
 	DebuginfodTimeout  time.Duration `name:"debuginfod-timeout" default:"60s" env:"SYMBOLIZER_DEBUGINFOD_TIMEOUT" help:"Timeout of one upstream fetch."`
@@ -126,8 +131,10 @@ type Server struct {
 	Meta    *meta.Meta
 	Tokens  *auth.Tokens
 	Handler http.Handler
-	closers []func()
-	ready   atomic.Bool
+	// Coverage tallies Symbolize answers per binary.
+	Coverage *coverage.Recorder
+	closers  []func()
+	ready    atomic.Bool
 }
 
 func readSecret(value, file, what string) (string, error) {
@@ -185,6 +192,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		log.Warn("no upload tokens configured (--upload-tokens-file, --upload-token): every write is refused")
 	}
 
+	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
 	ixCache := indexcache.New(c.IndexCacheBytes)
 	var sym *symbolizeapi.Service
 	s.Meta = meta.New(s.Store, meta.Options{
@@ -229,11 +237,12 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	}
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
 		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
-		StringsCacheBytes: c.StringsBytes,
+		StringsCacheBytes: c.StringsBytes, Observe: s.Coverage.Record,
 	})
 	up := uploadapi.New(s.Meta, s.Metrics, log)
 	up.PublicURL = c.PublicURL
 	up.Changed = sym.Forget
+	up.Coverage = s.Coverage
 
 	var readTokens *auth.Tokens
 	if c.RequireRead {
@@ -254,6 +263,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/upload/", up.PutHandler(s.Tokens))
 	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, readTokens, log))
+	mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, readTokens, log))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { s.writeProbe(w, "healthz") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
@@ -394,6 +404,15 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	go s.sweep(ctx)
+	// The tally's last write happens when covCtx ends; waiting for it keeps a stop from losing
+	// the last interval.
+	covCtx, covStop := context.WithCancel(ctx)
+	covDone := make(chan struct{})
+	go func() {
+		defer close(covDone)
+		s.Coverage.Run(covCtx, s.cfg.CoverageInterval)
+	}()
+	defer func() { covStop(); <-covDone }()
 	errc := make(chan error, 1)
 	go func() {
 		if srv.TLSConfig != nil {

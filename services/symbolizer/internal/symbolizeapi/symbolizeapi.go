@@ -56,6 +56,8 @@ type Options struct {
 	// of files whose index is not in memory; 0 means 256 MiB.
 	StringsCacheBytes int64
 	Logger            *slog.Logger
+	// Observe, when set, is told every module's answer (the coverage tally).
+	Observe func(*symbolizerv1.Module, *symbolizerv1.ModuleResult)
 }
 
 // Service is the SymbolizerService handler.
@@ -117,6 +119,9 @@ func (s *Service) Symbolize(ctx context.Context, req *connect.Request[symbolizer
 	for i, mod := range mods {
 		g.Go(func() error {
 			out[i] = s.module(gctx, mod)
+			if s.opt.Observe != nil && gctx.Err() == nil {
+				s.opt.Observe(mod, out[i])
+			}
 			return nil
 		})
 	}

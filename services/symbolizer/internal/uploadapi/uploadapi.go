@@ -19,6 +19,7 @@ import (
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 )
@@ -34,6 +35,8 @@ type Service struct {
 	PublicURL string
 	// Changed is called after a file is stored or deleted (to drop cached resolutions).
 	Changed func()
+	// Coverage answers ListCoverage; nil answers it Unimplemented.
+	Coverage *coverage.Recorder
 }
 
 // New returns the service.
@@ -271,6 +274,36 @@ func (s *Service) List(ctx context.Context, req *connect.Request[debuginfov1.Lis
 		return nil, storeErr(err)
 	}
 	return connect.NewResponse(&debuginfov1.ListResponse{Debuginfos: list, NextPageToken: next}), nil
+}
+
+// ListCoverage implements the RPC.
+func (s *Service) ListCoverage(ctx context.Context, req *connect.Request[debuginfov1.ListCoverageRequest]) (*connect.Response[debuginfov1.ListCoverageResponse], error) {
+	if s.Coverage == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this server records no coverage"))
+	}
+	if _, ok := debuginfov1.CoverageReason_name[int32(req.Msg.GetReason())]; !ok {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason %d is not a CoverageReason", req.Msg.GetReason()))
+	}
+	f := coverage.Filter{Reason: req.Msg.GetReason(), UnresolvedOnly: req.Msg.GetUnresolvedOnly(), Limit: int(req.Msg.GetLimit())}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	f.Limit = min(f.Limit, 10000)
+	if ts := req.Msg.GetSince(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("since: %w", err))
+		}
+		f.Since = ts.AsTime()
+	}
+	entries, total, err := s.Coverage.List(ctx, f)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	resp := &debuginfov1.ListCoverageResponse{Total: uint64(total)}
+	for _, e := range entries {
+		resp.Entries = append(resp.Entries, e.Proto())
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // Delete implements the RPC.

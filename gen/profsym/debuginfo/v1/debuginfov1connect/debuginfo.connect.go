@@ -88,6 +88,9 @@ const (
 	DebuginfoServiceListProcedure = "/profsym.debuginfo.v1.DebuginfoService/List"
 	// DebuginfoServiceDeleteProcedure is the fully-qualified name of the DebuginfoService's Delete RPC.
 	DebuginfoServiceDeleteProcedure = "/profsym.debuginfo.v1.DebuginfoService/Delete"
+	// DebuginfoServiceListCoverageProcedure is the fully-qualified name of the DebuginfoService's
+	// ListCoverage RPC.
+	DebuginfoServiceListCoverageProcedure = "/profsym.debuginfo.v1.DebuginfoService/ListCoverage"
 )
 
 // DebuginfoServiceClient is a client for the profsym.debuginfo.v1.DebuginfoService service.
@@ -140,6 +143,12 @@ type DebuginfoServiceClient interface {
 	// Errors: `INVALID_ARGUMENT` for a malformed ID; `NOT_FOUND` when nothing is stored
 	// under it.
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// ListCoverage says, per binary that Symbolize was asked about, how many frames were
+	// asked and resolved, the fidelity reached and, where frames stayed addresses, why: the
+	// answer to "what should I upload?". Entries are ordered by unresolved frames, most
+	// first. Every replica records what it answered and writes it to the store beside the
+	// records about once a minute; the answer merges all replicas.
+	ListCoverage(context.Context, *connect.Request[v1.ListCoverageRequest]) (*connect.Response[v1.ListCoverageResponse], error)
 }
 
 // NewDebuginfoServiceClient constructs a client for the profsym.debuginfo.v1.DebuginfoService
@@ -195,6 +204,13 @@ func NewDebuginfoServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		listCoverage: connect.NewClient[v1.ListCoverageRequest, v1.ListCoverageResponse](
+			httpClient,
+			baseURL+DebuginfoServiceListCoverageProcedure,
+			connect.WithSchema(debuginfoServiceMethods.ByName("ListCoverage")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -206,6 +222,7 @@ type debuginfoServiceClient struct {
 	get            *connect.Client[v1.GetRequest, v1.GetResponse]
 	list           *connect.Client[v1.ListRequest, v1.ListResponse]
 	delete         *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	listCoverage   *connect.Client[v1.ListCoverageRequest, v1.ListCoverageResponse]
 }
 
 // ShouldUpload calls profsym.debuginfo.v1.DebuginfoService.ShouldUpload.
@@ -236,6 +253,11 @@ func (c *debuginfoServiceClient) List(ctx context.Context, req *connect.Request[
 // Delete calls profsym.debuginfo.v1.DebuginfoService.Delete.
 func (c *debuginfoServiceClient) Delete(ctx context.Context, req *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return c.delete.CallUnary(ctx, req)
+}
+
+// ListCoverage calls profsym.debuginfo.v1.DebuginfoService.ListCoverage.
+func (c *debuginfoServiceClient) ListCoverage(ctx context.Context, req *connect.Request[v1.ListCoverageRequest]) (*connect.Response[v1.ListCoverageResponse], error) {
+	return c.listCoverage.CallUnary(ctx, req)
 }
 
 // DebuginfoServiceHandler is an implementation of the profsym.debuginfo.v1.DebuginfoService
@@ -289,6 +311,12 @@ type DebuginfoServiceHandler interface {
 	// Errors: `INVALID_ARGUMENT` for a malformed ID; `NOT_FOUND` when nothing is stored
 	// under it.
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	// ListCoverage says, per binary that Symbolize was asked about, how many frames were
+	// asked and resolved, the fidelity reached and, where frames stayed addresses, why: the
+	// answer to "what should I upload?". Entries are ordered by unresolved frames, most
+	// first. Every replica records what it answered and writes it to the store beside the
+	// records about once a minute; the answer merges all replicas.
+	ListCoverage(context.Context, *connect.Request[v1.ListCoverageRequest]) (*connect.Response[v1.ListCoverageResponse], error)
 }
 
 // NewDebuginfoServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -340,6 +368,13 @@ func NewDebuginfoServiceHandler(svc DebuginfoServiceHandler, opts ...connect.Han
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	debuginfoServiceListCoverageHandler := connect.NewUnaryHandler(
+		DebuginfoServiceListCoverageProcedure,
+		svc.ListCoverage,
+		connect.WithSchema(debuginfoServiceMethods.ByName("ListCoverage")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/profsym.debuginfo.v1.DebuginfoService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case DebuginfoServiceShouldUploadProcedure:
@@ -354,6 +389,8 @@ func NewDebuginfoServiceHandler(svc DebuginfoServiceHandler, opts ...connect.Han
 			debuginfoServiceListHandler.ServeHTTP(w, r)
 		case DebuginfoServiceDeleteProcedure:
 			debuginfoServiceDeleteHandler.ServeHTTP(w, r)
+		case DebuginfoServiceListCoverageProcedure:
+			debuginfoServiceListCoverageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -385,4 +422,8 @@ func (UnimplementedDebuginfoServiceHandler) List(context.Context, *connect.Reque
 
 func (UnimplementedDebuginfoServiceHandler) Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("profsym.debuginfo.v1.DebuginfoService.Delete is not implemented"))
+}
+
+func (UnimplementedDebuginfoServiceHandler) ListCoverage(context.Context, *connect.Request[v1.ListCoverageRequest]) (*connect.Response[v1.ListCoverageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("profsym.debuginfo.v1.DebuginfoService.ListCoverage is not implemented"))
 }
