@@ -27,6 +27,7 @@ import (
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
 	"github.com/profsym/profsym/services/collector/internal/debugupload"
 	"github.com/profsym/profsym/services/collector/internal/exporter"
+	"github.com/profsym/profsym/services/collector/internal/nodescan"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 )
 
@@ -73,6 +74,9 @@ type DebuginfoUpload struct {
 	UploadMaxBytes    int64   `default:"268435456" env:"PROFSYM_UPLOAD_MAX_BYTES" help:"Files larger than this are not uploaded."`
 	UploadBytesPerSec float64 `name:"upload-bytes-per-second" default:"2097152" env:"PROFSYM_UPLOAD_BYTES_PER_SECOND" help:"Upload bandwidth limit."`
 	UploadQueue       int     `default:"64" env:"PROFSYM_UPLOAD_QUEUE" help:"Files waiting for upload; more are dropped (counted) and offered again when seen again."`
+
+	UploadOnly   bool          `env:"PROFSYM_UPLOAD_ONLY" help:"Sample nothing and load no eBPF program: walk the node's processes every --scan-interval and upload what the symbolizer wants of their executables and libraries (beside any profiler, e.g. the OpenTelemetry eBPF profiler). Needs --symbolizer-url; --gateway is not used."`
+	ScanInterval time.Duration `default:"30s" env:"PROFSYM_SCAN_INTERVAL" help:"How often --upload-only walks the node's processes."`
 }
 
 // Validate checks flag combinations kong cannot.
@@ -82,6 +86,15 @@ func (c *CLI) Validate() error {
 	}
 	if c.Interval < time.Second {
 		return fmt.Errorf("--interval %v below 1s", c.Interval)
+	}
+	if c.Upload.UploadOnly {
+		if c.Upload.SymbolizerURL == "" {
+			return errors.New("--upload-only needs --symbolizer-url")
+		}
+		if c.Upload.ScanInterval < time.Second {
+			return fmt.Errorf("--scan-interval %v below 1s", c.Upload.ScanInterval)
+		}
+		return nil
 	}
 	if c.Gateway == "" && c.OutputFile == "" {
 		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")
@@ -126,6 +139,9 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c.Upload.UploadOnly {
+		return c.runUploadOnly(ctx, reg, log)
+	}
 
 	var sinks []func([]byte)
 	var exp *exporter.Exporter
@@ -161,39 +177,18 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	}
 
 	var ready readiness
-	var srv *http.Server
-	if c.MetricsAddr != "" {
-		var lc net.ListenConfig
-		lis, err := lc.Listen(ctx, "tcp", c.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics endpoint: %w", err)
-		}
-		srv = &http.Server{Handler: handler(reg, &ready, log), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics endpoint", "err", err)
-			}
-		}()
-		log.Info("metrics endpoint listening", "addr", lis.Addr().String())
+	srv, err := c.serveMetrics(ctx, reg, &ready, "eBPF programs not attached yet", log)
+	if err != nil {
+		return err
 	}
 
 	var uploader *debugupload.Uploader
 	var onMappedFile func(path, mapped string, fi *procmaps.FileInfo)
 	if c.Upload.UploadDebuginfo {
-		var err error
-		uploader, err = debugupload.New(debugupload.Options{
-			SymbolizerURL: c.Upload.SymbolizerURL, TokenFile: c.Upload.UploadTokenFile,
-			MaxFileBytes: c.Upload.UploadMaxBytes, BytesPerSecond: c.Upload.UploadBytesPerSec,
-			QueueSize: c.Upload.UploadQueue, Registerer: reg,
-		}, log)
-		if err != nil {
+		if uploader, err = c.uploader(reg, log); err != nil {
 			return err
 		}
-		onMappedFile = func(path, mapped string, fi *procmaps.FileInfo) {
-			if fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
-				uploader.Offer(path, mapped, fi.IDs)
-			}
-		}
+		onMappedFile = uploadHook(uploader)
 	}
 
 	a, err := agent.New(agent.Config{
@@ -241,14 +236,82 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		exp.Shutdown(sctx)
 		cancel()
 	}
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Warn("shut down metrics endpoint", "err", err)
-		}
-		cancel()
-	}
+	stopMetrics(srv, log)
 	return runErr
+}
+
+// runUploadOnly is --upload-only: the node's processes are walked and their files offered to
+// the symbolizer; nothing is sampled.
+func (c *CLI) runUploadOnly(ctx context.Context, reg *prometheus.Registry, log *slog.Logger) error {
+	uploader, err := c.uploader(reg, log)
+	if err != nil {
+		return err
+	}
+	var ready readiness
+	srv, err := c.serveMetrics(ctx, reg, &ready, "no walk of the processes finished yet", log)
+	if err != nil {
+		return err
+	}
+	scanner := nodescan.New("/proc", procmaps.NewFileCache(1<<16), uploadHook(uploader), reg, log)
+	upCtx, upCancel := context.WithCancel(context.Background())
+	upDone := make(chan struct{})
+	go func() { uploader.Run(upCtx); close(upDone) }()
+	log.Info("upload-only: walking the node's processes", "interval", c.Upload.ScanInterval, "symbolizer", c.Upload.SymbolizerURL)
+	scanner.Run(ctx, c.Upload.ScanInterval, ready.set)
+	log.Info("shutting down")
+	upCancel()
+	<-upDone
+	stopMetrics(srv, log)
+	return nil
+}
+
+func (c *CLI) uploader(reg prometheus.Registerer, log *slog.Logger) (*debugupload.Uploader, error) {
+	return debugupload.New(debugupload.Options{
+		SymbolizerURL: c.Upload.SymbolizerURL, TokenFile: c.Upload.UploadTokenFile,
+		MaxFileBytes: c.Upload.UploadMaxBytes, BytesPerSecond: c.Upload.UploadBytesPerSec,
+		QueueSize: c.Upload.UploadQueue, Registerer: reg,
+	}, log)
+}
+
+// uploadHook offers every mapped ELF file to u.
+func uploadHook(u *debugupload.Uploader) func(path, mapped string, fi *procmaps.FileInfo) {
+	return func(path, mapped string, fi *procmaps.FileInfo) {
+		if fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
+			u.Offer(path, mapped, fi.IDs)
+		}
+	}
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz when --metrics-addr is set; /readyz
+// answers notReady until ready is set.
+func (c *CLI) serveMetrics(ctx context.Context, reg *prometheus.Registry, ready *readiness, notReady string, log *slog.Logger) (*http.Server, error) {
+	if c.MetricsAddr == "" {
+		return nil, nil
+	}
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", c.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics endpoint: %w", err)
+	}
+	srv := &http.Server{Handler: handler(reg, ready, notReady, log), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint", "err", err)
+		}
+	}()
+	log.Info("metrics endpoint listening", "addr", lis.Addr().String())
+	return srv, nil
+}
+
+func stopMetrics(srv *http.Server, log *slog.Logger) {
+	if srv == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shut down metrics endpoint", "err", err)
+	}
 }
 
 type readiness struct{ ch chan struct{} }
@@ -259,7 +322,7 @@ func (r *readiness) set() {
 	}
 }
 
-func handler(reg *prometheus.Registry, ready *readiness, log *slog.Logger) http.Handler {
+func handler(reg *prometheus.Registry, ready *readiness, notReady string, log *slog.Logger) http.Handler {
 	ready.ch = make(chan struct{})
 	// A probe that hung up before reading its answer has nobody left to tell.
 	ok := func(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +338,7 @@ func handler(reg *prometheus.Registry, ready *readiness, log *slog.Logger) http.
 		case <-ready.ch:
 			ok(w, r)
 		default:
-			http.Error(w, "eBPF programs not attached yet", http.StatusServiceUnavailable)
+			http.Error(w, notReady, http.StatusServiceUnavailable)
 		}
 	})
 	return mux

@@ -95,7 +95,7 @@ func TestCgroupID(t *testing.T) {
 
 func TestReadiness(t *testing.T) {
 	var r readiness
-	h := handler(prometheus.NewRegistry(), &r, slog.New(slog.DiscardHandler))
+	h := handler(prometheus.NewRegistry(), &r, "not attached", slog.New(slog.DiscardHandler))
 	get := func(path string) int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil))

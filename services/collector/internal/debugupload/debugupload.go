@@ -289,7 +289,8 @@ func (u *Uploader) Run(ctx context.Context) {
 
 // HasSymbols reports whether an ELF file carries symbols worth uploading: DWARF, a
 // non-empty .symtab, or a Go .gopclntab. A stripped file (at most .dynsym) gives the
-// symbolizer nothing a node could not send as addresses.
+// symbolizer nothing a node could not send as addresses, unless the server holds only a
+// separate debug file of it and needs its program headers (EXECUTABLE_NEEDED).
 func HasSymbols(f *elfx.File) bool {
 	if f.HasDWARF() {
 		return true
@@ -321,9 +322,9 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("parse ELF: %w", err)
 	}
-	if !HasSymbols(ef) {
-		return OutcomeNoSymbols, nil
-	}
+	// A stripped file gives the symbolizer no names, but its program headers are what a
+	// separate debug file lacks: it is uploaded only when the server says so.
+	symbols := HasSymbols(ef)
 	h := sha256.New()
 	if _, err := io.Copy(h, io.NewSectionReader(j.f, 0, size)); err != nil {
 		return OutcomeFailed, fmt.Errorf("hash: %w", err)
@@ -342,6 +343,9 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 	cancel()
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("ShouldUpload: %w", err)
+	}
+	if !symbols && should.Msg.GetReason() != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED {
+		return OutcomeNoSymbols, nil
 	}
 	if !should.Msg.GetShouldUpload() {
 		switch should.Msg.GetReason() {

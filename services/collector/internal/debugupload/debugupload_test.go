@@ -407,3 +407,35 @@ func TestOptionsRejectBadURL(t *testing.T) {
 		t.Error("transient misclassifies HTTP statuses")
 	}
 }
+
+// TestStrippedExecutableBesideDebugFile: a stripped binary has no names to give, but when the
+// server holds only its separate debug file it needs the binary's program headers, and the node
+// uploads it (SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED).
+func TestStrippedExecutableBesideDebugFile(t *testing.T) {
+	url := startSymbolizer(t)
+	full := program(t, 8, "-g")
+	debug := filepath.Join(t.TempDir(), "prog.debug")
+	if out, err := exec.CommandContext(t.Context(), "objcopy", "--only-keep-debug", full, debug).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	stripped := strip(t, full, "--strip-all")
+	up := exec.CommandContext(t.Context(), buildSymbolizer(t), "upload", "--server", url, "--token", testToken, "--progress", "plain", debug)
+	if b, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("symbolizer upload: %v\n%s", err, b)
+	}
+	if rec, err := get(t, url, ids(t, full).GNU); err != nil || rec.GetHasProgramHeaders() {
+		t.Fatalf("after the debug file: %v, %v; want a record without program headers", rec, err)
+	}
+	u, err := New(Options{SymbolizerURL: url, Token: testToken}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Offer(stripped, stripped, ids(t, stripped))
+	if s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeUploaded] != 1 {
+		t.Fatalf("stats %v, want the stripped executable uploaded", s)
+	}
+	rec, err := get(t, url, ids(t, full).GNU)
+	if err != nil || !rec.GetHasProgramHeaders() || rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO {
+		t.Fatalf("after the node's upload: %v, %v; want the debug file with the executable's program headers", rec, err)
+	}
+}

@@ -1,0 +1,59 @@
+//go:build linux
+
+package nodescan
+
+import (
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/collector/internal/procmaps"
+)
+
+// TestScanReachesEveryMappedFile: a walk hands the hook the executable and the libraries of a
+// running process, with their IDs, and a second walk reads them again (new libraries appear)
+// without computing the files' IDs twice.
+func TestScanReachesEveryMappedFile(t *testing.T) {
+	bin := testsupport.CompileC(t, "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n", "-O2")
+	cmd := exec.CommandContext(t.Context(), bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var mu sync.Mutex
+	seen := map[string]string{} // mapped path -> GNU build ID
+	files := procmaps.NewFileCache(1024)
+	s := New("/proc", files, func(path, mapped string, fi *procmaps.FileInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fi != nil && fi.Err == nil {
+			seen[mapped] = fi.IDs.GNU
+		}
+	}, prometheus.NewRegistry(), nil)
+
+	if n := s.Scan(); n < 2 {
+		t.Fatalf("scan read %d processes", n)
+	}
+	mu.Lock()
+	id, ok := seen[bin]
+	var libc bool
+	for p := range seen {
+		if filepath.Base(p) == "libc.so.6" {
+			libc = true
+		}
+	}
+	mu.Unlock()
+	if !ok || id == "" || !libc {
+		t.Fatalf("the test process's executable (seen %v, build ID %q) or libc (%v) was not reached", ok, id, libc)
+	}
+	_, computed := files.Stats()
+	s.Scan()
+	if _, again := files.Stats(); again != computed {
+		t.Fatalf("second walk computed %d files again", again-computed)
+	}
+}
