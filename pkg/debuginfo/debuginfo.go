@@ -87,6 +87,9 @@ type Info struct {
 	Fidelity   string        `json:"fidelity,omitempty"`
 	IndexStats *index.Stats  `json:"index_stats,omitempty"`
 	BuildTime  time.Duration `json:"index_build_ns,omitempty"`
+	// DWARFError says why the DWARF this file has could not be read; filled by Index. The
+	// index then comes from the other sources.
+	DWARFError string `json:"dwarf_error,omitempty"`
 	// Warnings are problems with a source that was skipped (a corrupt section, say); the index
 	// was built from what remained.
 	Warnings []string `json:"warnings,omitempty"`
@@ -328,13 +331,16 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			secs, err := f.DWARFSections()
 			if err != nil {
 				warn("dwarf", err)
+				b.info.DWARFError = err.Error()
 				continue
 			}
 			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, dwarfsym.Options{Workers: b.opts.Workers})
 			if err != nil {
 				warn("dwarf", err)
+				b.info.DWARFError = err.Error()
 				continue
 			}
+			b.info.DWARFError = ""
 			b.info.DWARFVersion = st.Version
 			b.info.Sources = append(b.info.Sources, fmt.Sprintf("dwarf v%d", st.Version))
 			if err := addOuterNames(b.outerNameSource(), bld); err != nil {

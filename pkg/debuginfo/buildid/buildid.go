@@ -63,18 +63,33 @@ func ValidHex(s string) bool {
 	return true
 }
 
-// ValidGo reports whether s looks like a Go build ID: 1 to 256 printable ASCII characters
-// without spaces.
+// ValidGo reports whether s is a Go build ID as the go command writes it (and `go tool
+// buildid` prints it): one to four parts separated by '/', each 1 to 64 characters of the
+// URL-safe base64 alphabet (the go command's hashes; a custom -buildid that strays outside it
+// is not accepted as an ID). Anything an uploader sets as a Go build ID is shown by List and
+// the pages: it must not carry markup or control characters.
 func ValidGo(s string) bool {
 	if s == "" || len(s) > maxGoID {
 		return false
 	}
+	parts, run := 1, 0
 	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
+		switch c := s[i]; {
+		case c == '/':
+			if run == 0 {
+				return false
+			}
+			parts, run = parts+1, 0
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			run++
+		default:
+			return false
+		}
+		if parts > 4 || run > 64 {
 			return false
 		}
 	}
-	return true
+	return run > 0
 }
 
 const (

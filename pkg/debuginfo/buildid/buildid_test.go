@@ -228,7 +228,12 @@ func TestPrimaryAndValid(t *testing.T) {
 			t.Errorf("ValidHex(%q) = %v", s, !want)
 		}
 	}
-	for s, want := range map[string]bool{"": false, "a/b": true, "a b": false, "a\x00": false, strings.Repeat("a", 257): false} {
+	for s, want := range map[string]bool{
+		"": false, "a/b": true, "a b": false, "a\x00": false, strings.Repeat("a", 257): false,
+		"Gd4_Z8E4H1Ch5DDY6VBG/aqxs3gn_EI7_1r-M4bKL/n0SXzy0n4qILwgfHGC8J/JoqUqoQ0K9qDoVqdB0Sk": true,
+		"abc": true, "a/b/c/d/e": false, "a//b": false, "/a": false, "a/": false,
+		"<script>": false, "a/b\n": false, "x=1": false, strings.Repeat("a", 65): false,
+	} {
 		if ValidGo(s) != want {
 			t.Errorf("ValidGo(%q) = %v", s, !want)
 		}

@@ -73,9 +73,9 @@ const (
 	// (typically 40: a SHA-1). OTLP attribute `process.executable.build_id.gnu`.
 	BuildIDType_BUILD_ID_TYPE_GNU BuildIDType = 1
 	// Go build ID: the string of the ELF note named "Go" of type 4, exactly as
-	// `go tool buildid` prints it (usually base64url components separated by `/`, for
-	// example `8ZJnP0mXFmTq3E2Yh9sL/...`). Not hex, and case-sensitive. Valid: 1 to 256
-	// printable ASCII characters (0x21 to 0x7e), no spaces. OTLP attribute
+	// `go tool buildid` prints it (base64url components separated by `/`, for example
+	// `8ZJnP0mXFmTq3E2Yh9sL/...`). Not hex, and case-sensitive. Valid: 1 to 4 components
+	// of 1 to 64 characters of `A-Z a-z 0-9 - _`, separated by `/`. OTLP attribute
 	// `process.executable.build_id.go`.
 	BuildIDType_BUILD_ID_TYPE_GO BuildIDType = 2
 	// htlhash: the OTel eBPF profiler's file ID, the first 16 bytes of SHA-256 over the
@@ -652,8 +652,13 @@ type Quality struct {
 	HasDebuglink bool `protobuf:"varint,8,opt,name=has_debuglink,json=hasDebuglink,proto3" json:"has_debuglink,omitempty"`
 	// Compression of its `.debug_*` sections.
 	DebugCompression SectionCompression `protobuf:"varint,9,opt,name=debug_compression,json=debugCompression,proto3,enum=profsym.debuginfo.v1.SectionCompression" json:"debug_compression,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Set when the file has DWARF that could not be read, with the reason (a compressed
+	// section claiming an impossible size, truncated units, a corrupt line program). Such a
+	// file symbolizes from its symbol tables only, and any upload of debuginfo replaces it
+	// (`SHOULD_UPLOAD_REASON_REPLACES_WORSE`).
+	DwarfError    string `protobuf:"bytes,10,opt,name=dwarf_error,json=dwarfError,proto3" json:"dwarf_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Quality) Reset() {
@@ -747,6 +752,13 @@ func (x *Quality) GetDebugCompression() SectionCompression {
 		return x.DebugCompression
 	}
 	return SectionCompression_SECTION_COMPRESSION_UNSPECIFIED
+}
+
+func (x *Quality) GetDwarfError() string {
+	if x != nil {
+		return x.DwarfError
+	}
+	return ""
 }
 
 // Debuginfo is the record of one stored file.
@@ -1902,7 +1914,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"$profsym/debuginfo/v1/debuginfo.proto\x12\x14profsym.debuginfo.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\bBinaryID\x125\n" +
 	"\x04type\x18\x01 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\x04type\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xff\x02\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xa0\x03\n" +
 	"\aQuality\x12\x1b\n" +
 	"\thas_dwarf\x18\x01 \x01(\bR\bhasDwarf\x12#\n" +
 	"\rdwarf_version\x18\x02 \x01(\rR\fdwarfVersion\x12&\n" +
@@ -1914,7 +1926,10 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"has_dynsym\x18\x06 \x01(\bR\thasDynsym\x12+\n" +
 	"\x11has_minidebuginfo\x18\a \x01(\bR\x10hasMinidebuginfo\x12#\n" +
 	"\rhas_debuglink\x18\b \x01(\bR\fhasDebuglink\x12U\n" +
-	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\"\xa2\x04\n" +
+	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\x12\x1f\n" +
+	"\vdwarf_error\x18\n" +
+	" \x01(\tR\n" +
+	"dwarfError\"\xa2\x04\n" +
 	"\tDebuginfo\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x120\n" +

@@ -23,6 +23,8 @@ type Quality struct {
 	MiniDebugInfo bool                           `json:"minidebuginfo"`
 	Debuglink     bool                           `json:"debuglink"`
 	Compression   debuginfov1.SectionCompression `json:"compression"`
+	// DWARFError says why the file's DWARF could not be read (see debuginfo.Info).
+	DWARFError string `json:"dwarf_error,omitempty"`
 }
 
 // Proto converts the quality to its API form.
@@ -31,6 +33,7 @@ func (q Quality) Proto() *debuginfov1.Quality {
 		HasDwarf: q.DWARF, DwarfVersion: uint32(q.DWARFVersion), HasInlineInfo: q.Inlines,
 		HasGopclntab: q.GoPclntab, HasSymtab: q.Symtab, HasDynsym: q.Dynsym,
 		HasMinidebuginfo: q.MiniDebugInfo, HasDebuglink: q.Debuglink, DebugCompression: q.Compression,
+		DwarfError: q.DWARFError,
 	}
 }
 
@@ -71,7 +74,7 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 	ins.Quality = Quality{
 		DWARF: info.DWARF, DWARFVersion: info.DWARFVersion, GoPclntab: info.GoPclntab,
 		Symtab: info.Symtab, Dynsym: info.Dynsym, MiniDebugInfo: info.MiniDebugInfo,
-		Debuglink: info.Debuglink != "",
+		Debuglink: info.Debuglink != "", DWARFError: info.DWARFError,
 	}
 	if info.DWARF && ins.Index != nil && ins.Index.Fidelity() == index.FidelityFullInlines {
 		ins.Quality.Inlines = true

@@ -381,6 +381,12 @@ func (m *Meta) decide(r *Record, d Desc, now time.Time) Decision {
 		if cur.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_INVALID {
 			return Decision{true, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_REPLACES_WORSE, "the stored file is invalid: " + cur.Message}
 		}
+		// A file whose DWARF does not read ranks below any file whose DWARF does: debuginfo
+		// replaces it, whatever its source.
+		if cur.Quality.DWARFError != "" && d.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO {
+			return Decision{true, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_REPLACES_WORSE,
+				"the stored file's DWARF is unreadable: " + cur.Quality.DWARFError}
+		}
 		if rank(d.Type, d.Source) > rank(cur.Type, cur.Source) {
 			return Decision{true, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_REPLACES_WORSE,
 				fmt.Sprintf("replaces the stored %s from %s", cur.Type, cur.Source)}
@@ -459,6 +465,33 @@ func (m *Meta) saveRecord(ctx context.Context, r *Record) error {
 	return m.writeJSON(ctx, r.Key+"/record.json", r)
 }
 
+// saveOrDrop saves r, or removes it when it holds nothing: a rejected or abandoned first
+// upload leaves no record behind.
+func (m *Meta) saveOrDrop(ctx context.Context, r *Record) error {
+	if r.Current == nil && r.Pending == nil && r.Exec == nil && len(r.Aliases) == 0 {
+		return m.s.Delete(ctx, r.Key+"/record.json")
+	}
+	return m.saveRecord(ctx, r)
+}
+
+// HidePath rewrites err's message so that it names the stored object instead of the local
+// path it was read from (a copy in the server's temporary or store directory): errors reach
+// clients, the server's file system does not. errors.Is and As still see err.
+func HidePath(err error, path, object string) error {
+	if err == nil || path == "" {
+		return err
+	}
+	return &hiddenPath{err: err, path: path, object: object}
+}
+
+type hiddenPath struct {
+	err          error
+	path, object string
+}
+
+func (h *hiddenPath) Error() string { return strings.ReplaceAll(h.err.Error(), h.path, h.object) }
+func (h *hiddenPath) Unwrap() error { return h.err }
+
 // PendingUpload finds the live upload with this ID, for the raw PUT endpoint.
 func (m *Meta) PendingUpload(ctx context.Context, uploadID string) (*Upload, error) {
 	if !validUploadID(uploadID) {
@@ -523,7 +556,7 @@ func (m *Meta) Finish(ctx context.Context, id ID, uploadID string) (*Record, err
 	if verr != nil {
 		// The bytes are wrong: delete them and end the upload; the client starts again.
 		r.Pending = nil
-		err := errors.Join(m.s.Delete(ctx, p.Object()), m.s.Delete(ctx, "uploads-index/"+p.ID), m.saveRecord(ctx, r))
+		err := errors.Join(m.s.Delete(ctx, p.Object()), m.s.Delete(ctx, "uploads-index/"+p.ID), m.saveOrDrop(ctx, r))
 		if err != nil {
 			return nil, fmt.Errorf("clear failed upload: %w (after: %w)", err, verr)
 		}
@@ -645,14 +678,14 @@ func (m *Meta) verify(ctx context.Context, p *Upload, size uint64) (*File, *Insp
 	defer cleanup()
 	sum, err := fileSHA256(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, HidePath(err, path, p.Object())
 	}
 	if sum != p.SHA256 {
 		return nil, nil, fmt.Errorf("stored object has SHA-256 %s, the upload declared %s", sum, p.SHA256)
 	}
 	ins, err := Inspect(path, m.opt.Limits)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, HidePath(err, path, p.Object())
 	}
 	if !containsID(IDsOf(ins.IDs), p.BuildID) {
 		return nil, nil, fmt.Errorf("the file does not carry build ID %s (it has gnu=%q go=%q htlhash=%q)", p.BuildID, ins.IDs.GNU, ins.IDs.Go, ins.IDs.HTLHash)

@@ -234,6 +234,9 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: fidelity(f.Fidelity),
 		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type,
 	}
+	if e := f.Quality.DWARFError; e != "" {
+		res.Message = "the stored file's DWARF is unreadable (" + e + "); answered from its other sources: upload debuginfo to replace it"
+	}
 	// Distinct addresses, so duplicates cost one lookup, in ascending order (see distinct).
 	slot := make([]int, len(addrs)) // index into keys of address i
 	uniq := distinct(vaddrs, ok, slot)
@@ -617,7 +620,7 @@ func (s *Service) build(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 		if s.m != nil {
 			s.m.IndexBuilds.WithLabelValues("error").Inc()
 		}
-		msg := fmt.Sprintf("build index: %v", err)
+		msg := fmt.Sprintf("build index: %v", meta.HidePath(err, path, f.Object))
 		if merr := s.meta.MarkInvalid(ctx, rec.Key, f.SHA256, msg); merr != nil {
 			s.opt.Logger.Warn("mark invalid", "record", rec.Key, "err", merr)
 		}

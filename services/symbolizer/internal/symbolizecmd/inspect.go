@@ -62,6 +62,9 @@ func (c *InspectCmd) run(out io.Writer) error {
 	if info.DWARFVersion > 0 {
 		dw += fmt.Sprintf(" (version %d)", info.DWARFVersion)
 	}
+	if info.DWARFError != "" {
+		dw += ", unreadable: " + info.DWARFError
+	}
 	row("dwarf", dw)
 	row("debug sections", fmt.Sprintf("%d bytes, compression %s", info.DebugBytes, info.Compression))
 	row("go pclntab", yes(info.GoPclntab))
