@@ -7,7 +7,7 @@ GOLANGCI_LINT ?= $(TOOLS)/golangci-lint
 SERVICES := symbolizer gateway collector
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build generate check-generated lint test test-short bench testdata demo clean
+.PHONY: help build generate check-generated lint test test-short bench testdata fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	$(GO) tool buf lint
+
+fuzz-seeds: ## Regenerate the index decoder's fuzz seeds from real binaries (after an index format change).
+	./pkg/debuginfo/index/testdata/make-fuzz-seeds.sh
 
 testdata: ## Build the engine's corpus of test binaries into testdata/build/.
 	./testdata/build.sh

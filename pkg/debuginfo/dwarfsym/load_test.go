@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"strings"
 	"syscall"
@@ -23,8 +24,22 @@ import (
 func TestEncodedSize(t *testing.T) {
 	dir := t.TempDir()
 	seeds := os.Getenv("PROFSYM_FUZZ_SEEDS")
+	// Seeds are committed: their paths are made relative to the module root, so they name no
+	// directory of the machine that wrote them.
+	var prefixMap string
+	if seeds != "" {
+		root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefixMap = "-ffile-prefix-map=" + root + "=."
+	}
 	for _, tb := range testBinaries {
 		t.Run(tb.name, func(t *testing.T) {
+			if prefixMap != "" {
+				// The compiler runs in dir, which DWARF records as the compilation directory.
+				tb.flags = append(slices.Clone(tb.flags), prefixMap, "-fdebug-prefix-map="+dir+"=.")
+			}
 			bin := tb.build(t, dir)
 			ix, _ := loadIndex(t, bin, Options{})
 			_, f, dwarfBytes := elfSections(t, bin)
