@@ -357,6 +357,7 @@ func TestFieldContract(t *testing.T) {
 			{"sha256", 8, str, false, ""},
 			{"size", 9, u64, false, ""},
 			{"uploaded_at", 10, msg, false, "google.protobuf.Timestamp"},
+			{"has_program_headers", 11, b, false, ""},
 		},
 		dbg + "Quality": {
 			{"has_dwarf", 1, b, false, ""},
@@ -368,6 +369,28 @@ func TestFieldContract(t *testing.T) {
 			{"has_minidebuginfo", 7, b, false, ""},
 			{"has_debuglink", 8, b, false, ""},
 			{"debug_compression", 9, enum, false, dbg + "SectionCompression"},
+			{"dwarf_error", 10, str, false, ""},
+		},
+		dbg + "Coverage": {
+			{"build_id", 1, str, false, ""},
+			{"build_id_type", 2, enum, false, dbg + "BuildIDType"},
+			{"frames_asked", 3, u64, false, ""},
+			{"frames_resolved", 4, u64, false, ""},
+			{"fidelity", 5, enum, false, dbg + "CoverageFidelity"},
+			{"reason", 6, enum, false, dbg + "CoverageReason"},
+			{"first_seen", 7, msg, false, "google.protobuf.Timestamp"},
+			{"last_seen", 8, msg, false, "google.protobuf.Timestamp"},
+			{"filenames", 9, str, true, ""},
+		},
+		dbg + "ListCoverageRequest": {
+			{"reason", 1, enum, false, dbg + "CoverageReason"},
+			{"since", 2, msg, false, "google.protobuf.Timestamp"},
+			{"unresolved_only", 3, b, false, ""},
+			{"limit", 4, u32, false, ""},
+		},
+		dbg + "ListCoverageResponse": {
+			{"entries", 1, msg, true, dbg + "Coverage"},
+			{"total", 2, u64, false, ""},
 		},
 	}
 	seen := 0
@@ -415,15 +438,19 @@ func TestFieldContract(t *testing.T) {
 // TestEnumContract pins the enum values that clients switch on.
 func TestEnumContract(t *testing.T) {
 	cases := map[protoreflect.FullName][]string{
-		"profsym.symbolizer.v1.ModuleStatus": {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING"},
+		"profsym.symbolizer.v1.ModuleStatus": {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING", "EXECUTABLE_NEEDED"},
 		"profsym.symbolizer.v1.Fidelity":     {"SYMBOLS", "LINES", "FULL"},
 		"profsym.debuginfo.v1.BuildIDType":   {"GNU", "GO", "HTLHASH"},
 		"profsym.debuginfo.v1.DebuginfoType": {"DEBUGINFO", "EXECUTABLE"},
 		"profsym.debuginfo.v1.UploadSource":  {"CI", "NODE", "DEBUGINFOD"},
 		"profsym.debuginfo.v1.ShouldUploadReason": {
 			"FIRST", "ALREADY_STORED", "UPLOAD_IN_PROGRESS", "BETTER_STORED",
-			"REPLACES_WORSE", "PREVIOUS_UPLOAD_STALE", "TOO_LARGE",
+			"REPLACES_WORSE", "PREVIOUS_UPLOAD_STALE", "TOO_LARGE", "EXECUTABLE_NEEDED",
 		},
+		"profsym.debuginfo.v1.CoverageReason": {
+			"NO_DEBUGINFO", "INVALID_FILE", "UPSTREAM_MISS", "EXECUTABLE_NEEDED", "INVALID_MAPPING", "NO_SYMBOLS",
+		},
+		"profsym.debuginfo.v1.CoverageFidelity":   {"SYMBOLS", "LINES", "FULL"},
 		"profsym.debuginfo.v1.DebuginfoState":     {"UPLOADING", "AVAILABLE", "INVALID"},
 		"profsym.debuginfo.v1.SectionCompression": {"NONE", "ZLIB", "ZSTD"},
 	}
@@ -473,6 +500,7 @@ func TestMethodContract(t *testing.T) {
 			"Get":            {"profsym.debuginfo.v1.GetRequest", "profsym.debuginfo.v1.GetResponse", noSideEffects},
 			"List":           {"profsym.debuginfo.v1.ListRequest", "profsym.debuginfo.v1.ListResponse", noSideEffects},
 			"Delete":         {"profsym.debuginfo.v1.DeleteRequest", "profsym.debuginfo.v1.DeleteResponse", idempotent},
+			"ListCoverage":   {"profsym.debuginfo.v1.ListCoverageRequest", "profsym.debuginfo.v1.ListCoverageResponse", noSideEffects},
 		},
 	}
 	for _, f := range apiFiles {
