@@ -568,8 +568,12 @@ func TestUploadAPIEdgeCases(t *testing.T) {
 	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "a b"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("get 'a b' = %v", err)
 	}
-	// "../x" is a well-formed Go build ID: it is escaped, never a path, and finds nothing.
-	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "../x"})); connect.CodeOf(err) != connect.CodeNotFound {
+	// A Go build ID holds '/': it is escaped, never a path, and finds nothing. "../x" is no
+	// Go build ID the go command writes, so it is refused before anything is looked up.
+	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "x/y"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("get x/y = %v", err)
+	}
+	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "../x"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("get ../x = %v", err)
 	}
 	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "../x", BuildIdType: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU})); connect.CodeOf(err) != connect.CodeInvalidArgument {

@@ -1,0 +1,607 @@
+// Package faults injects faults on every link of the pipeline with Toxiproxy, under a steady
+// load of requests shaped like the OTel eBPF profiler's, and checks that nothing is lost, that
+// symbolization resumes by itself, that memory stays bounded and that the metrics say what
+// happened.
+package faults
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	// The gateway gzips its exports: the sink must read gzip.
+	_ "google.golang.org/grpc/encoding/gzip"
+
+	"github.com/profsym/profsym/demo/pipeline"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/testsupport"
+)
+
+const program = `#include <stdio.h>
+static inline __attribute__((always_inline)) int leaf(int x) { return x * 3 + (x >> 2); }
+__attribute__((noinline)) int hot(int x) { int s = 0; for (int i = 0; i < x; i++) s += leaf(i ^ x); return s; }
+int main(int c, char **v) { (void)v; printf("%d\n", hot(c + 100)); return 0; }
+`
+
+// requestKey is the resource attribute that names each request, so the sink can tell a lost
+// request from a duplicated one.
+const requestKey = "test.request"
+
+// fault is one way a link misbehaves.
+type fault struct {
+	name  string
+	apply func(p *toxiproxy.Proxy) error
+	clear func(p *toxiproxy.Proxy) error
+}
+
+func toxic(typ string, attrs toxiproxy.Attributes) fault {
+	return fault{
+		name: typ,
+		apply: func(p *toxiproxy.Proxy) error {
+			_, err := p.AddToxic("fault", typ, "downstream", 1, attrs)
+			return err
+		},
+		clear: func(p *toxiproxy.Proxy) error { return p.RemoveToxic("fault") },
+	}
+}
+
+var faults = []fault{
+	// Beyond every deadline: the gateway's symbolize (1s) and export (2s) timeouts and the
+	// symbolizer's Redis timeout (100ms).
+	toxic("latency", toxiproxy.Attributes{"latency": 3000}),
+	toxic("bandwidth", toxiproxy.Attributes{"rate": 4}), // KB/s
+	toxic("reset_peer", toxiproxy.Attributes{"timeout": 50}),
+	toxic("timeout", toxiproxy.Attributes{"timeout": 0}), // data stops, the connection stays open
+	{
+		name:  "down",
+		apply: func(p *toxiproxy.Proxy) error { return p.Disable() },
+		clear: func(p *toxiproxy.Proxy) error { return p.Enable() },
+	},
+}
+
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite: starts every server and injects faults for minutes; skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"symbolizer", "gateway"} {
+				t.Logf("%s log (last lines):\n%s", name, pipeline.TailFile(filepath.Join(logs, name+".log"), 30))
+			}
+		}
+	})
+	bins, err := pipeline.BuildServices(ctx, root, filepath.Join(dir, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := testsupport.CompileC(t, program, "-O2", "-g")
+	ids, err := buildid.FromFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi, text := funcRange(t, prog, "hot")
+
+	redis := testsupport.StartRedis(t)
+	minio := testsupport.StartMinIO(t)
+	minio.NewBucket(t, "faults")
+	tox := testsupport.StartToxiproxy(t)
+	proxies := map[string]*toxiproxy.Proxy{
+		"symbolizer->redis": tox.Proxy("redis", redis.Addr()),
+		"symbolizer->minio": tox.Proxy("minio", minio.Endpoint()),
+	}
+
+	const token = "faults-token"
+	sym, sp, err := pipeline.StartService(ctx, "symbolizer", filepath.Join(logs, "symbolizer.log"), bins.Symbolizer, 1, 30*time.Second,
+		func(p []int) ([]string, string) {
+			addr := "127.0.0.1:" + strconv.Itoa(p[0])
+			return []string{"serve", "--listen", addr, "--upload-token", token, "--shutdown-timeout", "5s",
+				"--s3-endpoint", proxies["symbolizer->minio"].Listen, "--s3-bucket", "faults", "--s3-region", minio.Region(),
+				"--s3-access-key", minio.AccessKey(), "--s3-secret-key", minio.SecretKey(), "--s3-insecure",
+				// Every answer goes through Redis: no in-process result cache in front of it.
+				"--redis-url", "redis://" + proxies["symbolizer->redis"].Listen + "/0", "--redis-timeout", "100ms",
+				"--result-cache-entries", "0",
+			}, "http://" + addr + "/readyz"
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sym.Stop(syscall.SIGKILL, time.Second) })
+	symAddr := "127.0.0.1:" + strconv.Itoa(sp[0])
+	up := exec.CommandContext(ctx, bins.Symbolizer, "upload", "--server", "http://"+symAddr, "--token", token, "--progress", "plain", prog)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("symbolizer upload: %v\n%s", err, out)
+	}
+	proxies["gateway->symbolizer"] = tox.Proxy("symbolizer", symAddr)
+
+	sk := startSink(t)
+	proxies["gateway->downstream"] = tox.Proxy("downstream", sk.addr)
+	gw, gp, err := pipeline.StartService(ctx, "gateway", filepath.Join(logs, "gateway.log"), bins.Gateway, 3, 30*time.Second,
+		func(p []int) ([]string, string) {
+			return []string{
+				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]), "--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
+				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
+				"--symbolizer-url", "http://" + proxies["gateway->symbolizer"].Listen, "--symbolize-timeout", "1s",
+				// Every request asks the symbolizer: no in-process symbol cache in front of it.
+				"--symbol-cache-entries=-1",
+				"--otlp-grpc-endpoint", proxies["gateway->downstream"].Listen, "--otlp-insecure", "--export-timeout", "2s",
+				"--shutdown-timeout", "60s",
+			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Stop(syscall.SIGKILL, time.Second) })
+	admin := "http://127.0.0.1:" + strconv.Itoa(gp[2])
+
+	cc, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(gp[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ld := &load{client: pprofileotlp.NewGRPCClient(cc), ids: ids, text: text, lo: lo, hi: hi, acked: map[string]int{}}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan struct{})
+	go func() { ld.run(loadCtx, 50*time.Millisecond); close(loadDone) }()
+
+	// Everything works before any fault.
+	if d, err := ld.recover(ctx, sk, true, 60*time.Second); err != nil {
+		m := scrape(t, admin)
+		t.Fatalf("before any fault: %v (downstream received %d requests; gateway: %v samples in, %v exported, %v locations symbolized, %v unresolved)", err,
+			len(sk.received()), m.sum("profsym_gateway_samples_received_total"), m.sum("profsym_gateway_samples_exported_total"),
+			m.sum("profsym_gateway_locations_symbolized_total"), m.sum("profsym_gateway_locations_unresolved_total"))
+	} else {
+		t.Logf("pipeline symbolizes (first probe after %v)", d.Round(time.Millisecond))
+	}
+
+	type row struct {
+		link, fault                   string
+		sent, dup                     int
+		recovery                      time.Duration
+		rssGateway, rssSymbolizer     int64
+		unresolvedDelta, exportFailed float64
+	}
+	var rows []row
+	for _, link := range []string{"gateway->symbolizer", "symbolizer->redis", "symbolizer->minio", "gateway->downstream"} {
+		for _, f := range faults {
+			name := link + "/" + f.name
+			phase := ld.newPhase(name)
+			before := scrape(t, admin)
+			rss := watchRSS(gw.PID(), sym.PID())
+			if err := f.apply(proxies[link]); err != nil {
+				t.Fatalf("%s: apply: %v", name, err)
+			}
+			time.Sleep(4 * time.Second)
+			if err := f.clear(proxies[link]); err != nil {
+				t.Fatalf("%s: clear: %v", name, err)
+			}
+			// Symbolization (or, for the downstream, delivery) resumes by itself.
+			recovery, err := ld.recover(ctx, sk, link != "gateway->downstream", 90*time.Second)
+			peakGW, peakSym := rss()
+			if err != nil {
+				t.Errorf("%s: did not recover: %v", name, err)
+			}
+			after := scrape(t, admin)
+			rows = append(rows, row{link: link, fault: f.name, sent: ld.sentIn(phase), recovery: recovery,
+				rssGateway: peakGW, rssSymbolizer: peakSym,
+				unresolvedDelta: after.sum("profsym_gateway_locations_unresolved_total") - before.sum("profsym_gateway_locations_unresolved_total"),
+				exportFailed:    after.sum("profsym_gateway_export_failures_total") - before.sum("profsym_gateway_export_failures_total")})
+			// Memory stays bounded: a generous ceiling, far above a healthy process, far below
+			// a leak or a queue without bound over a few seconds of load.
+			const ceiling = 1 << 30
+			if peakGW > ceiling || peakSym > ceiling {
+				t.Errorf("%s: peak RSS gateway %d MiB, symbolizer %d MiB", name, peakGW>>20, peakSym>>20)
+			}
+			// The metrics say what happened: a symbolizer that cannot be reached leaves
+			// locations unresolved, a downstream that cannot be reached fails exports.
+			switch {
+			case link == "gateway->symbolizer" && (f.name == "down" || f.name == "timeout" || f.name == "latency"):
+				if rows[len(rows)-1].unresolvedDelta == 0 {
+					t.Errorf("%s: no location counted unresolved", name)
+				}
+			case link == "gateway->downstream" && (f.name == "down" || f.name == "timeout" || f.name == "latency"):
+				if rows[len(rows)-1].exportFailed == 0 {
+					t.Errorf("%s: no export failure counted", name)
+				}
+			}
+		}
+	}
+	stopLoad()
+	<-loadDone
+	if err := gw.Stop(syscall.SIGTERM, 90*time.Second); err != nil {
+		t.Errorf("stop gateway: %v", err)
+	}
+
+	// Nothing lost: every request the gateway acknowledged reached the downstream.
+	acked := ld.ackedIDs()
+	got := sk.received()
+	lost, dups := 0, map[string]int{}
+	for id := range acked {
+		switch n := got[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			dups[ld.phaseOf(id)] += n - 1
+		}
+	}
+	for i := range rows {
+		rows[i].dup = dups[rows[i].link+"/"+rows[i].fault]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-22s %-11s %6s %5s %9s %8s %8s %11s %10s\n", "link", "fault", "sent", "dup", "recovery", "gw MiB", "sym MiB", "unresolved", "exp fails")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-22s %-11s %6d %5d %9s %8d %8d %11.0f %10.0f\n", r.link, r.fault, r.sent, r.dup, r.recovery.Round(10*time.Millisecond),
+			r.rssGateway>>20, r.rssSymbolizer>>20, r.unresolvedDelta, r.exportFailed)
+	}
+	t.Logf("requests acknowledged %d, delivered %d distinct, lost %d, duplicated %d\n%s", len(acked), len(got), lost, total(dups), b.String())
+	if lost > 0 {
+		t.Errorf("%d acknowledged requests never reached the downstream", lost)
+	}
+	for phase, n := range dups {
+		// An export whose answer is lost (the link dropped after the downstream took it) is
+		// sent again: OTLP delivery is at least once. Elsewhere a duplicate is a bug.
+		if !strings.HasPrefix(phase, "gateway->downstream/") {
+			t.Errorf("%s: %d duplicated requests", phase, n)
+		}
+	}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// load sends requests shaped like the OTel eBPF profiler's at a steady pace, each named by a
+// resource attribute, and retries what the gateway refuses (backpressure) until it is taken.
+type load struct {
+	client pprofileotlp.GRPCClient
+	ids    buildid.IDs
+	text   *elf.Prog
+	lo, hi uint64
+	seq    atomic.Int64
+	mu     sync.Mutex
+	acked  map[string]int // request ID -> phase
+	phases []string
+}
+
+func (l *load) newPhase(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.phases = append(l.phases, name)
+	return len(l.phases) - 1
+}
+
+func (l *load) phase() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.phases) - 1
+}
+
+func (l *load) phaseOf(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p, ok := l.acked[id]; ok && p >= 0 {
+		return l.phases[p]
+	}
+	return "before faults"
+}
+
+func (l *load) sentIn(phase int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, p := range l.acked {
+		if p == phase {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *load) ackedIDs() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.acked))
+	for k, v := range l.acked {
+		out[k] = v
+	}
+	return out
+}
+
+func (l *load) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.send(ctx, "req")
+		}
+	}
+}
+
+// send delivers one request, retrying while the gateway pushes back, and returns its ID.
+func (l *load) send(ctx context.Context, kind string) string {
+	id := fmt.Sprintf("%s-%d", kind, l.seq.Add(1))
+	phase := l.phase()
+	for backoff := 20 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := l.client.Export(rctx, pprofileotlp.NewExportRequestFromProfiles(l.request(id)))
+		cancel()
+		if err == nil {
+			l.mu.Lock()
+			l.acked[id] = phase
+			l.mu.Unlock()
+			return id
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// recover sends probes until one comes out of the downstream (symbolized, with symbolized set)
+// and returns how long that took.
+func (l *load) recover(ctx context.Context, sk *sink, symbolized bool, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(limit)
+	for time.Now().Before(deadline) {
+		id := l.send(ctx, "probe")
+		for wait := time.Now().Add(3 * time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
+			if ok, seen := sk.probe(id); seen {
+				if ok || !symbolized {
+					return time.Since(start), nil
+				}
+				break
+			}
+		}
+	}
+	return time.Since(start), fmt.Errorf("no probe came out %swithin %v", map[bool]string{true: "symbolized "}[symbolized], limit)
+}
+
+func (l *load) request(id string) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	d := pd.Dictionary()
+	st := d.StringTable()
+	for _, s := range []string{"", otlpattr.FrameType, otlpattr.BuildIDHTLHash, otlpattr.BuildIDGNU, "samples", "count", "/opt/app/hot"} {
+		st.Append(s)
+	}
+	at := d.AttributeTable()
+	at.AppendEmpty()
+	native := at.AppendEmpty()
+	native.SetKeyStrindex(1)
+	native.Value().SetStr(otlpattr.FrameTypeNative)
+	htl := at.AppendEmpty()
+	htl.SetKeyStrindex(2)
+	htl.Value().SetStr(l.ids.HTLHash)
+	gnu := at.AppendEmpty()
+	gnu.SetKeyStrindex(3)
+	gnu.Value().SetStr(l.ids.GNU)
+	d.MappingTable().AppendEmpty()
+	d.LocationTable().AppendEmpty()
+	d.FunctionTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	m := d.MappingTable().AppendEmpty()
+	m.SetMemoryStart(l.text.Vaddr)
+	m.SetMemoryLimit(l.text.Vaddr + l.text.Memsz)
+	m.SetFileOffset(l.text.Off)
+	m.SetFilenameStrindex(6)
+	m.AttributeIndices().Append(2, 3)
+	rp := pd.ResourceProfiles().AppendEmpty()
+	rp.Resource().Attributes().PutStr(requestKey, id)
+	prof := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	prof.SampleType().SetTypeStrindex(4)
+	prof.SampleType().SetUnitStrindex(5)
+	now := uint64(time.Now().UnixNano())
+	prof.SetTime(pcommon.Timestamp(now))
+	for range 20 {
+		loc := d.LocationTable().AppendEmpty()
+		loc.SetMappingIndex(1)
+		loc.SetAddress(l.lo + rand.Uint64N(l.hi-l.lo))
+		loc.AttributeIndices().Append(1)
+		stk := d.StackTable().AppendEmpty()
+		stk.LocationIndices().Append(int32(d.LocationTable().Len() - 1))
+		s := prof.Samples().AppendEmpty()
+		s.SetStackIndex(int32(d.StackTable().Len() - 1))
+		s.TimestampsUnixNano().Append(now)
+	}
+	return pd
+}
+
+// sink is the downstream: an OTLP/gRPC server that records every request by its ID, and
+// whether its frames came symbolized.
+type sink struct {
+	pprofileotlp.UnimplementedGRPCServer
+	addr       string
+	mu         sync.Mutex
+	got        map[string]int
+	symbolized map[string]bool
+}
+
+func startSink(t *testing.T) *sink {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sink{addr: ln.Addr().String(), got: map[string]int{}, symbolized: map[string]bool{}}
+	srv := grpc.NewServer()
+	pprofileotlp.RegisterGRPCServer(srv, s)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return s
+}
+
+func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	pd := req.Profiles()
+	d := pd.Dictionary()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		rp := pd.ResourceProfiles().At(i)
+		v, ok := rp.Resource().Attributes().Get(requestKey)
+		if !ok {
+			continue
+		}
+		id := v.Str()
+		s.got[id]++
+		lines := false
+		for l := 1; l < d.LocationTable().Len(); l++ {
+			if d.LocationTable().At(l).Lines().Len() > 0 {
+				lines = true
+			}
+		}
+		s.symbolized[id] = lines
+	}
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+func (s *sink) received() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.got))
+	for k, v := range s.got {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *sink) probe(id string) (symbolized, seen bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.symbolized[id], s.got[id] > 0
+}
+
+// metrics is a scrape of Prometheus text: sums by metric name over every label set.
+type metrics map[string]float64
+
+var sampleRe = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([0-9.eE+-]+)$`)
+
+func scrape(t *testing.T, base string) metrics {
+	t.Helper()
+	code, body := testsupport.Get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s/metrics: %d", base, code)
+	}
+	m := metrics{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if sm := sampleRe.FindStringSubmatch(line); sm != nil {
+			v, err := strconv.ParseFloat(sm[3], 64)
+			if err == nil {
+				m[sm[1]] += v
+			}
+		}
+	}
+	return m
+}
+
+func (m metrics) sum(name string) float64 { return m[name] }
+
+// watchRSS samples the resident set of the processes until the returned function is called,
+// which returns the peaks.
+func watchRSS(pids ...int) func() (int64, int64) {
+	peaks := make([]atomic.Int64, len(pids))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for i, pid := range pids {
+				if v := rssOf(pid); v > peaks[i].Load() {
+					peaks[i].Store(v)
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() (int64, int64) {
+		close(stop)
+		<-done
+		return peaks[0].Load(), peaks[1].Load()
+	}
+}
+
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// funcRange returns the ELF virtual address range of a function and the executable PT_LOAD.
+func funcRange(t *testing.T, path, name string) (uint64, uint64, *elf.Prog) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var text *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			text = p
+		}
+	}
+	syms, err := f.Symbols()
+	if err != nil || text == nil {
+		t.Fatalf("%s: symbols %v, text %v", path, err, text)
+	}
+	for _, s := range syms {
+		if s.Name == name && s.Size > 0 {
+			return s.Value, s.Value + s.Size, text
+		}
+	}
+	t.Fatalf("%s: no symbol %s", path, name)
+	return 0, 0, nil
+}
