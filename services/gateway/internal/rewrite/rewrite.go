@@ -1,8 +1,9 @@
 // Package rewrite adds symbolization results to an OTLP profiles dictionary: functions and
 // strings are interned with the package's own maps (pdata's Set* helpers scan the whole table
 // per call), lines go onto the locations innermost first, and symbolized mappings get the
-// pprof.mapping.has_* attributes. Nothing that was in the request is modified or moved, so
-// every existing index keeps its meaning.
+// pprof.mapping.has_* attributes. Then the dictionary is compacted (dict.Compact): entries
+// that nothing references are dropped and indices renumbered, so outputs hold no orphans
+// while every sample keeps its meaning.
 package rewrite
 
 import (
@@ -18,9 +19,10 @@ import (
 	"github.com/profsym/profsym/services/gateway/internal/dict"
 )
 
-// Stats says what Apply added.
+// Stats says what Apply added, and what compaction dropped.
 type Stats struct {
 	Locations, Lines, Functions, Strings, MappingAttributes int
+	Compacted                                               dict.CompactStats
 }
 
 type fnKey struct {
@@ -178,10 +180,18 @@ func seed(d pprofile.ProfilesDictionary) {
 // Apply gives each location locs names (locs[i] holds the frames of location_table[i],
 // innermost first; nil for none) its lines, and each mapping in mappings (mapping_table
 // index -> fidelity reached) the pprof.mapping.has_* attributes that fidelity makes true.
-// Locations that already have lines, or indices outside the tables, are left alone. The
-// request must have passed validation. Frames are taken by address: frames shared between
-// locations (answers for one address, or from the symbolizer's cache) are interned once.
+// Locations that already have lines, the zero entries at index 0, or indices outside the
+// tables are left alone. The request must have passed validation. Frames are taken by
+// address: frames shared between locations (answers for one address, or from the
+// symbolizer's cache) are interned once. Apply then compacts the dictionary, which renumbers
+// its indices: locs and mappings name indices as they were before the call.
 func Apply(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
+	stats := add(pd, locs, mappings)
+	stats.Compacted = dict.Compact(pd)
+	return stats
+}
+
+func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
 	var stats Stats
 	n := 0
 	for _, frames := range locs {
@@ -203,7 +213,7 @@ func Apply(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]s
 
 	// In index order, so the same request always yields the same dictionary.
 	for li, frames := range locs {
-		if len(frames) == 0 {
+		if len(frames) == 0 || li == 0 {
 			continue
 		}
 		loc, ok := dict.Location(d, int32(li))

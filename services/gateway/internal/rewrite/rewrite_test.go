@@ -10,6 +10,7 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/dict"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/rewrite"
 	"github.com/profsym/profsym/services/gateway/internal/validate"
@@ -24,6 +25,15 @@ func TestApplyInternsAndOrders(t *testing.T) {
 	d.LocationTable().AppendEmpty()
 	for range 3 {
 		d.LocationTable().AppendEmpty().SetMappingIndex(1)
+	}
+	// One sample per location: compaction keeps what samples reach.
+	d.StackTable().AppendEmpty()
+	p := pd.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	for li := range int32(3) {
+		d.StackTable().AppendEmpty().LocationIndices().Append(li + 1)
+		s := p.Samples().AppendEmpty()
+		s.SetStackIndex(li + 1)
+		s.Values().Append(1)
 	}
 	chain := []frametable.Frame{
 		{Function: "inner", File: "a.c", Line: 10, Column: 2, StartLine: 8},
@@ -57,6 +67,9 @@ func TestApplyInternsAndOrders(t *testing.T) {
 		t.Fatalf("mapping attributes %v, want %s", keys, want)
 	}
 	if err := validate.Profiles(pd); err != nil {
+		t.Fatal(err)
+	}
+	if err := dict.Orphans(pd); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -98,6 +111,9 @@ func FuzzRewrite(f *testing.F) {
 		}
 		if err := otlptest.Compare(before, otlptest.Resolve(pd)); err != nil {
 			t.Fatal(err)
+		}
+		if err := dict.Orphans(pd); err != nil {
+			t.Fatalf("rewrite left orphans: %v", err)
 		}
 	})
 }
