@@ -65,9 +65,9 @@ func NewFile(dir string) (*File, error) {
 func (e *File) Name() string { return "file" }
 
 func (e *File) Export(_ context.Context, pd pprofile.Profiles) error {
-	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	body, err := Marshal(pd)
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("marshal profiles: %w", err))
+		return queue.Permanent(err)
 	}
 	name := fmt.Sprintf("profiles-%d-%06d.otlp.pb", time.Now().UnixNano(), e.seq.Add(1))
 	return writeAtomic(e.dir, name, func(f *os.File) error {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -70,10 +71,39 @@ func (c OTLPConfig) tlsConfig() (*tls.Config, error) {
 
 // GRPC exports over OTLP/gRPC.
 type GRPC struct {
-	cfg    OTLPConfig
-	conn   *grpc.ClientConn
-	client pprofileotlp.GRPCClient
+	cfg  OTLPConfig
+	conn *grpc.ClientConn
 }
+
+// exportMethod is the OTLP profiles Export RPC. The gateway calls it with bytes from Marshal
+// rather than through pdata's client, which encodes resource and scope attributes as
+// string-table references of its own (see Marshal).
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// rawMessage is an encoded request or response; rawCodec passes it through as it is.
+type rawMessage struct{ b []byte }
+
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*rawMessage)
+	if !ok {
+		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*rawMessage)
+	if !ok {
+		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
+	}
+	m.b = data.Materialize()
+	return nil
+}
+
+// Name is the content subtype: the bytes are protobuf.
+func (rawCodec) Name() string { return "proto" }
 
 // NewGRPC dials lazily: an unreachable endpoint shows up as retried export errors.
 func NewGRPC(cfg OTLPConfig) (*GRPC, error) {
@@ -94,23 +124,28 @@ func NewGRPC(cfg OTLPConfig) (*GRPC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otlp grpc client for %s: %w", cfg.Endpoint, err)
 	}
-	return &GRPC{cfg: cfg, conn: conn, client: pprofileotlp.NewGRPCClient(conn)}, nil
+	return &GRPC{cfg: cfg, conn: conn}, nil
 }
 
 func (e *GRPC) Name() string { return "otlp_grpc" }
 
 func (e *GRPC) Export(ctx context.Context, pd pprofile.Profiles) error {
+	body, err := Marshal(pd)
+	if err != nil {
+		return queue.Permanent(err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	if len(e.cfg.Headers) > 0 {
-		md := metadata.New(e.cfg.Headers)
-		ctx = metadata.NewOutgoingContext(ctx, md)
-	}
-	var opts []grpc.CallOption
+	md := metadata.New(e.cfg.Headers)
+	// What pdata's client sends: the schema version the bytes are encoded in.
+	md.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	ctx = metadata.NewOutgoingContext(ctx, md)
+	opts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
 	if e.cfg.Gzip {
 		opts = append(opts, grpc.UseCompressor(gzipcodec.Name))
 	}
-	resp, err := e.client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(pd), opts...)
+	var raw rawMessage
+	err = e.conn.Invoke(ctx, exportMethod, &rawMessage{b: body}, &raw, opts...)
 	if err != nil {
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Canceled, codes.Internal, codes.Unknown:
@@ -118,6 +153,12 @@ func (e *GRPC) Export(ctx context.Context, pd pprofile.Profiles) error {
 		default:
 			return queue.Permanent(fmt.Errorf("otlp grpc export to %s: %w", e.cfg.Endpoint, err))
 		}
+	}
+	resp := pprofileotlp.NewExportResponse()
+	if err := resp.UnmarshalProto(raw.b); err != nil {
+		// The data was accepted; only the partial-success report is unreadable.
+		slog.Warn("unreadable export response", "exporter", e.Name(), "err", err)
+		return nil
 	}
 	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
 		slog.Warn("downstream rejected part of an export", "exporter", e.Name(), "rejected_profiles", ps.RejectedProfiles(), "message", ps.ErrorMessage())
@@ -161,9 +202,9 @@ func NewHTTP(cfg OTLPConfig) (*HTTP, error) {
 func (e *HTTP) Name() string { return "otlp_http" }
 
 func (e *HTTP) Export(ctx context.Context, pd pprofile.Profiles) error {
-	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	body, err := Marshal(pd)
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("marshal profiles: %w", err))
+		return queue.Permanent(err)
 	}
 	if e.cfg.Gzip {
 		var buf bytes.Buffer

@@ -1,0 +1,292 @@
+package exporter_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/services/gateway/internal/exporter"
+	"github.com/profsym/profsym/services/gateway/internal/otlptest"
+)
+
+// ebpfShaped is a request as the OTel eBPF profiler sends one: process attributes on the
+// resource, plain strings, one of them (the executable's path) also a mapping's file name.
+func ebpfShaped(scopeAttrs bool) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	d := pd.Dictionary()
+	d.StringTable().Append("", "samples", "count", "/usr/bin/app")
+	d.AttributeTable().AppendEmpty()
+	d.LinkTable().AppendEmpty()
+	d.FunctionTable().AppendEmpty()
+	d.MappingTable().AppendEmpty()
+	m := d.MappingTable().AppendEmpty()
+	m.SetFilenameStrindex(3)
+	m.SetMemoryStart(0x1000)
+	m.SetMemoryLimit(0x5000)
+	d.LocationTable().AppendEmpty()
+	l := d.LocationTable().AppendEmpty()
+	l.SetMappingIndex(1)
+	l.SetAddress(0x1234)
+	d.StackTable().AppendEmpty()
+	d.StackTable().AppendEmpty().LocationIndices().Append(1)
+	for i := range 2 {
+		rp := pd.ResourceProfiles().AppendEmpty()
+		ra := rp.Resource().Attributes()
+		ra.PutStr("process.executable.path", "/usr/bin/app")
+		ra.PutInt("process.pid", int64(4242+i))
+		ra.PutStr("container.id", fmt.Sprintf("c%d", i))
+		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.Scope().SetName("profiler")
+		if scopeAttrs {
+			sa := sp.Scope().Attributes()
+			sa.PutStr("scope.key", "scope.value")
+			kv := sa.PutEmptyMap("nested")
+			kv.PutStr("inner.key", "inner.value")
+			kv.PutStr("path", "/usr/bin/app")
+			arr := sa.PutEmptySlice("list")
+			arr.AppendEmpty().SetStr("element")
+			arr.AppendEmpty().SetInt(3)
+		}
+		p := sp.Profiles().AppendEmpty()
+		p.SampleType().SetTypeStrindex(1)
+		p.SampleType().SetUnitStrindex(2)
+		p.SetTime(pcommon.Timestamp(1_000))
+		p.SetDurationNano(1_000)
+		s := p.Samples().AppendEmpty()
+		s.SetStackIndex(1)
+		s.TimestampsUnixNano().Append(1_500)
+	}
+	return pd
+}
+
+func decode(t *testing.T, b []byte) pprofile.Profiles {
+	t.Helper()
+	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd
+}
+
+func TestMarshal(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		scopeAttrs bool
+		readOnly   bool
+	}{
+		{"resource attributes", false, false},
+		{"resource and nested scope attributes", true, false},
+		{"read-only request", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pd := ebpfShaped(tc.scopeAttrs)
+			if err := dict.Orphans(pd); err != nil {
+				t.Fatalf("test request: %v", err)
+			}
+			in := pprofile.NewProfiles()
+			pd.CopyTo(in)
+			if tc.readOnly {
+				pd.MarkReadOnly()
+			}
+			// pdata's own marshaler: the defect this guards against.
+			cp := pprofile.NewProfiles()
+			pd.CopyTo(cp)
+			plain, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dict.Orphans(decode(t, plain)); err == nil {
+				t.Fatal("pdata's marshaler left no orphan: the test shows nothing")
+			}
+
+			b, err := exporter.Marshal(pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back := decode(t, b)
+			if err := dict.Orphans(back); err != nil {
+				t.Fatalf("orphans in the output: %v", err)
+			}
+			if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(back)); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := back.Dictionary().StringTable().AsRaw(), in.Dictionary().StringTable().AsRaw(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("string table %q, want %q", got, want)
+			}
+			// The caller's request keeps its attributes as they were.
+			if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(pd)); err != nil {
+				t.Fatalf("Marshal changed its input: %v", err)
+			}
+			for i := range 2 {
+				a := back.ResourceProfiles().At(i).Resource().Attributes().AsRaw()
+				if a["process.executable.path"] != "/usr/bin/app" || a["process.pid"] != int64(4242+i) || a["container.id"] != fmt.Sprintf("c%d", i) {
+					t.Fatalf("resource %d attributes %v", i, a)
+				}
+			}
+		})
+	}
+}
+
+// TestMarshalNothingAppended: with no attribute string the dictionary lacks, the bytes are
+// pdata's.
+func TestMarshalNothingAppended(t *testing.T) {
+	pd := ebpfShaped(false)
+	d := pd.Dictionary()
+	d.StringTable().Append("host.name")
+	kv := d.AttributeTable().AppendEmpty()
+	kv.SetKeyStrindex(int32(d.StringTable().Len() - 1))
+	kv.Value().SetStr("n1")
+	for i := range 2 {
+		rp := pd.ResourceProfiles().At(i)
+		rp.ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).AttributeIndices().Append(1)
+		rp.Resource().Attributes().Clear()
+		rp.Resource().Attributes().PutStr("host.name", "/usr/bin/app")
+	}
+	if err := dict.Orphans(pd); err != nil {
+		t.Fatal(err)
+	}
+	b, err := exporter.Marshal(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatal("bytes differ from pdata's although the marshaler appended no string")
+	}
+}
+
+type grpcSink struct {
+	pprofileotlp.UnimplementedGRPCServer
+	mu       sync.Mutex
+	got      []pprofile.Profiles
+	versions []string
+}
+
+func (s *grpcSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, req.Profiles())
+	s.versions = append(s.versions, md.Get(pprofileotlp.DevelopmentVersionHeader)...)
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+// TestExportersWriteNoOrphans sends an eBPF-profiler-shaped request through each exporter to a
+// real receiver (pdata's gRPC server, an HTTP handler, a directory) and checks what arrives.
+func TestExportersWriteNoOrphans(t *testing.T) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	sink := &grpcSink{}
+	pprofileotlp.RegisterGRPCServer(gs, sink)
+	go func() { _ = gs.Serve(l) }()
+	t.Cleanup(gs.Stop)
+
+	var httpBodies [][]byte
+	var hmu sync.Mutex
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rd io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			rd = zr
+		}
+		b, err := io.ReadAll(rd)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		hmu.Lock()
+		httpBodies = append(httpBodies, b)
+		hmu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(hs.Close)
+	dir := t.TempDir()
+
+	for _, gz := range []bool{false, true} {
+		cfg := exporter.OTLPConfig{Insecure: true, Gzip: gz, Timeout: 10 * time.Second}
+		cfg.Endpoint = l.Addr().String()
+		ge, err := exporter.NewGRPC(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Endpoint = hs.URL
+		he, err := exporter.NewHTTP(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fe, err := exporter.NewFile(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []exporter.Exporter{ge, he, fe} {
+			pd := ebpfShaped(true)
+			pd.MarkReadOnly()
+			if err := e.Export(t.Context(), pd); err != nil {
+				t.Fatalf("%s gzip=%v: %v", e.Name(), gz, err)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	files, err := filepath.Glob(filepath.Join(dir, "*.otlp.pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []pprofile.Profiles
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, decode(t, b))
+	}
+	for _, b := range httpBodies {
+		outs = append(outs, decode(t, b))
+	}
+	sink.mu.Lock()
+	outs = append(outs, sink.got...)
+	versions := sink.versions
+	sink.mu.Unlock()
+	if len(outs) != 6 || len(versions) != 2 || versions[0] != pprofileotlp.DevelopmentVersion {
+		t.Fatalf("%d requests arrived (want 6), gRPC schema versions %v", len(outs), versions)
+	}
+	want := otlptest.Resolve(ebpfShaped(true))
+	for i, pd := range outs {
+		if err := dict.Orphans(pd); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if err := otlptest.Compare(want, otlptest.Resolve(pd)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+}
