@@ -43,9 +43,10 @@ test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run a
 test-short: ## Unit tests only: no servers, no eBPF, no corpus.
 	$(GO) test -short -count=1 ./...
 
-bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/.
+bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/ (bench/soak/run.sh, 30 minutes, on its own).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	@for s in bench/*/run.sh; do echo "== $$s"; bash $$s; done
+	@# The soak (bench/soak, 30 minutes) is run on its own.
+	@for s in bench/*/run.sh; do [ "$$s" = bench/soak/run.sh ] && continue; echo "== $$s"; bash $$s; done
 
 demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root; DEMO_FLAGS="--duration 30s").
 	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.

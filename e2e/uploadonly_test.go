@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/otlpattr"
 )
 
 // uploadOnlyProgram is a binary the symbolizer has never seen: it waits in a loop below two
@@ -122,8 +118,18 @@ func TestUploadOnly(t *testing.T) {
 
 	// The OTel eBPF profiler's shape: ELF virtual addresses, the mapping in the same space,
 	// the htlhash as the only ID, native frame types, timestamps instead of values.
-	lo, hi := funcRange(t, prog, "spin_inner")
-	pd := ebpfProfilerRequest(t, prog, ids.HTLHash, lo, hi)
+	lo, hi, err := pipeline.FuncRange(prog, "spin_inner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]uint64, 0, hi-lo)
+	for a := lo; a < hi; a++ {
+		addrs = append(addrs, a)
+	}
+	pd, err := pipeline.ProfilerRequest(prog, buildid.IDs{HTLHash: ids.HTLHash}, addrs, map[string]string{"host.name": "node-e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cc, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(gp[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -156,90 +162,4 @@ func TestUploadOnly(t *testing.T) {
 		}
 	}
 	t.Logf("%d addresses named by htlhash only came out symbolized after the upload-only collector uploaded the binary", want)
-}
-
-// funcRange returns the ELF virtual address range of a function symbol.
-func funcRange(t *testing.T, path, name string) (uint64, uint64) {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name && s.Size > 0 {
-			return s.Value, s.Value + s.Size
-		}
-	}
-	t.Fatalf("%s: no symbol %s", path, name)
-	return 0, 0
-}
-
-// ebpfProfilerRequest makes a request as the OTel eBPF profiler sends one: a sample per
-// address in [lo, hi) of path, whose mapping is its executable PT_LOAD in ELF virtual
-// addresses and which is named by its htlhash only.
-func ebpfProfilerRequest(t *testing.T, path, htlhash string, lo, hi uint64) pprofile.Profiles {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var text *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			text = p
-		}
-	}
-	if text == nil {
-		t.Fatalf("%s: no executable PT_LOAD", path)
-	}
-	pd := pprofile.NewProfiles()
-	d := pd.Dictionary()
-	st := d.StringTable()
-	for _, s := range []string{"", otlpattr.FrameType, otlpattr.BuildIDHTLHash, "samples", "count", path} {
-		st.Append(s)
-	}
-	at := d.AttributeTable()
-	at.AppendEmpty()
-	native := at.AppendEmpty()
-	native.SetKeyStrindex(1)
-	native.Value().SetStr(otlpattr.FrameTypeNative)
-	htl := at.AppendEmpty()
-	htl.SetKeyStrindex(2)
-	htl.Value().SetStr(htlhash)
-	d.MappingTable().AppendEmpty()
-	d.LocationTable().AppendEmpty()
-	d.FunctionTable().AppendEmpty()
-	d.StackTable().AppendEmpty()
-	m := d.MappingTable().AppendEmpty()
-	m.SetMemoryStart(text.Vaddr)
-	m.SetMemoryLimit(text.Vaddr + text.Memsz)
-	m.SetFileOffset(text.Off)
-	m.SetFilenameStrindex(5)
-	m.AttributeIndices().Append(2)
-
-	rp := pd.ResourceProfiles().AppendEmpty()
-	rp.Resource().Attributes().PutStr("host.name", "node-e2e")
-	prof := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
-	prof.SampleType().SetTypeStrindex(3)
-	prof.SampleType().SetUnitStrindex(4)
-	now := uint64(time.Now().UnixNano())
-	prof.SetTime(pcommon.Timestamp(now))
-	for a := lo; a < hi; a++ {
-		loc := d.LocationTable().AppendEmpty()
-		loc.SetMappingIndex(1)
-		loc.SetAddress(a)
-		loc.AttributeIndices().Append(1)
-		stk := d.StackTable().AppendEmpty()
-		stk.LocationIndices().Append(int32(d.LocationTable().Len() - 1))
-		s := prof.Samples().AppendEmpty()
-		s.SetStackIndex(int32(d.StackTable().Len() - 1))
-		s.TimestampsUnixNano().Append(now)
-	}
-	return pd
 }

@@ -6,7 +6,6 @@ package faults
 
 import (
 	"context"
-	"debug/elf"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -24,7 +23,6 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
@@ -34,7 +32,6 @@ import (
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -111,7 +108,10 @@ func TestFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lo, hi, text := funcRange(t, prog, "hot")
+	lo, hi, err := pipeline.FuncRange(prog, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	redis := testsupport.StartRedis(t)
 	minio := testsupport.StartMinIO(t)
@@ -170,7 +170,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ld := &load{client: pprofileotlp.NewGRPCClient(cc), ids: ids, text: text, lo: lo, hi: hi, acked: map[string]int{}}
+	ld := &load{client: pprofileotlp.NewGRPCClient(cc), path: prog, ids: ids, lo: lo, hi: hi, acked: map[string]int{}}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan struct{})
 	go func() { ld.run(loadCtx, 50*time.Millisecond); close(loadDone) }()
@@ -289,8 +289,8 @@ func total(m map[string]int) int {
 // resource attribute, and retries what the gateway refuses (backpressure) until it is taken.
 type load struct {
 	client pprofileotlp.GRPCClient
+	path   string
 	ids    buildid.IDs
-	text   *elf.Prog
 	lo, hi uint64
 	seq    atomic.Int64
 	mu     sync.Mutex
@@ -360,8 +360,12 @@ func (l *load) send(ctx context.Context, kind string) string {
 	id := fmt.Sprintf("%s-%d", kind, l.seq.Add(1))
 	phase := l.phase()
 	for backoff := 20 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
+		pd, err := l.request(id)
+		if err != nil {
+			return ""
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := l.client.Export(rctx, pprofileotlp.NewExportRequestFromProfiles(l.request(id)))
+		_, err = l.client.Export(rctx, pprofileotlp.NewExportRequestFromProfiles(pd))
 		cancel()
 		if err == nil {
 			l.mu.Lock()
@@ -396,53 +400,12 @@ func (l *load) recover(ctx context.Context, sk *sink, symbolized bool, limit tim
 	return time.Since(start), fmt.Errorf("no probe came out %swithin %v", map[bool]string{true: "symbolized "}[symbolized], limit)
 }
 
-func (l *load) request(id string) pprofile.Profiles {
-	pd := pprofile.NewProfiles()
-	d := pd.Dictionary()
-	st := d.StringTable()
-	for _, s := range []string{"", otlpattr.FrameType, otlpattr.BuildIDHTLHash, otlpattr.BuildIDGNU, "samples", "count", "/opt/app/hot"} {
-		st.Append(s)
+func (l *load) request(id string) (pprofile.Profiles, error) {
+	addrs := make([]uint64, 20)
+	for i := range addrs {
+		addrs[i] = l.lo + rand.Uint64N(l.hi-l.lo)
 	}
-	at := d.AttributeTable()
-	at.AppendEmpty()
-	native := at.AppendEmpty()
-	native.SetKeyStrindex(1)
-	native.Value().SetStr(otlpattr.FrameTypeNative)
-	htl := at.AppendEmpty()
-	htl.SetKeyStrindex(2)
-	htl.Value().SetStr(l.ids.HTLHash)
-	gnu := at.AppendEmpty()
-	gnu.SetKeyStrindex(3)
-	gnu.Value().SetStr(l.ids.GNU)
-	d.MappingTable().AppendEmpty()
-	d.LocationTable().AppendEmpty()
-	d.FunctionTable().AppendEmpty()
-	d.StackTable().AppendEmpty()
-	m := d.MappingTable().AppendEmpty()
-	m.SetMemoryStart(l.text.Vaddr)
-	m.SetMemoryLimit(l.text.Vaddr + l.text.Memsz)
-	m.SetFileOffset(l.text.Off)
-	m.SetFilenameStrindex(6)
-	m.AttributeIndices().Append(2, 3)
-	rp := pd.ResourceProfiles().AppendEmpty()
-	rp.Resource().Attributes().PutStr(requestKey, id)
-	prof := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
-	prof.SampleType().SetTypeStrindex(4)
-	prof.SampleType().SetUnitStrindex(5)
-	now := uint64(time.Now().UnixNano())
-	prof.SetTime(pcommon.Timestamp(now))
-	for range 20 {
-		loc := d.LocationTable().AppendEmpty()
-		loc.SetMappingIndex(1)
-		loc.SetAddress(l.lo + rand.Uint64N(l.hi-l.lo))
-		loc.AttributeIndices().Append(1)
-		stk := d.StackTable().AppendEmpty()
-		stk.LocationIndices().Append(int32(d.LocationTable().Len() - 1))
-		s := prof.Samples().AppendEmpty()
-		s.SetStackIndex(int32(d.StackTable().Len() - 1))
-		s.TimestampsUnixNano().Append(now)
-	}
-	return pd
+	return pipeline.ProfilerRequest(l.path, l.ids, addrs, map[string]string{requestKey: id})
 }
 
 // sink is the downstream: an OTLP/gRPC server that records every request by its ID, and
@@ -577,31 +540,4 @@ func rssOf(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// funcRange returns the ELF virtual address range of a function and the executable PT_LOAD.
-func funcRange(t *testing.T, path, name string) (uint64, uint64, *elf.Prog) {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var text *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			text = p
-		}
-	}
-	syms, err := f.Symbols()
-	if err != nil || text == nil {
-		t.Fatalf("%s: symbols %v, text %v", path, err, text)
-	}
-	for _, s := range syms {
-		if s.Name == name && s.Size > 0 {
-			return s.Value, s.Value + s.Size, text
-		}
-	}
-	t.Fatalf("%s: no symbol %s", path, name)
-	return 0, 0, nil
 }
