@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/services/gateway/internal/dict"
 	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
@@ -307,6 +308,9 @@ func TestSymbolizesShapes(t *testing.T) {
 			out := otlptest.Resolve(reqs[len(reqs)-1])
 			if err := otlptest.Compare(otlptest.Resolve(in), out); err != nil {
 				t.Fatal(err)
+			}
+			if err := dict.Orphans(reqs[len(reqs)-1]); err != nil {
+				t.Fatalf("output dictionary: %v", err)
 			}
 			checkFrames(t, out, cases)
 			t.Logf("%s: %d addresses symbolized as llvm-symbolizer does", sh, len(cases))
