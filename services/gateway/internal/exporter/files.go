@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -122,6 +123,101 @@ func (e *Pprof) Export(_ context.Context, pd pprofile.Profiles) error {
 
 func (e *Pprof) Close() error { return nil }
 
+// compiled reports whether a location is a frame of compiled code, which lives in a mapped
+// binary: frame type native, go, rust, or none. Kernel and interpreted frames are not.
+func compiled(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+	switch dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType) {
+	case "", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo, otlpattr.FrameTypeRust:
+		return true
+	}
+	return false
+}
+
+// mainMapping picks the mapping of the process's main executable among those p's samples
+// reach through frames of compiled code (0 when there is none). OTLP does not mark the main
+// binary, so the rule goes from the strongest evidence to the weakest:
+//  1. the resource names the executable: the mapping whose file name equals
+//     process.executable.path, else one whose base name equals that path's base name or
+//     process.executable.name (paths seen from another mount namespace differ in their
+//     prefix); among several (a binary maps several segments), the lowest-addressed;
+//  2. else the mapping of the first sample's outermost compiled frame: every thread starts
+//     in the executable (_start, main) unless its stack was cut short;
+//  3. else the lowest-addressed mapping reached: in process address space executables are
+//     mapped below the shared libraries they load, PIE or not (mappings in ELF virtual
+//     addresses, as the OTel eBPF profiler sends, say less, hence this comes last).
+func mainMapping(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Profile) int32 {
+	var used []int32
+	seen := map[int32]bool{}
+	var outermost int32
+	ss := p.Samples()
+	for i := 0; i < ss.Len(); i++ {
+		stack := dict.Stack(d, ss.At(i).StackIndex())
+		// Stacks list the leaf first: walk from the outermost frame in.
+		for j := len(stack) - 1; j >= 0; j-- {
+			loc, ok := dict.Location(d, stack[j])
+			if !ok || loc.MappingIndex() == 0 || !compiled(d, loc) {
+				continue
+			}
+			mi := loc.MappingIndex()
+			if _, ok := dict.Mapping(d, mi); !ok {
+				continue
+			}
+			if i == 0 && outermost == 0 {
+				outermost = mi
+			}
+			if !seen[mi] {
+				seen[mi] = true
+				used = append(used, mi)
+			}
+		}
+	}
+	lowest := func(match func(file string) bool) int32 {
+		var best int32
+		for _, mi := range used {
+			m, _ := dict.Mapping(d, mi)
+			if !match(dict.Str(d, m.FilenameStrindex())) {
+				continue
+			}
+			if best == 0 {
+				best = mi
+				continue
+			}
+			if b, _ := dict.Mapping(d, best); m.MemoryStart() < b.MemoryStart() {
+				best = mi
+			}
+		}
+		return best
+	}
+	var exePath, exeName string
+	if v, ok := res.Attributes().Get(otlpattr.ProcessExecutablePath); ok && v.Type() == pcommon.ValueTypeStr {
+		exePath = v.Str()
+	}
+	if v, ok := res.Attributes().Get(otlpattr.ProcessExecutableName); ok && v.Type() == pcommon.ValueTypeStr {
+		exeName = v.Str()
+	}
+	if exePath != "" {
+		if mi := lowest(func(f string) bool { return f == exePath }); mi != 0 {
+			return mi
+		}
+	}
+	if exePath != "" || exeName != "" {
+		names := map[string]bool{}
+		if exePath != "" {
+			names[path.Base(exePath)] = true
+		}
+		if exeName != "" {
+			names[exeName] = true
+		}
+		if mi := lowest(func(f string) bool { return f != "" && names[path.Base(f)] }); mi != 0 {
+			return mi
+		}
+	}
+	if outermost != 0 {
+		return outermost
+	}
+	return lowest(func(string) bool { return true })
+}
+
 func boolAttr(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice, key string) bool {
 	v := false
 	dict.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
@@ -132,7 +228,8 @@ func boolAttr(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice, key string)
 	return v
 }
 
-// ToPprof converts one OTLP profile to pprof. Inline frames keep their order (OTLP and pprof
+// ToPprof converts one OTLP profile to pprof. The main executable's mapping comes first, as
+// pprof expects (see mainMapping). Inline frames keep their order (OTLP and pprof
 // both list the innermost function first); a mapping's build ID is its GNU build ID, else its
 // Go build ID, else its htlhash. A sample without values counts its timestamps (the OTel eBPF
 // profiler sends one timestamp per event and no values). The dictionary must have passed
@@ -224,6 +321,10 @@ func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Pro
 		return l
 	}
 
+	// pprof takes the first mapping for the main binary (the "File:" of its reports).
+	if mi := mainMapping(d, res, p); mi != 0 {
+		mapping(mi)
+	}
 	ss := p.Samples()
 	for i := 0; i < ss.Len(); i++ {
 		s := ss.At(i)
