@@ -9,8 +9,15 @@ type chunks[T any] struct {
 
 const chunkSize = 1 << 14
 
+// firstBlock is the first block's starting size: it grows by appending up to chunkSize, so a
+// list of one function's rows (the Resolver decodes functions one at a time) stays small.
+const firstBlock = 32
+
 func (c *chunks[T]) add(v T) {
-	if k := len(c.blocks); k == 0 || len(c.blocks[k-1]) == chunkSize {
+	switch k := len(c.blocks); {
+	case k == 0:
+		c.blocks = append(c.blocks, make([]T, 0, firstBlock))
+	case len(c.blocks[k-1]) == chunkSize:
 		c.blocks = append(c.blocks, make([]T, 0, chunkSize))
 	}
 	k := len(c.blocks) - 1

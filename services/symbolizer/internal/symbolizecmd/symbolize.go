@@ -51,10 +51,11 @@ func (c *Cmd) Run() error {
 }
 
 func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
-	ix, err := c.loadIndex()
+	ix, done, err := c.loadIndex()
 	if err != nil {
 		return err
 	}
+	defer done()
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	p := printer{w: w, module: c.Obj, json: c.OutputStyle == "JSON", inlines: c.Inlines, ix: ix}
 
@@ -104,13 +105,17 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 	return w.Flush()
 }
 
-func (c *Cmd) loadIndex() (*index.Index, error) {
+// loadIndex returns what answers the addresses, and what to call when done with it: the
+// binary's index from the cache, else a stripped Go binary's pclntab read lazily (cheaper than
+// any index for a command-line run; it reads the file as it goes), else the index, built and
+// cached.
+func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 	b, err := debuginfo.Open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: c.DebugDir})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Only read from: a failing close loses nothing.
-	defer func() { _ = b.Close() }()
+	closeBinary := func() { _ = b.Close() }
 	cache, key := c.cache(b)
 	if cache != nil {
 		if ix := cache.load(key); ix != nil {
@@ -118,17 +123,24 @@ func (c *Cmd) loadIndex() (*index.Index, error) {
 			if err := cache.evict(); err != nil {
 				c.warn(err)
 			}
-			return ix, nil
+			closeBinary()
+			return ix, func() {}, nil
 		}
 	}
+	if lazy, ok := b.LazyLookup(); ok {
+		return lazy, closeBinary, nil
+	}
+	defer closeBinary()
 	ix, err := b.Index()
-	if err != nil || cache == nil {
-		return ix, err
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := cache.store(key, ix); err != nil {
-		c.warn(err)
+	if cache != nil {
+		if err := cache.store(key, ix); err != nil {
+			c.warn(err)
+		}
 	}
-	return ix, nil
+	return ix, func() {}, nil
 }
 
 // cache returns the index cache and b's key in it, or nil when caching is off or impossible.
@@ -172,7 +184,7 @@ type printer struct {
 	module  string
 	json    bool
 	inlines bool
-	ix      *index.Index
+	ix      debuginfo.Lookuper
 	frames  []index.Frame
 	buf     bytes.Buffer
 	out     []byte
