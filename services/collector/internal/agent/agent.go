@@ -229,6 +229,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("sampler: %w", err)
 			}
+			// The sampler also ends when ctx does, and select may take this case first.
+			if ctx.Err() != nil {
+				return nil
+			}
 			return errors.New("sampler stopped")
 		case <-ctx.Done():
 			cancel()
