@@ -117,3 +117,34 @@ func FuzzRewrite(f *testing.F) {
 		}
 	})
 }
+
+// TestApplyRandom: over random valid requests, with frames for every location, the output is
+// valid, means what the input meant plus lines, and holds no orphan.
+func TestApplyRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range 300 {
+		pd := otlptest.Generate(r)
+		in := pprofile.NewProfiles()
+		pd.CopyTo(in)
+		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len())
+		for li := range locs {
+			for k := range i % 4 {
+				locs[li] = append(locs[li], frametable.Frame{Function: fmt.Sprintf("f%d", (li+k)%5), File: "y.c", Line: uint32(k + 1)})
+			}
+		}
+		maps := map[int32]symbolizerv1.Fidelity{}
+		for mi := 1; mi < pd.Dictionary().MappingTable().Len(); mi++ {
+			maps[int32(mi)] = symbolizerv1.Fidelity_FIDELITY_FULL
+		}
+		st := rewrite.Apply(pd, locs, maps)
+		if err := validate.Profiles(pd); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(pd)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if err := dict.Orphans(pd); err != nil {
+			t.Fatalf("request %d (stats %+v): %v", i, st, err)
+		}
+	}
+}
