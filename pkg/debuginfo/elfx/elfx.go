@@ -6,12 +6,12 @@ package elfx
 
 import (
 	"bytes"
-	"compress/zlib"
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/zlib"
 	"io"
 	"os"
 	"strings"
