@@ -52,11 +52,10 @@ const (
 	anyValue
 	arrayValue
 	kvlistValue
-	dictionary
 )
 
 var children = map[kind]map[protowire.Number]kind{
-	request:          {1: resourceProfiles, 2: dictionary},
+	request:          {1: resourceProfiles},
 	resourceProfiles: {1: resource, 2: scopeProfiles},
 	resource:         {1: keyValue}, // attributes
 	scopeProfiles:    {1: scope},    // scope
@@ -83,25 +82,62 @@ const (
 // plainAttributes rewrites an encoded request so that no resource or scope attribute
 // references a string-table entry at index keep or later, and drops those entries.
 func plainAttributes(b []byte, keep int) ([]byte, error) {
-	var strs []string
+	var dict []byte
+	dicts := 0
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if num != requestDictionary || typ != protowire.BytesType {
-			return nil
+		if num == requestDictionary && typ == protowire.BytesType {
+			dict = v
+			dicts++
 		}
-		return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-			if num == dictStringTable && typ == protowire.BytesType {
-				strs = append(strs, string(v))
-			}
-			return nil
-		})
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(strs) <= keep {
+	if dicts > 1 {
+		// Parsers merge them; pdata writes one, and one is all this code rewrites.
+		return nil, fmt.Errorf("%d dictionary fields", dicts)
+	}
+	// Only the appended entries are copied out, and the dictionary is copied around them in
+	// a few runs: its other strings and tables can be many.
+	var appended []string
+	var drops [][2]int
+	n := 0
+	for off := 0; off < len(dict); {
+		num, typ, tagLen := protowire.ConsumeTag(dict[off:])
+		if tagLen < 0 {
+			return nil, protowire.ParseError(tagLen)
+		}
+		valLen := protowire.ConsumeFieldValue(num, typ, dict[off+tagLen:])
+		if valLen < 0 {
+			return nil, protowire.ParseError(valLen)
+		}
+		end := off + tagLen + valLen
+		if num == dictStringTable && typ == protowire.BytesType {
+			if n >= keep {
+				v, _ := protowire.ConsumeBytes(dict[off+tagLen : end])
+				appended = append(appended, string(v))
+				if k := len(drops) - 1; k >= 0 && drops[k][1] == off {
+					drops[k][1] = end
+				} else {
+					drops = append(drops, [2]int{off, end})
+				}
+			}
+			n++
+		}
+		off = end
+	}
+	if len(appended) == 0 {
 		return b, nil
 	}
-	w := &wireRewriter{strs: strs, keep: keep}
+	newDict := make([]byte, 0, len(dict))
+	prev := 0
+	for _, d := range drops {
+		newDict = append(newDict, dict[prev:d[0]]...)
+		prev = d[1]
+	}
+	newDict = append(newDict, dict[prev:]...)
+	w := &wireRewriter{appended: appended, keep: keep, dict: newDict}
 	return w.rewrite(b, request)
 }
 
@@ -130,15 +166,16 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []b
 }
 
 type wireRewriter struct {
-	strs []string
-	keep int
-	// seen counts the string-table entries passed so far.
-	seen int
+	// appended holds the string-table entries from index keep on.
+	appended []string
+	keep     int
+	// dict is the request's dictionary without those entries.
+	dict []byte
 }
 
 // rewrite copies message b of kind k field by field, descending into the messages that can
 // hold attributes, putting strings in place of references to entries from keep on, and
-// dropping those entries from the dictionary. Every other field is copied byte for byte.
+// writing w.dict for the dictionary. Every other field is copied byte for byte.
 func (w *wireRewriter) rewrite(b []byte, k kind) ([]byte, error) {
 	out := make([]byte, 0, len(b))
 	for len(b) > 0 {
@@ -153,11 +190,10 @@ func (w *wireRewriter) rewrite(b []byte, k kind) ([]byte, error) {
 		field := b[:tagLen+n]
 		b = b[tagLen+n:]
 		switch {
-		case k == dictionary && num == dictStringTable && typ == protowire.BytesType:
-			w.seen++
-			if w.seen > w.keep {
-				continue
-			}
+		case k == request && num == requestDictionary && typ == protowire.BytesType:
+			out = protowire.AppendTag(out, num, protowire.BytesType)
+			out = protowire.AppendBytes(out, w.dict)
+			continue
 		case typ == protowire.BytesType && children[k][num] != request:
 			// request is no one's child: any other kind found leads to attributes or to the
 			// string table.
@@ -172,11 +208,12 @@ func (w *wireRewriter) rewrite(b []byte, k kind) ([]byte, error) {
 		case typ == protowire.VarintType && stringRefs[k][0] == num:
 			v, _ := protowire.ConsumeVarint(field[tagLen:])
 			if int64(v) >= int64(w.keep) {
-				if v >= uint64(len(w.strs)) {
-					return nil, fmt.Errorf("string index %d outside the string table of %d entries", v, len(w.strs))
+				i := int64(v) - int64(w.keep)
+				if i >= int64(len(w.appended)) {
+					return nil, fmt.Errorf("string index %d outside the string table of %d entries", v, w.keep+len(w.appended))
 				}
 				out = protowire.AppendTag(out, stringRefs[k][1], protowire.BytesType)
-				out = protowire.AppendString(out, w.strs[v])
+				out = protowire.AppendString(out, w.appended[i])
 				continue
 			}
 		}

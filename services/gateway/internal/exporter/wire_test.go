@@ -290,3 +290,41 @@ func TestExportersWriteNoOrphans(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMarshal: a symbolized 500-location request with process attributes on each of 4
+// resources, encoded by pdata's marshaler and by Marshal.
+func BenchmarkMarshal(b *testing.B) {
+	pd := ebpfShaped(true)
+	d := pd.Dictionary()
+	for i := range 1000 {
+		d.StringTable().Append(fmt.Sprintf("namespace::function_%d", i))
+		d.FunctionTable().AppendEmpty().SetNameStrindex(int32(d.StringTable().Len() - 1))
+	}
+	for i := range 500 {
+		l := d.LocationTable().AppendEmpty()
+		l.SetMappingIndex(1)
+		l.SetAddress(uint64(0x1000 + i))
+		for k := range 2 {
+			l.Lines().AppendEmpty().SetFunctionIndex(int32(1 + (2*i+k)%1000))
+		}
+		d.StackTable().AppendEmpty().LocationIndices().Append(int32(d.LocationTable().Len() - 1))
+	}
+	for range 2 {
+		pd.ResourceProfiles().At(0).CopyTo(pd.ResourceProfiles().AppendEmpty())
+	}
+	pd.MarkReadOnly()
+	b.Run("pdata", func(b *testing.B) {
+		for range b.N {
+			if _, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Marshal", func(b *testing.B) {
+		for range b.N {
+			if _, err := exporter.Marshal(pd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
