@@ -414,33 +414,83 @@ func (b *Builder) Build() (*Index, error) {
 		// (much faster than a stable one on millions of rows) gives the stable result.
 		return cmp.Compare(a.seq, b.seq)
 	}
-	if !slices.IsSortedFunc(lines, lineCmp) {
-		slices.SortFunc(lines, lineCmp)
-	}
+	runs := sortedRuns(lines, lineCmp)
 	// A row that says what the row before it says changes no lookup (a lookup takes the last
 	// row at or below the address) and is dropped: Go's DWARF repeats file:line on about a
-	// third of its rows (statement boundaries), and on a large binary that is megabytes.
-	// The builder's rows are compacted in place so that the index's table is allocated once,
-	// at its final size.
-	lines = slices.CompactFunc(lines, func(p, r lineRow) bool {
+	// third of its rows (statement boundaries), and on a large binary that is megabytes. Rows
+	// are counted first so that the index's table is allocated once, at its final size.
+	same := func(p, r *lineRow) bool {
 		return p.end == r.end && (p.end || p.file == r.file && p.line == r.line && p.column == r.column)
-	})
-	b.lines = nil
-	ix.ln = make([]lnRow, len(lines))
-	for i, r := range lines {
-		row := &ix.ln[i]
-		row.setAddr(r.addr)
-		if r.end {
-			row.file = endFile
-			continue
-		}
-		row.file, row.line, row.col = r.file, r.line, r.column
 	}
+	kept := 0
+	var prev *lineRow
+	for _, rn := range runs {
+		for i := rn.lo; i < rn.hi; i++ {
+			if prev == nil || !same(prev, &lines[i]) {
+				kept++
+			}
+			prev = &lines[i]
+		}
+	}
+	ix.ln = make([]lnRow, 0, kept)
+	prev = nil
+	for _, rn := range runs {
+		for i := rn.lo; i < rn.hi; i++ {
+			r := &lines[i]
+			if prev != nil && same(prev, r) {
+				prev = r
+				continue
+			}
+			prev = r
+			var row lnRow
+			row.setAddr(r.addr)
+			if r.end {
+				row.file = endFile
+			} else {
+				row.file, row.line, row.col = r.file, r.line, r.column
+			}
+			ix.ln = append(ix.ln, row)
+		}
+	}
+	b.lines = nil
 	if err := ix.validate(); err != nil {
 		return nil, err
 	}
 	ix.prepare()
 	return ix, nil
+}
+
+// span is a run of rows [lo, hi).
+type span struct{ lo, hi int }
+
+// sortedRuns returns the rows' order as spans of rows: the rows in span order are sorted by
+// cmp. Sources add line sequences, each sorted, but not always in address order (DWARF units
+// are added last to first): when the sequences do not overlap, ordering them costs a sort of
+// thousands of sequences instead of millions of rows. Otherwise the rows are sorted in place
+// and come back as one span.
+func sortedRuns(rows []lineRow, cmp func(a, b lineRow) int) []span {
+	// A run ends where the order breaks and after every end marker: consecutive sequences
+	// of one unit ascend, but other units' sequences may lie in the gaps between them.
+	var runs []span
+	start := 0
+	for i := 1; i <= len(rows); i++ {
+		if i == len(rows) || rows[i-1].end || cmp(rows[i-1], rows[i]) > 0 {
+			runs = append(runs, span{start, i})
+			start = i
+		}
+	}
+	if len(runs) <= 1 {
+		return runs
+	}
+	slices.SortFunc(runs, func(a, b span) int { return cmp(rows[a.lo], rows[b.lo]) })
+	for k := 1; k < len(runs); k++ {
+		// Each run must end before the next begins; otherwise their rows interleave.
+		if cmp(rows[runs[k-1].hi-1], rows[runs[k].lo]) >= 0 {
+			slices.SortFunc(rows, cmp)
+			return []span{{0, len(rows)}}
+		}
+	}
+	return runs
 }
 
 // outerNames sorts the outer-name ranges by start, keeping the last added for each start.
