@@ -17,7 +17,7 @@ build: ## Build the three service binaries into bin/.
 	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
 
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
-	$(GO) tool buf generate
+	$(GO) tool -modfile=tools/go.mod buf generate
 	$(GO) generate ./services/collector/...
 
 check-generated: generate ## Fail when committed generated code differs from a fresh generation.
@@ -29,7 +29,7 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
-	$(GO) tool buf lint
+	$(GO) tool -modfile=tools/go.mod buf lint
 
 fuzz-seeds: ## Regenerate the index decoder's fuzz seeds from real binaries (after an index format change).
 	./pkg/debuginfo/index/testdata/make-fuzz-seeds.sh

@@ -91,7 +91,7 @@ func TestGeneratedIsCurrent(t *testing.T) {
 				fd.Options = nil
 			}
 			if !proto.Equal(src, gen) {
-				t.Errorf("gen/ does not match proto/%s: run `make generate` (go tool buf generate)\n%s",
+				t.Errorf("gen/ does not match proto/%s: run `make generate` (go tool -modfile=tools/go.mod buf generate)\n%s",
 					f.path, firstDifference(src, gen))
 			}
 		})
