@@ -22,7 +22,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/collector/internal/exporter"
-	"github.com/profsym/profsym/services/collector/internal/otlpsink"
+	"github.com/profsym/profsym/services/collector/internal/otlpsinktest"
 	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
 )
 
@@ -267,7 +267,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // let the dynamic loader map the library
 
-	sink, err := otlpsink.Start(t.Context(), "127.0.0.1:0")
+	sink, err := otlpsinktest.Start(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/profsym/profsym/services/collector/internal/otlpsink"
+	"github.com/profsym/profsym/services/collector/internal/otlpsinktest"
 )
 
 // request encodes a request whose one resource carries tag, padded to about size bytes.
@@ -108,9 +108,9 @@ func TestExporterGatewayDownThenUp(t *testing.T) {
 		t.Error("no retries counted while the gateway was down")
 	}
 
-	var sink *otlpsink.Sink
+	var sink *otlpsinktest.Sink
 	for i := 0; ; i++ {
-		sink, err = otlpsink.Start(t.Context(), addr)
+		sink, err = otlpsinktest.Start(t.Context(), addr)
 		if err == nil {
 			break
 		}

@@ -1,6 +1,6 @@
-// Package otlpsink is an in-process OTLP profiles receiver on a loopback port, for tests of
+// Package otlpsinktest is an in-process OTLP profiles receiver on a loopback port, for tests of
 // the collector's export path: it keeps every request it accepts.
-package otlpsink
+package otlpsinktest
 
 import (
 	"context"
