@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 )
 
@@ -49,49 +50,6 @@ func (ids IDs) Primary() (typ string, id string) {
 	return "", ""
 }
 
-// ValidHex reports whether s is a non-empty, even-length string of lower-case hex digits.
-func ValidHex(s string) bool {
-	if s == "" || len(s)%2 != 0 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// ValidGo reports whether s is a Go build ID as the go command writes it (and `go tool
-// buildid` prints it): one to four parts separated by '/', each 1 to 64 characters of the
-// URL-safe base64 alphabet (the go command's hashes; a custom -buildid that strays outside it
-// is not accepted as an ID). Anything an uploader sets as a Go build ID is shown by List and
-// the pages: it must not carry markup or control characters.
-func ValidGo(s string) bool {
-	if s == "" || len(s) > maxGoID {
-		return false
-	}
-	parts, run := 1, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '/':
-			if run == 0 {
-				return false
-			}
-			parts, run = parts+1, 0
-		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-			run++
-		default:
-			return false
-		}
-		if parts > 4 || run > 64 {
-			return false
-		}
-	}
-	return run > 0
-}
-
 const (
 	ntGNUBuildID = 3 // NT_GNU_BUILD_ID, owner "GNU"
 	ntGoBuildID  = 4 // the Go linker's build ID note, owner "Go", in .note.go.buildid
@@ -99,7 +57,6 @@ const (
 	// Real notes are a few dozen bytes; bigger note sections or descriptors are not read.
 	maxNoteData = 1 << 20
 	maxGNUDesc  = 1024
-	maxGoID     = 256
 )
 
 // ErrCorrupt marks a file that starts like an ELF file but could not be parsed.
@@ -182,7 +139,7 @@ func FromELF(f *elfx.File) (gnu, goID string) {
 			case gnu == "" && name == "GNU" && typ == ntGNUBuildID && len(desc) > 0 && len(desc) <= maxGNUDesc:
 				gnu = hex.EncodeToString(desc)
 			case goID == "" && name == "Go" && typ == ntGoBuildID:
-				if s := string(bytes.TrimRight(desc, "\x00")); ValidGo(s) {
+				if s := string(bytes.TrimRight(desc, "\x00")); binaryid.ValidGo(s) {
 					goID = s
 				}
 			}

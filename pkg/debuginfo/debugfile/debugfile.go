@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 )
@@ -74,7 +75,7 @@ func ReadDebuglink(f *elfx.File) (Debuglink, bool) {
 // CRC-32 (IEEE, as GNU tools compute it) matches. A candidate that is the binary itself is
 // skipped. Returns ErrNotFound when nothing matched.
 func Find(f *elfx.File, ids buildid.IDs, binaryPath string, dirs []string) (path string, how string, err error) {
-	if id := ids.GNU; buildid.ValidHex(id) && len(id) > 2 {
+	if id := ids.GNU; binaryid.ValidHex(id) && len(id) > 2 {
 		for _, d := range dirs {
 			p := filepath.Join(d, ".build-id", id[:2], id[2:]+".debug")
 			if sameBuildID(p, id) {

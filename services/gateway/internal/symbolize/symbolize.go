@@ -22,7 +22,7 @@ import (
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/gateway/internal/dict"
@@ -52,7 +52,6 @@ const (
 	maxModulesPerCall   = 1024
 	maxAddressesPerCall = 100_000
 	maxFilename         = 4096
-	maxGNUBuildID       = 2048
 )
 
 // Config configures a Symbolizer. Zero values take the defaults noted.
@@ -140,15 +139,15 @@ type module struct {
 // batch with INVALID_ARGUMENT.
 func IDs(d pprofile.ProfilesDictionary, m pprofile.Mapping) (gnu, goID, htl string) {
 	gnu = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGNU))
-	if !buildid.ValidHex(gnu) || len(gnu) > maxGNUBuildID {
+	if !binaryid.ValidGNU(gnu) {
 		gnu = ""
 	}
 	goID = dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGo)
-	if !buildid.ValidGo(goID) {
+	if !binaryid.ValidGo(goID) {
 		goID = ""
 	}
 	htl = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDHTLHash))
-	if len(htl) != 32 || !buildid.ValidHex(htl) {
+	if !binaryid.ValidHTLHash(htl) {
 		htl = ""
 	}
 	return gnu, goID, htl

@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 )
 
@@ -27,22 +28,20 @@ type ID struct {
 
 func (i ID) String() string { return typeName(i.Type) + ":" + i.ID }
 
-const maxGNUDigits = 2048
-
 // ValidateID checks an ID against the syntax of its type. The message names no field; callers
 // prefix it with theirs.
 func ValidateID(typ debuginfov1.BuildIDType, id string) error {
 	switch typ {
 	case debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU:
-		if !buildid.ValidHex(id) || len(id) > maxGNUDigits {
-			return fmt.Errorf("not lower-case hex of an even length of 2 to %d digits", maxGNUDigits)
+		if !binaryid.ValidGNU(id) {
+			return fmt.Errorf("not lower-case hex of an even length of 2 to %d digits", binaryid.MaxGNUDigits)
 		}
 	case debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH:
-		if len(id) != 32 || !buildid.ValidHex(id) {
+		if !binaryid.ValidHTLHash(id) {
 			return fmt.Errorf("not 32 lower-case hex digits")
 		}
 	case debuginfov1.BuildIDType_BUILD_ID_TYPE_GO:
-		if !buildid.ValidGo(id) {
+		if !binaryid.ValidGo(id) {
 			return fmt.Errorf("not a Go build ID as go tool buildid prints it: 1 to 4 parts of 1 to 64 characters of A-Z a-z 0-9 - _, separated by /")
 		}
 	default:
