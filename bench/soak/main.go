@@ -24,7 +24,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -215,7 +214,7 @@ func run(duration, every time.Duration, rate int, tools string) error {
 		}
 		line := fmt.Sprintf("%8d", n)
 		for _, w := range watched {
-			line += fmt.Sprintf(" | %-10s %7d %6.0f %6d", "", rss(w.proc.PID())>>20, gauge(ctx, w.metrics, "go_goroutines"), openFiles(w.proc.PID()))
+			line += fmt.Sprintf(" | %-10s %7d %6.0f %6d", "", pipeline.RSS(w.proc.PID())>>20, gauge(ctx, w.metrics, "go_goroutines"), openFiles(w.proc.PID()))
 		}
 		sent, out := gen.sent.Load(), sk.requests.Load()
 		secs := every.Seconds()
@@ -308,20 +307,6 @@ func startSink() (*sink, error) {
 func (s *sink) Export(context.Context, pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	s.requests.Add(1)
 	return pprofileotlp.NewExportResponse(), nil
-}
-
-func rss(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 func openFiles(pid int) int {

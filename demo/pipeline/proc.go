@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -322,4 +323,20 @@ func BuildServices(ctx context.Context, root, dir string) (Binaries, error) {
 		Gateway:    filepath.Join(dir, "gateway"),
 		Collector:  filepath.Join(dir, "collector"),
 	}, nil
+}
+
+// RSS returns the resident set size of process pid in bytes (VmRSS), or 0 when it cannot be
+// read (the process is gone).
+func RSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

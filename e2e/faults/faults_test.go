@@ -523,7 +523,7 @@ func watchRSS(pids ...int) func() (int64, int64) {
 		defer t.Stop()
 		for {
 			for i, pid := range pids {
-				if v := rssOf(pid); v > peaks[i].Load() {
+				if v := pipeline.RSS(pid); v > peaks[i].Load() {
 					peaks[i].Store(v)
 				}
 			}
@@ -539,18 +539,4 @@ func watchRSS(pids ...int) func() (int64, int64) {
 		<-done
 		return peaks[0].Load(), peaks[1].Load()
 	}
-}
-
-func rssOf(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
