@@ -1,0 +1,187 @@
+// Package cfi turns an ELF file's call frame information (.eh_frame, or .debug_frame
+// where there is no .eh_frame) into a compact unwind table for x86-64: per address
+// range, how to find the canonical frame address and where the return address and the
+// caller's frame pointer were saved.
+//
+// The table keeps only what a frame-pointer-free unwinder needs on x86-64: the CFA rule, and
+// the rules of RBP (DWARF register 6) and of the return address column (16). Every other
+// register's rule is parsed and dropped. Rules the table cannot express (DWARF expressions,
+// a value held in another register, offsets beyond int32) are kept as a kind that tells the
+// unwinder to stop, or to treat the register as unknown, instead of being approximated.
+package cfi
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"sort"
+	"unsafe"
+)
+
+// CFARule says how the canonical frame address (the caller's RSP before the call) is found.
+type CFARule uint8
+
+const (
+	CFAUndefined  CFARule = iota // no CFI covers this address: the unwinder stops (counted as "no table")
+	CFARSP                       // CFA = RSP + CFAOffset
+	CFARBP                       // CFA = RBP + CFAOffset
+	CFAPLT                       // PLT stub expression: CFA = RSP + 8 + ((RIP & 15) >= CFAOffset ? 8 : 0); CFAOffset holds the threshold (10 or 11)
+	CFAExpression                // a DWARF expression or register the table cannot express (e.g. __restore_rt signal trampolines): the unwinder must stop
+	CFAEndOfStack                // return address undefined (DW_CFA_undefined rip, e.g. _start): the outermost frame, a clean end
+)
+
+var cfaRuleNames = [...]string{"undefined", "rsp", "rbp", "plt", "expression", "end-of-stack"}
+
+func (r CFARule) String() string {
+	if int(r) < len(cfaRuleNames) {
+		return cfaRuleNames[r]
+	}
+	return fmt.Sprintf("CFARule(%d)", uint8(r))
+}
+
+// RegRule says where a register of the caller was saved.
+type RegRule uint8
+
+const (
+	RegSame       RegRule = iota // unchanged in this frame (same value, or no rule)
+	RegOffset                    // saved at CFA + offset
+	RegExpression                // saved in a way the table cannot express (expression, another register, val_offset...): the unwinder treats the register as unknown
+	RegUndefined                 // explicitly undefined
+)
+
+var regRuleNames = [...]string{"same", "offset", "expression", "undefined"}
+
+func (r RegRule) String() string {
+	if int(r) < len(regRuleNames) {
+		return regRuleNames[r]
+	}
+	return fmt.Sprintf("RegRule(%d)", uint8(r))
+}
+
+// Row applies from PC up to the next row's PC. PC is an ELF virtual address (the file's
+// link-time address, as in the symbol table).
+type Row struct {
+	PC        uint64
+	CFA       CFARule
+	FP        RegRule // rule for RBP (DWARF reg 6)
+	RA        RegRule // rule for the return address column (x86-64: 16)
+	CFAOffset int32
+	FPOffset  int32 // with FP == RegOffset: RBP saved at CFA + FPOffset
+	RAOffset  int32 // with RA == RegOffset: return address at CFA + RAOffset (-8 in normal code)
+}
+
+// sameRules reports whether r and o differ only in PC, so that o adds nothing after r.
+func (r Row) sameRules(o Row) bool {
+	return r.CFA == o.CFA && r.FP == o.FP && r.RA == o.RA &&
+		r.CFAOffset == o.CFAOffset && r.FPOffset == o.FPOffset && r.RAOffset == o.RAOffset
+}
+
+func (r Row) String() string {
+	s := fmt.Sprintf("%#x cfa=%v", r.PC, r.CFA)
+	switch r.CFA {
+	case CFARSP, CFARBP:
+		s += fmt.Sprintf("%+d", r.CFAOffset)
+	case CFAPLT:
+		s += fmt.Sprintf("(%d)", r.CFAOffset)
+	}
+	s += fmt.Sprintf(" rbp=%v", r.FP)
+	if r.FP == RegOffset {
+		s += fmt.Sprintf("%+d", r.FPOffset)
+	}
+	s += fmt.Sprintf(" ra=%v", r.RA)
+	if r.RA == RegOffset {
+		s += fmt.Sprintf("%+d", r.RAOffset)
+	}
+	return s
+}
+
+// Table is the unwind table of one file.
+type Table struct {
+	// Rows is sorted by PC, strictly increasing; consecutive rows with equal rules are
+	// merged; a CFAUndefined row closes each FDE range not followed immediately by another
+	// FDE; the last row is CFAUndefined at the end of the last covered range.
+	//
+	// Where FDE ranges overlap, the FDE that starts later wins from its start on: the
+	// earlier one is cut there and does not resume after the later one ends. Of FDEs with
+	// the same start, the first in the section wins and the others are dropped.
+	Rows []Row
+	// Source is the section the table was read from: ".eh_frame" or ".debug_frame".
+	Source string
+	// FDEs is the number of FDEs whose rows are in the table.
+	FDEs int
+	// Skipped counts the FDEs left out because their CIE is unsupported (an unknown
+	// augmentation, version or address size) or their own program or pointers could not be
+	// read. Their ranges have no rows unless another FDE covers them.
+	Skipped int
+	// SkipReason is the first reason an FDE was skipped, nil when none was.
+	SkipReason error
+}
+
+// Sentinel errors; match them with errors.Is.
+var (
+	// ErrNoCFI: the file has neither .eh_frame nor .debug_frame (or they hold no bytes).
+	ErrNoCFI = errors.New("cfi: no .eh_frame or .debug_frame")
+	// ErrUnsupportedMachine: the file is not a 64-bit x86-64 ELF file.
+	ErrUnsupportedMachine = errors.New("cfi: unsupported machine (want 64-bit x86-64)")
+)
+
+// Lookup returns the row covering pc (binary search) and false when pc is below the first
+// row. A pc past the last covered range gets the closing CFAUndefined row.
+func (t *Table) Lookup(pc uint64) (Row, bool) {
+	rows := t.Rows
+	// The first row whose PC is above pc; the row before it covers pc.
+	i := sort.Search(len(rows), func(i int) bool { return rows[i].PC > pc })
+	if i == 0 {
+		return Row{}, false
+	}
+	return rows[i-1], true
+}
+
+// SizeBytes returns the memory the table holds, rows included.
+func (t *Table) SizeBytes() int {
+	return int(unsafe.Sizeof(*t)) + cap(t.Rows)*int(unsafe.Sizeof(Row{})) + len(t.Source)
+}
+
+// Build reads f's CFI: .eh_frame, or .debug_frame when the file has no .eh_frame. It returns
+// an error naming the problem for malformed input, ErrNoCFI when the file has neither
+// section, and ErrUnsupportedMachine for files that are not 64-bit x86-64.
+func Build(f *elf.File) (*Table, error) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("%w: %v %v", ErrUnsupportedMachine, f.Class, f.Machine)
+	}
+	kind := EHFrame
+	s := f.Section(".eh_frame")
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+		kind = DebugFrame
+		s = f.Section(".debug_frame")
+	}
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+		return nil, ErrNoCFI
+	}
+	data, err := sectionData(s)
+	if err != nil {
+		return nil, fmt.Errorf("cfi: read %s: %w", s.Name, err)
+	}
+	opt := Options{}
+	// The LSB defines DW_EH_PE_textrel against .text and DW_EH_PE_datarel against .got;
+	// compilers for x86-64 use neither for the pointers read here, so absent sections are
+	// left at zero.
+	if t := f.Section(".text"); t != nil {
+		opt.TextBase = t.Addr
+	}
+	if g := f.Section(".got"); g != nil {
+		opt.DataBase = g.Addr
+	}
+	return ParseSectionWith(data, s.Addr, kind, opt)
+}
+
+// sectionData reads a section's bytes, decompressed if need be, turning a panic inside
+// debug/elf on a hostile header into an error.
+func sectionData(s *elf.Section) (data []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("debug/elf panicked: %v", p)
+		}
+	}()
+	return s.Data()
+}
