@@ -1,0 +1,569 @@
+package cfi
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The differential test compares the table with binutils' own interpretation of the same
+// CFI: `readelf --debug-dump=frames-interp` prints, per FDE, one line per row with the CFA
+// and the rule of every register the FDE mentions.
+
+// readelfRow is one printed row: the CFA (e.g. "rsp+8", "exp") and the rbp and ra columns
+// ("" when the FDE has no such column).
+type readelfRow struct {
+	loc     uint64
+	cfa     string
+	rbp, ra string
+}
+
+type readelfFDE struct {
+	off        uint64
+	start, end uint64
+	rows       []readelfRow
+}
+
+var (
+	reEntry    = regexp.MustCompile(`^([0-9a-f]+) ([0-9a-f]+) ([0-9a-f]+) (CIE|FDE)\b(.*)$`)
+	reFDERange = regexp.MustCompile(`pc=([0-9a-f]+)\.\.([0-9a-f]+)`)
+	reFDECIE   = regexp.MustCompile(`cie=([0-9a-f]+)`)
+	reSection  = regexp.MustCompile(`^Contents of the (\S+) section`)
+)
+
+// readelfFrames runs readelf on path and returns the FDEs of each frame section it prints.
+// An FDE without instructions prints no rows; it gets its CIE's initial row at its start.
+func readelfFrames(t testing.TB, path string) map[string][]readelfFDE {
+	t.Helper()
+	cmd := exec.Command("readelf", "--wide", "--debug-dump=frames-interp", path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		// readelf exits 1 after warnings about sections it was not asked for (libc's
+		// does); the frames it printed are still whole.
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || len(out) == 0 {
+			t.Fatalf("readelf %s: %v\n%s", path, err, stderr.Bytes())
+		}
+		t.Logf("readelf %s: %v (%s)", path, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	res := map[string][]readelfFDE{}
+	type cieKey struct {
+		section string
+		off     uint64
+	}
+	cieRows := map[cieKey][]readelfRow{}
+	var section string
+	var cols []string
+	var cur *readelfFDE      // the FDE whose rows are being read
+	var curCIE *[]readelfRow // or the CIE's
+	var curCIEOff uint64
+	flush := func() {
+		if cur != nil {
+			res[section] = append(res[section], *cur)
+		}
+		cur, curCIE = nil, nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	type fdeCIE struct {
+		section string
+		idx     int
+		cie     uint64
+	}
+	var noRows []fdeCIE
+	for sc.Scan() {
+		line := sc.Text()
+		if m := reSection.FindStringSubmatch(line); m != nil {
+			flush()
+			section = m[1]
+			continue
+		}
+		if m := reEntry.FindStringSubmatch(line); m != nil {
+			flush()
+			off, _ := strconv.ParseUint(m[1], 16, 64)
+			if m[4] == "CIE" {
+				rows := []readelfRow(nil)
+				cieRows[cieKey{section, off}] = rows
+				curCIE = &rows
+				curCIEOff = off
+				continue
+			}
+			r := reFDERange.FindStringSubmatch(m[5])
+			c := reFDECIE.FindStringSubmatch(m[5])
+			if r == nil || c == nil {
+				t.Fatalf("readelf %s: FDE line without range or CIE: %q", path, line)
+			}
+			cur = &readelfFDE{off: off}
+			cur.start, _ = strconv.ParseUint(r[1], 16, 64)
+			cur.end, _ = strconv.ParseUint(r[2], 16, 64)
+			cieOff, _ := strconv.ParseUint(c[1], 16, 64)
+			noRows = append(noRows, fdeCIE{section, len(res[section]), cieOff})
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 3 && fields[1] == "ZERO" {
+			flush()
+			continue
+		}
+		if len(fields) >= 2 && fields[0] == "LOC" && fields[1] == "CFA" {
+			cols = fields
+			continue
+		}
+		if (cur == nil && curCIE == nil) || len(fields) < 2 || len(fields) != len(cols) {
+			continue
+		}
+		loc, err := strconv.ParseUint(fields[0], 16, 64)
+		if err != nil {
+			continue
+		}
+		row := readelfRow{loc: loc, cfa: fields[1]}
+		for i, c := range cols[2:] {
+			switch c {
+			case "rbp":
+				row.rbp = fields[i+2]
+			case "ra":
+				row.ra = fields[i+2]
+			}
+		}
+		if cur != nil {
+			// A later line at the same location replaces the earlier one.
+			if n := len(cur.rows); n > 0 && cur.rows[n-1].loc == loc {
+				cur.rows[n-1] = row
+			} else {
+				cur.rows = append(cur.rows, row)
+			}
+		} else {
+			*curCIE = append(*curCIE, row)
+			cieRows[cieKey{section, curCIEOff}] = *curCIE
+		}
+	}
+	flush()
+	for _, n := range noRows {
+		f := &res[n.section][n.idx]
+		if len(f.rows) > 0 {
+			continue
+		}
+		cr := cieRows[cieKey{n.section, n.cie}]
+		if len(cr) == 0 {
+			t.Fatalf("readelf %s: FDE at %#x: CIE %#x has no initial row", path, f.off, n.cie)
+		}
+		r := cr[0]
+		r.loc = f.start
+		f.rows = []readelfRow{r}
+	}
+	return res
+}
+
+// diffStats counts what a comparison saw.
+type diffStats struct {
+	rows, exp, endOfStack, overlapped int
+	disagreements                     []string
+}
+
+// compareWithReadelf checks every row readelf prints against Lookup, under the table's
+// overlap rule: an FDE's rows count up to the next FDE's start.
+func compareWithReadelf(t testing.TB, tb *Table, fdes []readelfFDE) diffStats {
+	t.Helper()
+	var st diffStats
+	sorted := make([]readelfFDE, 0, len(fdes))
+	for _, f := range fdes {
+		if f.end > f.start {
+			sorted = append(sorted, f)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].start < sorted[j].start })
+	for i, f := range sorted {
+		if i > 0 && sorted[i-1].start == f.start {
+			st.overlapped += len(f.rows)
+			continue
+		}
+		end := f.end
+		for j := i + 1; j < len(sorted); j++ {
+			if sorted[j].start != f.start {
+				end = min(end, sorted[j].start)
+				break
+			}
+		}
+		for _, want := range f.rows {
+			if want.loc < f.start || want.loc >= end {
+				if testing.Verbose() {
+					t.Logf("FDE %#x [%#x, %#x) kept up to %#x: row at %#x not compared", f.off, f.start, f.end, end, want.loc)
+				}
+				st.overlapped++
+				continue
+			}
+			st.rows++
+			got, ok := tb.Lookup(want.loc)
+			if !ok {
+				st.disagreements = append(st.disagreements, fmt.Sprintf("FDE %#x: %#x: no row", f.off, want.loc))
+				continue
+			}
+			if msg := rowDiff(got, want); msg != "" {
+				st.disagreements = append(st.disagreements, fmt.Sprintf("FDE %#x: %#x: %s (readelf cfa=%s rbp=%q ra=%q; table %v)",
+					f.off, want.loc, msg, want.cfa, want.rbp, want.ra, got))
+			}
+			switch got.CFA {
+			case CFAExpression, CFAPLT:
+				st.exp++
+			case CFAEndOfStack:
+				st.endOfStack++
+			}
+		}
+	}
+	// The other way round: every table row starts where readelf prints a row or where an
+	// FDE's kept range ends, so the table invents no rule changes.
+	locs := make(map[uint64]bool, st.rows+2*len(sorted))
+	for _, f := range sorted {
+		locs[f.end] = true
+		for _, r := range f.rows {
+			locs[r.loc] = true
+		}
+		if i := sort.Search(len(sorted), func(i int) bool { return sorted[i].start > f.start }); i < len(sorted) {
+			locs[sorted[i].start] = true
+		}
+	}
+	for _, r := range tb.Rows {
+		if !locs[r.PC] {
+			st.disagreements = append(st.disagreements, fmt.Sprintf("table row %v: readelf has no row there", r))
+		}
+	}
+	return st
+}
+
+// rowDiff says how a table row differs from readelf's, or "" when they agree. readelf
+// prints "u" both for an explicitly undefined register and for one the FDE never set in a
+// row where another row sets it, so "u" (or no column) matches RegSame and RegUndefined.
+func rowDiff(got Row, want readelfRow) string {
+	if got.CFA == CFAEndOfStack {
+		if want.ra != "u" {
+			return "end of stack where readelf has a return address rule"
+		}
+		return ""
+	}
+	if want.ra == "u" && got.RA == RegUndefined {
+		return "undefined return address outside an end-of-stack row"
+	}
+	switch {
+	case want.cfa == "exp":
+		if got.CFA != CFAExpression && got.CFA != CFAPLT {
+			return "CFA is an expression in readelf"
+		}
+	case strings.HasPrefix(want.cfa, "rsp") || strings.HasPrefix(want.cfa, "rbp"):
+		rule := CFARSP
+		if strings.HasPrefix(want.cfa, "rbp") {
+			rule = CFARBP
+		}
+		off, err := strconv.ParseInt(want.cfa[3:], 10, 64)
+		if err != nil {
+			return "unparsable readelf CFA"
+		}
+		if got.CFA != rule || int64(got.CFAOffset) != off {
+			return "CFA differs"
+		}
+	default:
+		// CFA in another register: the table cannot express it.
+		if got.CFA != CFAExpression {
+			return "CFA in another register not an expression"
+		}
+	}
+	if msg := regDiff("rbp", got.FP, got.FPOffset, want.rbp); msg != "" {
+		return msg
+	}
+	return regDiff("ra", got.RA, got.RAOffset, want.ra)
+}
+
+func regDiff(name string, rule RegRule, off int32, want string) string {
+	switch {
+	case want == "" || want == "u":
+		if rule != RegSame && rule != RegUndefined {
+			return name + " has a rule readelf does not print"
+		}
+	case want == "s":
+		if rule != RegSame {
+			return name + " not same-value"
+		}
+	case strings.HasPrefix(want, "c"):
+		n, err := strconv.ParseInt(want[1:], 10, 64)
+		if err != nil {
+			return "unparsable readelf " + name
+		}
+		if rule != RegOffset || int64(off) != n {
+			return name + " offset differs"
+		}
+	default: // v+N, exp, vexp, a register name
+		if rule != RegExpression {
+			return name + " not an expression"
+		}
+	}
+	return ""
+}
+
+// frameSections returns the frame sections of an ELF file with their bytes and addresses.
+func frameSections(t testing.TB, path string) map[string]*elf.Section {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	res := map[string]*elf.Section{}
+	for _, name := range []string{".eh_frame", ".debug_frame"} {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+			res[name] = s
+		}
+	}
+	return res
+}
+
+// diffFile compares every frame section of path with readelf and returns the rows compared.
+func diffFile(t *testing.T, path string) int {
+	t.Helper()
+	want := readelfFrames(t, path)
+	total := 0
+	for name, s := range frameSections(t, path) {
+		data, err := s.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind := EHFrame
+		if name == ".debug_frame" {
+			kind = DebugFrame
+		}
+		tb, err := ParseSection(data, s.Addr, kind)
+		if err != nil {
+			t.Fatalf("%s %s: %v", path, name, err)
+		}
+		if tb.Skipped != 0 {
+			t.Errorf("%s %s: %d FDEs skipped, first: %v", path, name, tb.Skipped, tb.SkipReason)
+		}
+		fdes := want[name]
+		if len(fdes) == 0 {
+			// A section of a CIE alone (a library built without unwind tables keeps
+			// the C runtime's CIE and terminator).
+			if tb.FDEs != 0 {
+				t.Errorf("%s %s: readelf prints no FDE, the table has %d", path, name, tb.FDEs)
+			}
+			continue
+		}
+		st := compareWithReadelf(t, tb, fdes)
+		t.Logf("%s %s: %d FDEs, %d table rows; %d readelf rows compared (%d CFA expressions, %d end of stack), %d outside their FDE's kept range, %d disagreements",
+			filepath.Base(path), name, len(fdes), len(tb.Rows), st.rows, st.exp, st.endOfStack, st.overlapped, len(st.disagreements))
+		for i, d := range st.disagreements {
+			if i == 20 {
+				t.Errorf("... and %d more", len(st.disagreements)-20)
+				break
+			}
+			t.Errorf("%s %s: %s", path, name, d)
+		}
+		if st.rows == 0 {
+			t.Errorf("%s %s: no rows compared", path, name)
+		}
+		total += st.rows
+	}
+	return total
+}
+
+// testProgram exercises what compilers do to frames: a frame pointer (alloca, VLAs), many
+// callee-saved registers, tail calls, recursion, calls through the PLT into a shared
+// library, and noreturn paths.
+const testProgram = `
+#include <alloca.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int lib_entry(int);
+
+static jmp_buf jb;
+
+__attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }
+
+__attribute__((noinline)) int with_alloca(int n) {
+	char *p = alloca(n + 16);
+	memset(p, n, n + 16);
+	return p[n / 2] + leaf(n);
+}
+
+__attribute__((noinline)) int with_vla(int n) {
+	int a[n + 1];
+	for (int i = 0; i <= n; i++) a[i] = leaf(i);
+	return a[n / 2];
+}
+
+__attribute__((noinline)) long many_regs(long a, long b, long c, long d) {
+	long x = a * b, y = b * c, z = c * d, w = d * a, v = a + b + c + d;
+	for (int i = 0; i < (int)a; i++) {
+		x += leaf(i) * y;
+		y ^= leaf((int)x) + z;
+		z += leaf((int)y) - w;
+		w -= leaf((int)z) + v;
+		v += x ^ w;
+	}
+	return x + y + z + w + v;
+}
+
+__attribute__((noinline)) int recurse(int n) {
+	if (n <= 0) return lib_entry(n);
+	char buf[64];
+	snprintf(buf, sizeof buf, "%d", n);
+	return recurse(n - 1) + (int)strlen(buf);
+}
+
+__attribute__((noinline, noreturn)) void fail(const char *why) {
+	fprintf(stderr, "%s\n", why);
+	longjmp(jb, 1);
+}
+
+int main(int argc, char **argv) {
+	if (setjmp(jb)) return 3;
+	int n = argc > 1 ? atoi(argv[1]) : 5;
+	long r = with_alloca(n) + with_vla(n) + many_regs(n, n + 1, n + 2, n + 3) + recurse(n);
+	if (r == 42) fail("unlucky");
+	printf("%ld\n", r);
+	return 0;
+}
+`
+
+const testLibrary = `
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((noinline)) static int helper(int x) {
+	int *p = malloc(sizeof(int) * (x + 4));
+	if (!p) abort();
+	for (int i = 0; i < x + 4; i++) p[i] = i * x;
+	int r = p[x];
+	free(p);
+	return r;
+}
+
+int lib_entry(int x) {
+	char buf[32];
+	snprintf(buf, sizeof buf, "%d", helper(x + 2));
+	return buf[0] + puts(buf);
+}
+`
+
+// gccBuild compiles the test program and library with the given flags into dir and returns
+// the library and executable paths.
+func gccBuild(t *testing.T, dir, name string, flags ...string) (lib, exe string) {
+	t.Helper()
+	src := filepath.Join(dir, "prog.c")
+	libSrc := filepath.Join(dir, "lib.c")
+	if err := os.WriteFile(src, []byte(testProgram), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(libSrc, []byte(testLibrary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib = filepath.Join(dir, "lib"+name+".so")
+	exe = filepath.Join(dir, name)
+	run := func(args ...string) {
+		cmd := exec.Command("gcc", args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, out)
+		}
+	}
+	run(append(append([]string{}, flags...), "-shared", "-fPIC", "-o", lib, libSrc)...)
+	run(append(append([]string{}, flags...), "-o", exe, src, lib)...)
+	return lib, exe
+}
+
+func TestReadelfCompiled(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed")
+	}
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
+	}
+	builds := []struct {
+		name  string
+		flags []string
+	}{
+		{"fp", []string{"-O2", "-g", "-fno-omit-frame-pointer"}},
+		{"nofp", []string{"-O2"}},
+		{"o0", []string{"-O0"}},
+		// Without asynchronous unwind tables and with -g, gcc writes .debug_frame; the
+		// C runtime's objects still bring .eh_frame, so both sections are compared.
+		{"debugframe", []string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions"}},
+	}
+	dir := t.TempDir()
+	for _, b := range builds {
+		t.Run(b.name, func(t *testing.T) {
+			lib, exe := gccBuild(t, dir, b.name, b.flags...)
+			for _, p := range []string{lib, exe} {
+				diffFile(t, p)
+			}
+		})
+	}
+}
+
+func TestReadelfDebugFrameOnly(t *testing.T) {
+	for _, tool := range []string{"gcc", "readelf", "objcopy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not installed")
+		}
+	}
+	dir := t.TempDir()
+	_, exe := gccBuild(t, dir, "dbg", "-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions")
+	only := filepath.Join(dir, "dbg-only")
+	if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	f, err := elf.Open(only)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tb, err := Build(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Source != ".debug_frame" {
+		t.Fatalf("Source = %q, want .debug_frame", tb.Source)
+	}
+	st := compareWithReadelf(t, tb, readelfFrames(t, only)[".debug_frame"])
+	t.Logf("debug_frame only: %d rows compared, %d disagreements", st.rows, len(st.disagreements))
+	if st.rows == 0 || len(st.disagreements) > 0 {
+		t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements)
+	}
+}
+
+// systemFiles are binaries most Debian and Ubuntu systems have; each is skipped when absent.
+func systemFiles(t testing.TB) []string {
+	var res []string
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3", "/bin/ls"} {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		res = append(res, real)
+	}
+	return res
+}
+
+func TestReadelfSystemFiles(t *testing.T) {
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
+	}
+	files := systemFiles(t)
+	if len(files) == 0 {
+		t.Skip("no system files found")
+	}
+	for _, p := range files {
+		t.Run(filepath.Base(p), func(t *testing.T) { diffFile(t, p) })
+	}
+}
