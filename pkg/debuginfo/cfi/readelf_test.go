@@ -39,6 +39,8 @@ var (
 	reFDERange = regexp.MustCompile(`pc=([0-9a-f]+)\.\.([0-9a-f]+)`)
 	reFDECIE   = regexp.MustCompile(`cie=([0-9a-f]+)`)
 	reSection  = regexp.MustCompile(`^Contents of the (\S+) section`)
+	// A register column holding another register prints as "r5 (rdi)".
+	reRegName = regexp.MustCompile(`(r\d+) \((\w+)\)`)
 )
 
 // readelfFrames runs readelf on path and returns the FDEs of each frame section it prints.
@@ -112,7 +114,7 @@ func readelfFrames(t testing.TB, path string) map[string][]readelfFDE {
 			noRows = append(noRows, fdeCIE{section, len(res[section]), cieOff})
 			continue
 		}
-		fields := strings.Fields(line)
+		fields := strings.Fields(reRegName.ReplaceAllString(line, "$1($2)"))
 		if len(fields) == 3 && fields[1] == "ZERO" {
 			flush()
 			continue
