@@ -26,6 +26,12 @@
 // User space drains the ring on a timer; the kernel only wakes it early when
 // this much data waits, so a quiet ring costs no wakeup per sample.
 #define WAKEUP_BYTES (256 * 1024)
+// Executable mappings of one process the CFI unwinder knows (a process with more keeps
+// its first ones by address; user space counts the rest).
+#define MAX_PROC_MAPS 256
+// Binary search bounds: 2^9 > MAX_PROC_MAPS mappings, 2^25 rows > any table's size.
+#define MAP_SEARCH_STEPS 9
+#define ROW_SEARCH_STEPS 25
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -44,6 +50,8 @@ struct psym_stack_event {
 	// wrapper) it is the return address into the caller, which the frame-pointer walk
 	// skips; user space decides whether it is one.
 	__u64 user_sp_word;
+	__u32 unwinder;   // PSYM_UNWINDER_*: how ustack was walked
+	__u32 unwind_end; // PSYM_END_*: why the CFI walk stopped
 	__u8 comm[TASK_COMM_LEN];
 	__u64 kstack[MAX_STACK_DEPTH];
 	__u64 ustack[MAX_STACK_DEPTH];
@@ -57,6 +65,90 @@ enum psym_event_kind {
 	PSYM_EVENT_EXIT = 3,
 };
 
+// How a stack record's user frames were found.
+enum psym_unwinder {
+	PSYM_UNWINDER_FP = 0,   // the kernel's frame-pointer walk (bpf_get_stack)
+	PSYM_UNWINDER_CFI = 1,  // the CFI unwinder below, frame pointers for files without CFI
+	PSYM_UNWINDER_LEAF = 2, // the process's mappings are not known yet: the leaf only
+};
+
+// Why the CFI walk ended. The first three are clean ends; the others are stacks cut short
+// where a frame could not be unwound, rather than a guessed frame.
+enum psym_unwind_end {
+	PSYM_END_NONE = 0,
+	PSYM_END_OUTERMOST = 1, // return address undefined in the CFI (_start, thread start)
+	PSYM_END_ZERO = 2,      // a zero return address or frame pointer: the stack's bottom
+	PSYM_END_DEPTH = 3,     // MAX_STACK_DEPTH frames
+	PSYM_END_NOT_MAPPED = 4,// an address in no known executable mapping
+	PSYM_END_NO_TABLE = 5,  // a mapping without a table (not built, evicted) or an address no CFI row covers
+	PSYM_END_UNSUPPORTED = 6, // a CFI rule the table cannot express (DWARF expression)
+	PSYM_END_READ_ERROR = 7,  // the stack could not be read
+	PSYM_END_MAX = 8,
+};
+
+// One row of an unwind table: from pc (relative to the file's base) up to the next row,
+// how to find the canonical frame address and the caller's frame pointer. The return
+// address is at CFA-8 (user space marks rows where it is not as unsupported).
+struct psym_row {
+	__u32 pc;
+	__s32 cfa_offset;
+	__u8 cfa_rule; // PSYM_CFA_*
+	__u8 fp_rule;  // PSYM_FP_*
+	__s16 fp_offset;
+};
+
+enum psym_cfa_rule {
+	PSYM_CFA_UNDEFINED = 0, // no CFI here
+	PSYM_CFA_RSP = 1,
+	PSYM_CFA_RBP = 2,
+	PSYM_CFA_PLT = 3, // CFA = RSP + 8 + ((RIP & 15) >= cfa_offset ? 8 : 0)
+	PSYM_CFA_UNSUPPORTED = 4,
+	PSYM_CFA_OUTERMOST = 5,
+};
+
+enum psym_fp_rule {
+	PSYM_FP_SAME = 0,    // RBP unchanged in this frame
+	PSYM_FP_OFFSET = 1,  // saved at CFA + fp_offset
+	PSYM_FP_UNKNOWN = 2, // saved in a way the table cannot express
+};
+
+// A file's table: rows [row_start, row_start + row_count) of the rows array. gen changes
+// whenever the slot is given to another file, so a process entry naming an older
+// generation finds no table instead of another file's rows.
+struct psym_file {
+	__u64 base;
+	__u32 row_start;
+	__u32 row_count;
+	__u32 gen;
+	__u32 pad;
+};
+
+enum psym_map_kind {
+	PSYM_MAP_NONE = 0, // no table (not built yet, or the file's CFI is unreadable): stop
+	PSYM_MAP_CFI = 1,  // unwind with the file's table
+	PSYM_MAP_FP = 2,   // frame pointers: Go, and files without CFI
+};
+
+struct psym_map {
+	__u64 start;
+	__u64 end;
+	__u64 bias; // process address minus ELF virtual address
+	__u32 file; // index into files
+	__u32 gen;  // the file slot's generation this entry was written for
+	__u32 kind; // PSYM_MAP_*
+	__u32 pad;
+};
+
+// What the unwinder knows of one process. start_stack tells one image of the process
+// from the next: an entry written for the image before an exec is never applied to the
+// image after it (on_exec also deletes it, but user space may write it back late).
+struct psym_proc {
+	__u64 start_stack;
+	__u32 count;
+	__u32 pad;
+	struct psym_map maps[MAX_PROC_MAPS];
+};
+
 struct psym_proc_event {
 	__u32 kind; // PSYM_EVENT_EXEC or PSYM_EVENT_EXIT
 	__u32 tgid;
@@ -68,7 +160,11 @@ enum psym_counter {
 	PSYM_COUNTER_LOST = 1,         // ring buffer full
 	PSYM_COUNTER_FILTERED = 2,     // dropped by the pid/cgroup filters
 	PSYM_COUNTER_PROC_LOST = 3,    // exec/exit notification lost (ring full)
-	PSYM_COUNTER_MAX = 4,
+	// Stacks walked with CFI, by how the walk ended (PSYM_END_*).
+	PSYM_COUNTER_END_BASE = 4,
+	// Stacks whose process the unwinder did not know: the leaf only.
+	PSYM_COUNTER_LEAF_ONLY = PSYM_COUNTER_END_BASE + PSYM_END_MAX,
+	PSYM_COUNTER_MAX,
 };
 
 // Set by the loader before the program is loaded.
@@ -101,7 +197,53 @@ struct {
 	__type(value, __u8);
 } cgroup_filter SEC(".maps");
 
+// The unwind tables. Sizes are set by the loader from the collector's flags.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << 20);
+	__type(key, __u32);
+	__type(value, struct psym_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct psym_file);
+} unwind_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct psym_proc);
+} unwind_procs SEC(".maps");
+
+// The CFI walk's per-CPU working state: the record being built (too large for the BPF
+// stack) and the registers of the frame being unwound.
+struct psym_unwind_scratch {
+	__u64 pc;
+	__u64 sp;
+	__u64 fp;
+	__u32 n;
+	__u32 end;
+	__u32 fp_known;
+	__u32 pad;
+	struct psym_stack_event event;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct psym_unwind_scratch);
+} unwind_scratch SEC(".maps");
+
 // bpf2go -type needs the types in BTF.
+const struct psym_row *unused_row __attribute__((unused));
+const struct psym_file *unused_file __attribute__((unused));
+const struct psym_proc *unused_proc __attribute__((unused));
 const struct psym_stack_event *unused_stack_event __attribute__((unused));
 const struct psym_proc_event *unused_proc_event __attribute__((unused));
 
@@ -170,6 +312,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
 	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->user_sp_word = 0;
+	e->unwinder = PSYM_UNWINDER_FP;
+	e->unwind_end = PSYM_END_NONE;
 	if (e->ustack_len > 0) {
 		// The user registers, also when the sample interrupted the kernel.
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
@@ -178,6 +322,247 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 			e->user_sp_word = 0;
 	}
 	bpf_ringbuf_submit(e, wakeup_flag());
+	count(PSYM_COUNTER_SAMPLES);
+	return 0;
+}
+
+// The frame-pointer step: the frame's caller is found through the saved RBP chain. For Go
+// (which keeps frame pointers) and for files without CFI.
+static __always_inline long fp_step(struct psym_unwind_scratch *s)
+{
+	__u64 frame[2]; // saved RBP, return address
+	if (!s->fp_known || s->fp == 0) {
+		s->end = PSYM_END_ZERO;
+		return 1;
+	}
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)s->fp) < 0) {
+		s->end = PSYM_END_READ_ERROR;
+		return 1;
+	}
+	s->sp = s->fp + 16;
+	s->fp = frame[0];
+	s->pc = frame[1];
+	if (s->pc == 0) {
+		s->end = PSYM_END_ZERO;
+		return 1;
+	}
+	return 0;
+}
+
+// One frame of the CFI walk: record the frame's address, find its mapping and table row,
+// and restore the caller's registers. Returns 1 to stop.
+static long unwind_step(__u64 index, void *ctx)
+{
+	__u32 zero = 0;
+	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s)
+		return 1;
+	__u32 n = s->n;
+	if (n >= MAX_STACK_DEPTH) {
+		s->end = PSYM_END_DEPTH;
+		return 1;
+	}
+	__u64 pc = s->pc;
+	s->event.ustack[n] = pc;
+	s->n = n + 1;
+	if (n + 1 >= MAX_STACK_DEPTH) {
+		s->end = PSYM_END_DEPTH;
+		return 1;
+	}
+
+	__u32 tgid = s->event.tgid;
+	struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!proc) {
+		s->end = PSYM_END_NOT_MAPPED;
+		return 1;
+	}
+	// The last mapping starting at or below pc.
+	__u32 lo = 0, hi = proc->count;
+	if (hi > MAX_PROC_MAPS)
+		hi = MAX_PROC_MAPS;
+	for (int i = 0; i < MAP_SEARCH_STEPS && lo < hi; i++) {
+		__u32 mid = (lo + hi) / 2;
+		if (mid >= MAX_PROC_MAPS)
+			return 1;
+		if (proc->maps[mid].start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || lo > MAX_PROC_MAPS) {
+		s->end = PSYM_END_NOT_MAPPED;
+		return 1;
+	}
+	struct psym_map *m = &proc->maps[lo - 1];
+	if (pc >= m->end) {
+		s->end = PSYM_END_NOT_MAPPED;
+		return 1;
+	}
+	if (m->kind == PSYM_MAP_FP) {
+		// A frameless leaf (Go makes small leaves frameless) leaves RBP at its caller's
+		// frame, so the walk skips the caller; the word at SP is then the caller's return
+		// address, and user space checks that it is one before it is used.
+		if (n == 0)
+			bpf_probe_read_user(&s->event.user_sp_word, sizeof(__u64), (void *)s->sp);
+		return fp_step(s);
+	}
+	if (m->kind != PSYM_MAP_CFI) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	__u32 slot = m->file;
+	struct psym_file *f = bpf_map_lookup_elem(&unwind_files, &slot);
+	if (!f || f->gen != m->gen || f->row_count == 0) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	// A return address points after its call, which may be the first byte of the next
+	// function (a call to a function that does not return): look up the call itself.
+	__u64 vaddr = pc - m->bias - (n > 0 ? 1 : 0);
+	__u64 rel = vaddr - f->base;
+	if (vaddr < f->base || rel > 0xffffffffULL) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	// The last row starting at or below rel.
+	__u32 rlo = 0, rhi = f->row_count, start = f->row_start;
+	for (int i = 0; i < ROW_SEARCH_STEPS && rlo < rhi; i++) {
+		__u32 mid = (rlo + rhi) / 2;
+		__u32 key = start + mid;
+		struct psym_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
+		if (!r) {
+			s->end = PSYM_END_NO_TABLE;
+			return 1;
+		}
+		if (r->pc <= (__u32)rel)
+			rlo = mid + 1;
+		else
+			rhi = mid;
+	}
+	if (rlo == 0) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	__u32 key = start + rlo - 1;
+	struct psym_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!r) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+
+	__u64 cfa;
+	switch (r->cfa_rule) {
+	case PSYM_CFA_RSP:
+		cfa = s->sp + (__s64)r->cfa_offset;
+		break;
+	case PSYM_CFA_RBP:
+		if (!s->fp_known) {
+			s->end = PSYM_END_UNSUPPORTED;
+			return 1;
+		}
+		cfa = s->fp + (__s64)r->cfa_offset;
+		break;
+	case PSYM_CFA_PLT:
+		cfa = s->sp + 8 + (((pc & 15) >= (__u64)r->cfa_offset) ? 8 : 0);
+		break;
+	case PSYM_CFA_OUTERMOST:
+		s->end = PSYM_END_OUTERMOST;
+		return 1;
+	case PSYM_CFA_UNDEFINED:
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	default:
+		s->end = PSYM_END_UNSUPPORTED;
+		return 1;
+	}
+	__u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) < 0) {
+		s->end = PSYM_END_READ_ERROR;
+		return 1;
+	}
+	if (r->fp_rule == PSYM_FP_OFFSET) {
+		if (bpf_probe_read_user(&s->fp, sizeof(s->fp), (void *)(cfa + (__s64)r->fp_offset)) < 0) {
+			s->end = PSYM_END_READ_ERROR;
+			return 1;
+		}
+		s->fp_known = 1;
+	} else if (r->fp_rule != PSYM_FP_SAME) {
+		s->fp_known = 0;
+	}
+	s->sp = cfa;
+	s->pc = ra;
+	if (ra == 0) {
+		s->end = PSYM_END_ZERO;
+		return 1;
+	}
+	return 0;
+}
+
+// The same sampling as profile_cpu, with user stacks walked by the CFI unwinder.
+SEC("perf_event")
+int profile_cpu_cfi(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u32 tid = (__u32)id;
+
+	if (tgid == 0)
+		return 0;
+	if (!wanted(tgid)) {
+		count(PSYM_COUNTER_FILTERED);
+		return 0;
+	}
+	__u32 zero = 0;
+	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s)
+		return 0;
+	struct psym_stack_event *e = &s->event;
+	e->kind = PSYM_EVENT_STACK;
+	e->tgid = tgid;
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->tid = tid;
+	e->cpu = bpf_get_smp_processor_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	e->user_sp_word = 0;
+	e->unwinder = PSYM_UNWINDER_CFI;
+	e->unwind_end = PSYM_END_NONE;
+	e->ustack_len = 0;
+
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mm_struct *mm = task->mm;
+	if (mm) {
+		// The user registers, also when the sample interrupted the kernel.
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		s->pc = BPF_CORE_READ(regs, ip);
+		s->sp = BPF_CORE_READ(regs, sp);
+		s->fp = BPF_CORE_READ(regs, bp);
+		s->fp_known = 1;
+		s->n = 0;
+		s->end = PSYM_END_NONE;
+		struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+		if (proc && proc->start_stack == BPF_CORE_READ(mm, start_stack)) {
+			bpf_loop(MAX_STACK_DEPTH, unwind_step, NULL, 0);
+			e->unwind_end = s->end;
+			__u32 idx = PSYM_COUNTER_END_BASE + (s->end < PSYM_END_MAX ? s->end : 0);
+			count(idx);
+		} else {
+			// Not known yet (user space learns of a process from its first samples), or
+			// known for the image before an exec: the leaf is certain, the rest is not.
+			s->event.ustack[0] = s->pc;
+			s->n = 1;
+			e->unwinder = PSYM_UNWINDER_LEAF;
+			count(PSYM_COUNTER_LEAF_ONLY);
+		}
+		__u32 n = s->n;
+		if (n > MAX_STACK_DEPTH)
+			n = MAX_STACK_DEPTH;
+		e->ustack_len = n * 8;
+	}
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), wakeup_flag()) < 0) {
+		count(PSYM_COUNTER_LOST);
+		return 0;
+	}
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;
 }
@@ -198,6 +583,9 @@ static __always_inline void proc_notify(__u32 kind)
 SEC("raw_tp/sched_process_exec")
 int on_exec(void *ctx)
 {
+	// The unwinder's knowledge of the old image no longer applies.
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&unwind_procs, &tgid);
 	proc_notify(PSYM_EVENT_EXEC);
 	return 0;
 }
@@ -210,6 +598,8 @@ int on_exit(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((__u32)id != (__u32)(id >> 32))
 		return 0;
+	__u32 tgid = (__u32)(id >> 32);
+	bpf_map_delete_elem(&unwind_procs, &tgid);
 	proc_notify(PSYM_EVENT_EXIT);
 	return 0;
 }

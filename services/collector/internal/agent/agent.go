@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
+	"github.com/profsym/profsym/services/collector/internal/unwind"
 )
 
 // Config configures an agent.
@@ -41,6 +44,10 @@ type Config struct {
 	// OnMappedFile, when set, is called for each executable file mapping found in a
 	// process's maps (see procmaps.Table.SetFileHook); it must not block.
 	OnMappedFile func(path, mapped string, fi *procmaps.FileInfo)
+	// Unwinder is how user stacks are walked (bpfprog.UnwindCFI or UnwindFramePointers),
+	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
+	Unwinder                             bpfprog.Unwinder
+	UnwindRows, UnwindFiles, UnwindProcs uint32
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -51,6 +58,7 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	sampler *bpfprog.Sampler
+	unwind  *unwind.Manager // nil with frame-pointer unwinding
 	procs   *procmaps.Table
 	files   *procmaps.FileCache
 	kernel  *kallsyms.Table
@@ -107,9 +115,32 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.registerMetrics()
 	a.builder = a.newBuilder()
 	a.intervalAt = time.Now()
-	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs}, log)
+	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs,
+		Unwinder: cfg.Unwinder, UnwindRows: cfg.UnwindRows, UnwindFiles: cfg.UnwindFiles, UnwindProcs: cfg.UnwindProcs,
+		Paused: cfg.Unwinder == bpfprog.UnwindCFI}, log)
 	if err != nil {
 		return nil, err
+	}
+	if a.sampler.CFI() {
+		a.unwind, err = unwind.New(unwind.Config{Maps: a.sampler.Unwind(), Registerer: cfg.Registerer, Log: log})
+		if err != nil {
+			a.closeSampler()
+			return nil, err
+		}
+		// Every maps read (a new process, an exec, a dlopen found by an address outside the
+		// known mappings) reaches the kernel unwinder.
+		a.procs.SetProcessHook(a.unwind.Update)
+		// The processes running now are known to the unwinder before the first sample, so
+		// their stacks are whole from the start.
+		began := time.Now()
+		n := a.preload()
+		a.unwind.Flush()
+		st := a.unwind.Stats()
+		log.Info("unwind tables loaded", "processes", n, "tables", st.FilesLoaded, "rows", st.RowsUsed, "took", time.Since(began).Round(time.Millisecond))
+		if err := a.sampler.Start(); err != nil {
+			a.closeSampler()
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -147,6 +178,12 @@ func (a *Agent) registerMetrics() {
 			return float64(pick(a.kernelCounters()))
 		})
 	}
+	for _, end := range bpfprog.UnwindEnds() {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "unwind_stacks_total",
+			Help:        "User stacks walked by the CFI unwinder, by how the walk ended (outermost, zero and depth are whole stacks; the others end where a frame could not be unwound).",
+			ConstLabels: prometheus.Labels{"end": end.String()}},
+			func() float64 { return float64(a.kernelCounters().UnwindEnds[end]) }))
+	}
 	reg.MustRegister(a.m.samples, a.m.builderDropped, a.m.requests, a.m.requestBytes, a.m.procEvents,
 		kernelCounter("kernel_samples_total", "Samples the eBPF program wrote to the ring buffer.",
 			func(c bpfprog.Counters) uint64 { return c.Samples }),
@@ -156,6 +193,9 @@ func (a *Agent) registerMetrics() {
 			func(c bpfprog.Counters) uint64 { return c.Filtered }),
 		kernelCounter("lost_process_events_total", "Exec or exit notifications lost because the ring buffer was full.",
 			func(c bpfprog.Counters) uint64 { return c.ProcLost }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "unwind_leaf_only_total",
+			Help: "Samples of processes whose mappings the CFI unwinder did not know yet: their user stack is the sampled address only."},
+			func() float64 { return float64(a.kernelCounters().LeafOnly) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "processes_tracked",
 			Help: "Processes whose mappings are cached."}, func() float64 { return float64(a.procs.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "files_cached",
@@ -207,6 +247,9 @@ func (a *Agent) HandleProcEvent(e bpfprog.ProcEvent) {
 	case bpfprog.ProcExit:
 		a.m.procEvents.WithLabelValues("exit").Inc()
 		a.procs.MarkExit(e.TGID)
+		if a.unwind != nil {
+			a.unwind.Forget(e.TGID)
+		}
 	}
 }
 
@@ -218,6 +261,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- a.sampler.Run(runCtx, a) }()
+	if a.unwind != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); a.unwind.Run(runCtx) }()
+		defer func() { cancel(); <-done }()
+	}
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -241,6 +289,29 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// preload reads the mappings of the processes running at start (a process the unwinder
+// does not know yet gets its leaf frame only); later processes are learnt from their first
+// samples. It returns how many processes it read.
+func (a *Agent) preload() int {
+	pids := a.cfg.PIDs
+	if len(pids) == 0 {
+		entries, err := os.ReadDir(a.cfg.ProcRoot)
+		if err != nil {
+			a.log.Warn("list processes", "err", err)
+			return 0
+		}
+		for _, e := range entries {
+			if pid, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
+				pids = append(pids, uint32(pid))
+			}
+		}
+	}
+	for _, pid := range pids {
+		a.procs.Process(pid)
+	}
+	return len(pids)
 }
 
 // Flush finishes the current interval and hands its request to the sinks.

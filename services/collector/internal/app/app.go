@@ -61,6 +61,11 @@ type CLI struct {
 	K8sPodName   string `name:"k8s-pod-name" env:"K8S_POD_NAME" help:"k8s.pod.name resource attribute, for a collector that profiles its own pod (a sidecar with shareProcessNamespace)."`
 	K8sNamespace string `name:"k8s-namespace" env:"K8S_NAMESPACE" help:"k8s.namespace.name resource attribute, with --k8s-pod-name."`
 
+	Unwinder           string `default:"cfi" enum:"cfi,frame-pointers" env:"PROFSYM_UNWINDER" help:"How user stacks are walked: cfi (unwind tables from each binary's .eh_frame, frame pointers for Go; needs Linux 5.17) or frame-pointers (the kernel's walk only: stacks through code built without frame pointers come out short)."`
+	UnwindTableRows    uint32 `default:"4194304" env:"PROFSYM_UNWIND_TABLE_ROWS" help:"Unwind-table rows the kernel holds (12 bytes each; libc needs about 30000): when full, the least recently used tables are evicted (counted)."`
+	UnwindMaxFiles     uint32 `default:"4096" env:"PROFSYM_UNWIND_MAX_FILES" help:"Files with an unwind table in the kernel at once."`
+	UnwindMaxProcesses uint32 `default:"8192" env:"PROFSYM_UNWIND_MAX_PROCESSES" help:"Processes the kernel unwinder knows at once (about 10 KiB each, allocated on use)."`
+
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
 
 	Upload DebuginfoUpload `embed:"" group:"Node-side debuginfo upload"`
@@ -191,6 +196,10 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		onMappedFile = uploadHook(uploader)
 	}
 
+	unwinder := bpfprog.UnwindCFI
+	if c.Unwinder == "frame-pointers" {
+		unwinder = bpfprog.UnwindFramePointers
+	}
 	a, err := agent.New(agent.Config{
 		FrequencyHz: c.Frequency, Interval: c.Interval, PIDs: c.PID, CgroupIDs: cgroupIDs,
 		HostAttributes: map[string]string{
@@ -198,7 +207,8 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 			otlpattr.K8sPodName: c.K8sPodName, otlpattr.K8sNamespaceName: c.K8sNamespace,
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
-		Sinks:                 sinks, Registerer: reg, Version: version,
+		Unwinder:              unwinder, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
+		Sinks: sinks, Registerer: reg, Version: version,
 		OnMappedFile: onMappedFile,
 	}, log)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -29,12 +30,15 @@ const (
 	eventExit  = 3
 )
 
-// Counter indices of the per-CPU counters map.
+// Counter indices of the per-CPU counters map (enum psym_counter).
 const (
 	counterSamples  = 0
 	counterLost     = 1
 	counterFiltered = 2
 	counterProcLost = 3
+	counterEndBase  = uint32(4)
+	counterLeafOnly = counterEndBase + uint32(numUnwindEnds)
+	numCounters     = counterLeafOnly + 1
 )
 
 // MaxStackDepth is the deepest stack the program records (the kernel's
@@ -50,8 +54,10 @@ const (
 	offKLen   = 24
 	offULen   = 28
 	offSPWord = 32
-	offComm   = 40
-	offKstack = 56
+	offUnwind = 40
+	offEnd    = 44
+	offComm   = 48
+	offKstack = 64
 	offUstack = offKstack + 8*MaxStackDepth
 	stackRec  = offUstack + 8*MaxStackDepth
 )
@@ -64,10 +70,68 @@ var _ = [1]struct{}{}[unsafe.Sizeof(profilerPsymStackEvent{})-stackRec]
 // kernel has not woken it earlier.
 const pollInterval = 250 * time.Millisecond
 
+// Unwinder says how user stacks are walked.
+type Unwinder uint32
+
+const (
+	// UnwindFramePointers is the kernel's frame-pointer walk only.
+	UnwindFramePointers Unwinder = 0
+	// UnwindCFI walks with unwind tables built from each file's CFI (.eh_frame), and with
+	// frame pointers through files without CFI (Go).
+	UnwindCFI Unwinder = 1
+	// UnwindLeafOnly marks a CFI-mode sample of a process whose mappings the kernel side
+	// did not know yet: its user stack is the sampled address only.
+	UnwindLeafOnly Unwinder = 2
+)
+
+// UnwindEnd says why a CFI walk ended (enum psym_unwind_end).
+type UnwindEnd uint32
+
+// The reasons a CFI walk ends. The first three end a whole stack; the others cut it
+// short where a frame could not be unwound.
+const (
+	EndNone UnwindEnd = iota
+	EndOutermost
+	EndZero
+	EndDepth
+	EndNotMapped
+	EndNoTable
+	EndUnsupported
+	EndReadError
+	numUnwindEnds
+)
+
+var unwindEndNames = [numUnwindEnds]string{"none", "outermost", "zero", "depth", "not_mapped", "no_table", "unsupported_rule", "read_error"}
+
+// String names the reason as the metrics label it.
+func (e UnwindEnd) String() string {
+	if e < numUnwindEnds {
+		return unwindEndNames[e]
+	}
+	return fmt.Sprintf("end(%d)", uint32(e))
+}
+
+// UnwindEnds lists the reasons, for metrics.
+func UnwindEnds() []UnwindEnd {
+	out := make([]UnwindEnd, 0, numUnwindEnds-1)
+	for e := EndOutermost; e < numUnwindEnds; e++ {
+		out = append(out, e)
+	}
+	return out
+}
+
 // Options configure the sampler.
 type Options struct {
 	// FrequencyHz is the sampling frequency per CPU.
 	FrequencyHz int
+	// Unwinder is UnwindFramePointers or UnwindCFI.
+	Unwinder Unwinder
+	// UnwindRows, UnwindFiles and UnwindProcs size the CFI unwinder's maps: table rows
+	// (12 bytes each), files with a table, and processes (zero: the defaults).
+	UnwindRows, UnwindFiles, UnwindProcs uint32
+	// Paused leaves the perf events disabled until Start: the caller first fills the
+	// unwinder's maps for the processes already running.
+	Paused bool
 	// PIDs, when not empty, restricts sampling to these processes (tgids).
 	PIDs []uint32
 	// CgroupIDs, when not empty, restricts sampling to tasks in these
@@ -90,8 +154,12 @@ type Sample struct {
 	Kernel []uint64
 	User   []uint64
 	// UserSPWord is the word at the user stack pointer (0 if unreadable): the return
-	// address into the caller when the sampled function has no frame of its own.
+	// address into the caller when the sampled function has no frame of its own. Set by
+	// the frame-pointer walk only.
 	UserSPWord uint64
+	// Unwinder is how User was walked; UnwindEnd why a CFI walk ended.
+	Unwinder  Unwinder
+	UnwindEnd UnwindEnd
 }
 
 // ProcEventKind says what happened to a process.
@@ -122,11 +190,58 @@ type Counters struct {
 	Lost     uint64 // samples dropped because the ring buffer was full
 	Filtered uint64 // samples of processes the filters exclude
 	ProcLost uint64 // exec/exit notifications dropped (ring full)
+	// UnwindEnds counts CFI walks by how they ended; LeafOnly the CFI-mode samples of
+	// processes the unwinder did not know yet.
+	UnwindEnds [numUnwindEnds]uint64
+	LeafOnly   uint64
+}
+
+// samplerMaps are the kernel objects both sampling programs share.
+type samplerMaps struct {
+	OnExec       *ebpf.Program `ebpf:"on_exec"`
+	OnExit       *ebpf.Program `ebpf:"on_exit"`
+	Events       *ebpf.Map     `ebpf:"events"`
+	Counters     *ebpf.Map     `ebpf:"counters"`
+	PidFilter    *ebpf.Map     `ebpf:"pid_filter"`
+	CgroupFilter *ebpf.Map     `ebpf:"cgroup_filter"`
+	UnwindProcs  *ebpf.Map     `ebpf:"unwind_procs"`
+}
+
+// Only the chosen sampling program is loaded, so frame-pointer sampling still works on
+// kernels older than the CFI unwinder needs.
+type fpObjects struct {
+	samplerMaps
+	Profile *ebpf.Program `ebpf:"profile_cpu"`
+}
+
+type cfiObjects struct {
+	samplerMaps
+	Profile       *ebpf.Program `ebpf:"profile_cpu_cfi"`
+	UnwindRows    *ebpf.Map     `ebpf:"unwind_rows"`
+	UnwindFiles   *ebpf.Map     `ebpf:"unwind_files"`
+	UnwindScratch *ebpf.Map     `ebpf:"unwind_scratch"`
+}
+
+// Default sizes of the unwinder's maps: 4 Mi rows (48 MiB of kernel memory) hold the
+// tables of a few hundred typical binaries (libc has about 30 Ki rows).
+const (
+	DefaultUnwindRows  = 4 << 20
+	DefaultUnwindFiles = 4096
+	DefaultUnwindProcs = 8192
+)
+
+// UnwindMaps are the maps user space fills for the CFI unwinder.
+type UnwindMaps struct {
+	Rows, Files, Procs *ebpf.Map
 }
 
 // Sampler owns the loaded programs, the perf events and the ring reader.
 type Sampler struct {
-	objs    profilerObjects
+	objs    samplerMaps
+	profile *ebpf.Program
+	unwind  UnwindMaps
+	scratch *ebpf.Map
+	cfi     bool
 	events  []int
 	links   []link.Link
 	reader  *ringbuf.Reader
@@ -169,8 +284,36 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 	}
 
 	s := &Sampler{log: log}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		return nil, privilegeError("load eBPF programs", err)
+	switch opts.Unwinder {
+	case UnwindFramePointers:
+		var objs fpObjects
+		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+			return nil, privilegeError("load eBPF programs", err)
+		}
+		s.objs, s.profile = objs.samplerMaps, objs.Profile
+	case UnwindCFI:
+		if err := CheckCFISupport(); err != nil {
+			return nil, err
+		}
+		sizes := []struct {
+			name     string
+			n, deflt uint32
+		}{{"unwind_rows", opts.UnwindRows, DefaultUnwindRows}, {"unwind_files", opts.UnwindFiles, DefaultUnwindFiles}, {"unwind_procs", opts.UnwindProcs, DefaultUnwindProcs}}
+		for _, sz := range sizes {
+			if sz.n == 0 {
+				sz.n = sz.deflt
+			}
+			spec.Maps[sz.name].MaxEntries = sz.n
+		}
+		var objs cfiObjects
+		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+			return nil, privilegeError("load eBPF programs", err)
+		}
+		s.objs, s.profile, s.scratch = objs.samplerMaps, objs.Profile, objs.UnwindScratch
+		s.unwind = UnwindMaps{Rows: objs.UnwindRows, Files: objs.UnwindFiles, Procs: objs.UnwindProcs}
+		s.cfi = true
+	default:
+		return nil, fmt.Errorf("unknown unwinder %d", opts.Unwinder)
 	}
 	defer func() {
 		if err != nil {
@@ -212,7 +355,7 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 		return nil, err
 	}
 	for _, cpu := range cpus {
-		fd, err := openCPUClock(cpu, opts.FrequencyHz, s.objs.ProfileCpu.FD())
+		fd, err := openCPUClock(cpu, opts.FrequencyHz, s.profile.FD(), !opts.Paused)
 		if err != nil {
 			return nil, err
 		}
@@ -224,12 +367,12 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("read monotonic clock: %w", err)
 	}
 	s.monoOff = time.Duration(time.Now().UnixNano() - mono.Nano())
-	log.Info("eBPF sampler attached", "cpus", len(cpus), "frequency_hz", opts.FrequencyHz,
+	log.Info("eBPF sampler attached", "cpus", len(cpus), "frequency_hz", opts.FrequencyHz, "cfi_unwinding", s.cfi,
 		"pid_filter", len(opts.PIDs), "cgroup_filter", len(opts.CgroupIDs))
 	return s, nil
 }
 
-func openCPUClock(cpu, freq, progFD int) (int, error) {
+func openCPUClock(cpu, freq, progFD int, enable bool) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
@@ -256,10 +399,22 @@ func openCPUClock(cpu, freq, progFD int) (int, error) {
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, progFD); err != nil {
 		return -1, abandon(privilegeError(fmt.Sprintf("attach eBPF program to perf event on CPU %d", cpu), err))
 	}
-	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-		return -1, abandon(fmt.Errorf("enable perf event on CPU %d: %w", cpu, err))
+	if enable {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return -1, abandon(fmt.Errorf("enable perf event on CPU %d: %w", cpu, err))
+		}
 	}
 	return fd, nil
+}
+
+// Start enables sampling of a sampler opened with Options.Paused.
+func (s *Sampler) Start() error {
+	for i, fd := range s.events {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("enable perf event %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // privilegeError wraps err with ErrPrivileges when the kernel refused for
@@ -404,6 +559,8 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.Kernel = decodeStack(sample.Kernel[:0], raw[offKstack:offUstack], int32(le.Uint32(raw[offKLen:])))
 		sample.User = decodeStack(sample.User[:0], raw[offUstack:stackRec], int32(le.Uint32(raw[offULen:])))
 		sample.UserSPWord = le.Uint64(raw[offSPWord:])
+		sample.Unwinder = Unwinder(le.Uint32(raw[offUnwind:]))
+		sample.UnwindEnd = UnwindEnd(le.Uint32(raw[offEnd:]))
 		h.HandleSample(sample)
 	default:
 		s.log.Warn("unknown ring buffer record", "kind", kind)
@@ -430,13 +587,24 @@ func decodeStack(dst []uint64, b []byte, n int32) []uint64 {
 	return dst
 }
 
+// CFI reports whether user stacks are walked with unwind tables.
+func (s *Sampler) CFI() bool { return s.cfi }
+
+// Unwind returns the maps of the CFI unwinder (nil maps in frame-pointer mode).
+func (s *Sampler) Unwind() UnwindMaps { return s.unwind }
+
 // Counters reads the kernel-side counters.
 func (s *Sampler) Counters() (Counters, error) {
 	var c Counters
-	for idx, dst := range map[uint32]*uint64{
+	dsts := map[uint32]*uint64{
 		counterSamples: &c.Samples, counterLost: &c.Lost,
 		counterFiltered: &c.Filtered, counterProcLost: &c.ProcLost,
-	} {
+		counterLeafOnly: &c.LeafOnly,
+	}
+	for e := range c.UnwindEnds {
+		dsts[counterEndBase+uint32(e)] = &c.UnwindEnds[e]
+	}
+	for idx, dst := range dsts {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(idx, &perCPU); err != nil {
 			return c, fmt.Errorf("read counter %d: %w", idx, err)
@@ -468,8 +636,14 @@ func (s *Sampler) Close() error {
 			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))
 		}
 	}
-	if err := s.objs.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close eBPF objects: %w", err))
+	for _, c := range []interface{ Close() error }{s.objs.OnExec, s.objs.OnExit, s.objs.Events, s.objs.Counters,
+		s.objs.PidFilter, s.objs.CgroupFilter, s.objs.UnwindProcs, s.profile, s.unwind.Rows, s.unwind.Files, s.scratch} {
+		if reflect.ValueOf(c).IsNil() {
+			continue
+		}
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close eBPF object: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -13,10 +13,45 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type profilerPsymFile struct {
+	_        structs.HostLayout
+	Base     uint64
+	RowStart uint32
+	RowCount uint32
+	Gen      uint32
+	Pad      uint32
+}
+
+type profilerPsymProc struct {
+	_          structs.HostLayout
+	StartStack uint64
+	Count      uint32
+	Pad        uint32
+	Maps       [256]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Bias  uint64
+		File  uint32
+		Gen   uint32
+		Kind  uint32
+		Pad   uint32
+	}
+}
+
 type profilerPsymProcEvent struct {
 	_    structs.HostLayout
 	Kind uint32
 	Tgid uint32
+}
+
+type profilerPsymRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	CfaRule   uint8
+	FpRule    uint8
+	FpOffset  int16
 }
 
 type profilerPsymStackEvent struct {
@@ -29,9 +64,23 @@ type profilerPsymStackEvent struct {
 	KstackLen  int32
 	UstackLen  int32
 	UserSpWord uint64
+	Unwinder   uint32
+	UnwindEnd  uint32
 	Comm       [16]uint8
 	Kstack     [127]uint64
 	Ustack     [127]uint64
+}
+
+type profilerPsymUnwindScratch struct {
+	_       structs.HostLayout
+	Pc      uint64
+	Sp      uint64
+	Fp      uint64
+	N       uint32
+	End     uint32
+	FpKnown uint32
+	Pad     uint32
+	Event   profilerPsymStackEvent
 }
 
 // Names of all BPF objects in the ELF.
@@ -42,12 +91,20 @@ const (
 	profilerMapCounters         = "counters"
 	profilerMapEvents           = "events"
 	profilerMapPidFilter        = "pid_filter"
+	profilerMapUnwindFiles      = "unwind_files"
+	profilerMapUnwindProcs      = "unwind_procs"
+	profilerMapUnwindRows       = "unwind_rows"
+	profilerMapUnwindScratch    = "unwind_scratch"
 	profilerProgOnExec          = "on_exec"
 	profilerProgOnExit          = "on_exit"
 	profilerProgProfileCpu      = "profile_cpu"
+	profilerProgProfileCpuCfi   = "profile_cpu_cfi"
 	profilerVarFilterCgroups    = "filter_cgroups"
 	profilerVarFilterPids       = "filter_pids"
+	profilerVarUnusedFile       = "unused_file"
+	profilerVarUnusedProc       = "unused_proc"
 	profilerVarUnusedProcEvent  = "unused_proc_event"
+	profilerVarUnusedRow        = "unused_row"
 	profilerVarUnusedStackEvent = "unused_stack_event"
 )
 
@@ -93,19 +150,24 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	OnExec     *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit     *ebpf.ProgramSpec `ebpf:"on_exit"`
-	ProfileCpu *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	OnExec        *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit        *ebpf.ProgramSpec `ebpf:"on_exit"`
+	ProfileCpu    *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	ProfileCpuCfi *ebpf.ProgramSpec `ebpf:"profile_cpu_cfi"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	CgroupFilter *ebpf.MapSpec `ebpf:"cgroup_filter"`
-	Counters     *ebpf.MapSpec `ebpf:"counters"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	PidFilter    *ebpf.MapSpec `ebpf:"pid_filter"`
+	CgroupFilter  *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
+	UnwindFiles   *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch *ebpf.MapSpec `ebpf:"unwind_scratch"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,7 +176,10 @@ type profilerMapSpecs struct {
 type profilerVariableSpecs struct {
 	FilterCgroups    *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids       *ebpf.VariableSpec `ebpf:"filter_pids"`
+	UnusedFile       *ebpf.VariableSpec `ebpf:"unused_file"`
+	UnusedProc       *ebpf.VariableSpec `ebpf:"unused_proc"`
 	UnusedProcEvent  *ebpf.VariableSpec `ebpf:"unused_proc_event"`
+	UnusedRow        *ebpf.VariableSpec `ebpf:"unused_row"`
 	UnusedStackEvent *ebpf.VariableSpec `ebpf:"unused_stack_event"`
 }
 
@@ -138,10 +203,14 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	CgroupFilter *ebpf.Map `ebpf:"cgroup_filter"`
-	Counters     *ebpf.Map `ebpf:"counters"`
-	Events       *ebpf.Map `ebpf:"events"`
-	PidFilter    *ebpf.Map `ebpf:"pid_filter"`
+	CgroupFilter  *ebpf.Map `ebpf:"cgroup_filter"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Events        *ebpf.Map `ebpf:"events"`
+	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
+	UnwindFiles   *ebpf.Map `ebpf:"unwind_files"`
+	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindRows    *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch *ebpf.Map `ebpf:"unwind_scratch"`
 }
 
 func (m *profilerMaps) Close() error {
@@ -150,6 +219,10 @@ func (m *profilerMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.PidFilter,
+		m.UnwindFiles,
+		m.UnwindProcs,
+		m.UnwindRows,
+		m.UnwindScratch,
 	)
 }
 
@@ -159,7 +232,10 @@ func (m *profilerMaps) Close() error {
 type profilerVariables struct {
 	FilterCgroups    *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids       *ebpf.Variable `ebpf:"filter_pids"`
+	UnusedFile       *ebpf.Variable `ebpf:"unused_file"`
+	UnusedProc       *ebpf.Variable `ebpf:"unused_proc"`
 	UnusedProcEvent  *ebpf.Variable `ebpf:"unused_proc_event"`
+	UnusedRow        *ebpf.Variable `ebpf:"unused_row"`
 	UnusedStackEvent *ebpf.Variable `ebpf:"unused_stack_event"`
 }
 
@@ -167,9 +243,10 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	OnExec     *ebpf.Program `ebpf:"on_exec"`
-	OnExit     *ebpf.Program `ebpf:"on_exit"`
-	ProfileCpu *ebpf.Program `ebpf:"profile_cpu"`
+	OnExec        *ebpf.Program `ebpf:"on_exec"`
+	OnExit        *ebpf.Program `ebpf:"on_exit"`
+	ProfileCpu    *ebpf.Program `ebpf:"profile_cpu"`
+	ProfileCpuCfi *ebpf.Program `ebpf:"profile_cpu_cfi"`
 }
 
 func (p *profilerPrograms) Close() error {
@@ -177,6 +254,7 @@ func (p *profilerPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.ProfileCpu,
+		p.ProfileCpuCfi,
 	)
 }
 

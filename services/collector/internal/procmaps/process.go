@@ -28,6 +28,9 @@ type Mapping struct {
 	// with modular arithmetic, so a library loaded below its link base still converts.
 	Bias uint64
 	File *FileInfo
+	// OpenPath reaches the mapped file from this collector (through map_files or the
+	// process's root); empty when the file was not reachable.
+	OpenPath string
 }
 
 // ELFAddress converts a process address inside the mapping into an ELF virtual address.
@@ -81,6 +84,11 @@ type Process struct {
 	// start: an address in them is known to have no file, so it does not make the maps be
 	// read again.
 	Anonymous []Range
+	// Vdso is the kernel's [vdso] mapping (zero when the process has none).
+	Vdso Range
+	// StartStack is the start of the process's stack (field 28 of /proc/<pid>/stat): it
+	// tells one image of a process from the next after an exec.
+	StartStack uint64
 	// Err is why the maps could not be read (the process may have exited already).
 	Err error
 
@@ -136,6 +144,8 @@ type Table struct {
 
 	// fileHook, when set, sees every mapped file reached (see SetFileHook).
 	fileHook func(path, mapped string, fi *FileInfo)
+	// procHook, when set, sees every process whose maps were read (see SetProcessHook).
+	procHook func(*Process)
 
 	mu        sync.Mutex
 	procs     map[uint32]*Process
@@ -156,6 +166,11 @@ func NewTable(procRoot string, files *FileCache, log *slog.Logger) *Table {
 // path opens the file now (through map_files or the process's root), mapped is the path the
 // process mapped. fn must not block; set it before the first lookup.
 func (t *Table) SetFileHook(fn func(path, mapped string, fi *FileInfo)) { t.fileHook = fn }
+
+// SetProcessHook makes every successful maps read call fn with the process it describes, so
+// the unwinder learns each process's mappings (new, after an exec, after a dlopen). fn must
+// not block; set it before the first lookup.
+func (t *Table) SetProcessHook(fn func(*Process)) { t.procHook = fn }
 
 // Process returns what is known of pid, reading /proc the first time and after an exec.
 func (t *Table) Process(pid uint32) *Process {
@@ -258,6 +273,9 @@ func (t *Table) load(pid uint32, old *Process) *Process {
 	}
 	p.exited = gone
 	t.procs[pid] = p
+	if t.procHook != nil && p.Err == nil {
+		t.procHook(p)
+	}
 	return p
 }
 
@@ -275,6 +293,9 @@ func (t *Table) read(pid uint32) *Process {
 	}
 	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
 		p.Cgroup = cgroupPath(string(cg))
+	}
+	if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
+		p.StartStack = StartStack(string(stat))
 	}
 	fh, err := os.Open(filepath.Join(dir, "maps"))
 	if err != nil {
@@ -298,15 +319,18 @@ func (t *Table) read(pid uint32) *Process {
 		}
 		if !e.FileBacked() {
 			p.Anonymous = append(p.Anonymous, Range{e.Start, e.End})
+			if e.Path == "[vdso]" {
+				p.Vdso = Range{e.Start, e.End}
+			}
 			continue
 		}
-		fi := t.fileOf(dir, e)
+		fi, openPath := t.fileOf(dir, e)
 		var loads []addrmap.Load
 		if fi != nil {
 			loads = fi.Loads
 		}
 		bias, _ := LoadBias(e.Start, e.End, e.Offset, loads)
-		p.Mappings = append(p.Mappings, Mapping{Start: e.Start, End: e.End, Offset: e.Offset, Path: e.Path, Bias: bias, File: fi})
+		p.Mappings = append(p.Mappings, Mapping{Start: e.Start, End: e.End, Offset: e.Offset, Path: e.Path, Bias: bias, File: fi, OpenPath: openPath})
 	}
 	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
 	sort.Slice(p.Anonymous, func(i, j int) bool { return p.Anonymous[i].Start < p.Anonymous[j].Start })
@@ -316,7 +340,7 @@ func (t *Table) read(pid uint32) *Process {
 // fileOf returns the info of the file an entry maps. The file is reached through map_files
 // (which works for deleted files and across mount namespaces), else through the process's
 // root; a file whose inode differs from the maps entry is not the mapped file.
-func (t *Table) fileOf(procDir string, e Entry) *FileInfo {
+func (t *Table) fileOf(procDir string, e Entry) (*FileInfo, string) {
 	candidates := []string{
 		filepath.Join(procDir, "map_files", strconv.FormatUint(e.Start, 16)+"-"+strconv.FormatUint(e.End, 16)),
 		filepath.Join(procDir, "root", e.Path),
@@ -334,10 +358,29 @@ func (t *Table) fileOf(procDir string, e Entry) *FileInfo {
 		if t.fileHook != nil {
 			t.fileHook(path, e.Path, fi)
 		}
-		return fi
+		return fi, path
 	}
 	t.log.Debug("mapped file not reachable", "dir", procDir, "path", e.Path, "inode", e.Inode)
-	return nil
+	return nil, ""
+}
+
+// StartStack returns field 28 (startstack) of a /proc/<pid>/stat line, or 0. The command
+// name in parentheses may hold spaces and parentheses, so fields count from the last ')'.
+func StartStack(stat string) uint64 {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(stat[i+1:])
+	// fields[0] is field 3 (state); field 28 is fields[25].
+	if len(fields) < 26 {
+		return 0
+	}
+	v, err := strconv.ParseUint(fields[25], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 // cgroupPath picks the cgroup v2 path ("0::/...") from /proc/<pid>/cgroup, else the first

@@ -1,0 +1,43 @@
+//go:build linux
+
+package bpfprog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+)
+
+// MinCFIKernel is the oldest kernel the CFI unwinder runs on: bpf_loop (5.17) walks the
+// frames, after bpf_task_pt_regs (5.15) gave the user registers and the ring buffer (5.8).
+const MinCFIKernel = "5.17"
+
+// CheckCFISupport says, naming the kernel, why the CFI unwinder cannot run here.
+func CheckCFISupport() error {
+	release := kernelRelease()
+	for _, h := range []struct {
+		fn   asm.BuiltinFunc
+		name string
+	}{{asm.FnLoop, "bpf_loop"}, {asm.FnTaskPtRegs, "bpf_task_pt_regs"}} {
+		err := features.HaveProgramHelper(ebpf.PerfEvent, h.fn)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("CFI unwinding needs Linux %s or later (the %s helper), this kernel is %s: run with --unwinder=frame-pointers", MinCFIKernel, h.name, release)
+		}
+		if err != nil {
+			return privilegeError("probe for the "+h.name+" helper", err)
+		}
+	}
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}

@@ -1,0 +1,573 @@
+//go:build linux
+
+// Package unwind feeds the collector's CFI unwinder: it builds each mapped file's unwind
+// table from its call frame information once (keyed by device, inode, size and mtime, so
+// every process mapping the file shares it), places the tables in the kernel's row array
+// (evicting the least recently used when it is full), and tells the kernel, per process,
+// which table covers which address range.
+package unwind
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/profsym/profsym/pkg/debuginfo/cfi"
+	"github.com/profsym/profsym/services/collector/internal/bpfprog"
+	"github.com/profsym/profsym/services/collector/internal/procmaps"
+)
+
+// The kernel side's layout (bpf/profiler.c): MAX_PROC_MAPS and the rule values.
+const (
+	maxProcMaps = 256
+
+	mapNone = 0
+	mapCFI  = 1
+	mapFP   = 2
+)
+
+// Config configures a Manager.
+type Config struct {
+	Maps bpfprog.UnwindMaps
+	// Registerer receives the manager's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+// procMap is struct psym_map.
+type procMap struct {
+	Start, End, Bias uint64
+	File, Gen, Kind  uint32
+	_                uint32
+}
+
+// procEntry is struct psym_proc.
+type procEntry struct {
+	StartStack uint64
+	Count      uint32
+	_          uint32
+	Maps       [maxProcMaps]procMap
+}
+
+// fileSlot is struct psym_file.
+type fileSlot struct {
+	Base               uint64
+	RowStart, RowCount uint32
+	Gen                uint32
+	_                  uint32
+}
+
+// fileEntry is what the manager knows of one file.
+type fileEntry struct {
+	key  procmaps.FileKey
+	kind uint32
+	// With kind mapCFI: the slot, its generation and the rows.
+	slot, gen uint32
+	rows      span
+	base      uint64
+	refs      int    // processes whose kernel entry names this file
+	lastUsed  uint64 // the manager's clock when a process last named it
+}
+
+// Manager owns the unwinder's maps. Update and Forget may be called from any goroutine;
+// the work happens on Run's.
+type Manager struct {
+	maps bpfprog.UnwindMaps
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	pending map[uint32]*procmaps.Process // nil value: forget the process
+	wake    chan struct{}
+
+	// Owned by Run's goroutine.
+	files     map[procmaps.FileKey]*fileEntry
+	procFiles map[uint32][]procmaps.FileKey
+	rows      *rowAllocator
+	freeSlots []uint32
+	slotGens  []uint32
+	clock     uint64
+	vdso      *fileEntry
+	vdsoZero  uint64 // the [vdso] image's address of file offset 0
+	buf       procEntry
+
+	m metrics
+}
+
+type metrics struct {
+	builds        *prometheus.CounterVec
+	buildSeconds  prometheus.Counter
+	ehFrameBytes  prometheus.Counter
+	evictions     *prometheus.CounterVec
+	procUpdates   prometheus.Counter
+	procTruncated prometheus.Counter
+	rowsUsed      prometheus.Gauge
+	filesLoaded   prometheus.Gauge
+	processes     prometheus.Gauge
+}
+
+// Stats is a snapshot of the manager's work, for tests and logs.
+type Stats struct {
+	FilesLoaded int
+	RowsUsed    uint32
+	Processes   int
+}
+
+// New returns a manager of the given maps, with the kernel's [vdso] table loaded.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Maps.Rows == nil || cfg.Maps.Files == nil || cfg.Maps.Procs == nil {
+		return nil, errors.New("unwind: the sampler was opened without the CFI unwinder")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	nrows, nslots := cfg.Maps.Rows.MaxEntries(), cfg.Maps.Files.MaxEntries()
+	m := &Manager{
+		maps: cfg.Maps, log: log,
+		pending:   make(map[uint32]*procmaps.Process),
+		wake:      make(chan struct{}, 1),
+		files:     make(map[procmaps.FileKey]*fileEntry),
+		procFiles: make(map[uint32][]procmaps.FileKey),
+		rows:      newRowAllocator(nrows),
+		slotGens:  make([]uint32, nslots),
+	}
+	for i := nslots; i > 0; i-- {
+		m.freeSlots = append(m.freeSlots, i-1)
+	}
+	m.registerMetrics(cfg.Registerer)
+	if err := m.loadVdso(); err != nil {
+		// Stacks through [vdso] then end there, counted; everything else unwinds.
+		log.Warn("no unwind table for [vdso]", "err", err)
+	}
+	return m, nil
+}
+
+func (m *Manager) registerMetrics(reg prometheus.Registerer) {
+	const ns, sub = "profsym_collector", "unwind"
+	m.m = metrics{
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_builds_total",
+			Help: "Unwind tables built from files' CFI, by result (cfi: a table; frame_pointers: Go or no CFI; error: unreadable CFI; full: no room even after eviction)."}, []string{"result"}),
+		buildSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_build_seconds_total",
+			Help: "Time spent building unwind tables."}),
+		ehFrameBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "cfi_bytes_total",
+			Help: "Bytes of .eh_frame/.debug_frame turned into tables."}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_evictions_total",
+			Help: "Tables evicted to make room, by whether a live process still mapped the file (its frames then end the stack, counted as no_table)."}, []string{"in_use"}),
+		procUpdates: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_updates_total",
+			Help: "Process mapping lists written to the kernel."}),
+		procTruncated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_mappings_truncated_total",
+			Help: "Process updates that had more executable mappings than the kernel entry holds (256)."}),
+		rowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_rows",
+			Help: "Rows of the kernel's unwind-row array in use (12 bytes each)."}),
+		filesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "tables_loaded",
+			Help: "Files whose unwind table is in the kernel."}),
+		processes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "processes",
+			Help: "Processes whose mappings the kernel unwinder knows."}),
+	}
+	if reg == nil {
+		return
+	}
+	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * 12 }
+	reg.MustRegister(m.m.builds, m.m.buildSeconds, m.m.ehFrameBytes, m.m.evictions, m.m.procUpdates, m.m.procTruncated,
+		m.m.rowsUsed, m.m.filesLoaded, m.m.processes,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_capacity_bytes",
+			Help: "Kernel memory of the unwind-row array (its size is --unwind-table-rows)."}, rowBytes))
+}
+
+// Update makes the kernel unwinder follow p's mappings. It does not block.
+func (m *Manager) Update(p *procmaps.Process) {
+	m.mu.Lock()
+	m.pending[p.PID] = p
+	m.mu.Unlock()
+	m.signal()
+}
+
+// Forget drops what the unwinder knows of an ended process.
+func (m *Manager) Forget(pid uint32) {
+	m.mu.Lock()
+	m.pending[pid] = nil
+	m.mu.Unlock()
+	m.signal()
+}
+
+func (m *Manager) signal() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run applies updates until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wake:
+		}
+		m.drain()
+	}
+}
+
+// Flush applies what is pending on the calling goroutine; call it only while Run is not
+// running (at start, before sampling begins).
+func (m *Manager) Flush() { m.drain() }
+
+func (m *Manager) drain() {
+	m.mu.Lock()
+	batch := m.pending
+	m.pending = make(map[uint32]*procmaps.Process, len(batch))
+	m.mu.Unlock()
+	pids := make([]uint32, 0, len(batch))
+	for pid := range batch {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	for _, pid := range pids {
+		if p := batch[pid]; p != nil {
+			m.apply(p)
+		} else {
+			m.forget(pid)
+		}
+	}
+}
+
+// Stats returns a snapshot; call it from Run's goroutine or after Run returned.
+func (m *Manager) Stats() Stats {
+	n := 0
+	for _, f := range m.files {
+		if f.kind == mapCFI {
+			n++
+		}
+	}
+	return Stats{FilesLoaded: n, RowsUsed: m.rows.used, Processes: len(m.procFiles)}
+}
+
+func (m *Manager) apply(p *procmaps.Process) {
+	m.clock++
+	e := &m.buf
+	*e = procEntry{StartStack: p.StartStack}
+	var keys []procmaps.FileKey
+	n := 0
+	add := func(pm procMap) bool {
+		if n == maxProcMaps {
+			return false
+		}
+		e.Maps[n] = pm
+		n++
+		return true
+	}
+	truncated := false
+	vdsoDone := p.Vdso.End == 0 || m.vdso == nil
+	addVdso := func() {
+		m.vdso.lastUsed = m.clock
+		if !add(procMap{Start: p.Vdso.Start, End: p.Vdso.End, Bias: p.Vdso.Start - m.vdsoZero, File: m.vdso.slot, Gen: m.vdso.gen, Kind: mapCFI}) {
+			truncated = true
+		}
+		vdsoDone = true
+	}
+	for i := range p.Mappings {
+		mp := &p.Mappings[i]
+		if !vdsoDone && p.Vdso.Start < mp.Start {
+			addVdso()
+		}
+		pm := procMap{Start: mp.Start, End: mp.End, Bias: mp.Bias, Kind: mapNone}
+		if f := m.fileFor(mp); f != nil {
+			pm.Kind = f.kind
+			if f.kind == mapCFI {
+				pm.File, pm.Gen = f.slot, f.gen
+			}
+			keys = append(keys, f.key)
+		}
+		if !add(pm) {
+			truncated = true
+			break
+		}
+	}
+	if !vdsoDone {
+		addVdso()
+	}
+	if truncated {
+		m.m.procTruncated.Inc()
+	}
+	e.Count = uint32(n)
+	// Only the used part of the entry varies; the rest is zero from the reset above.
+	if err := m.maps.Procs.Put(p.PID, e); err != nil {
+		m.log.Debug("write process unwind entry", "pid", p.PID, "err", err)
+		m.release(keys)
+		m.releasePID(p.PID)
+		return
+	}
+	m.m.procUpdates.Inc()
+	m.releasePID(p.PID)
+	for _, k := range keys {
+		if f := m.files[k]; f != nil {
+			f.refs++
+		}
+	}
+	m.procFiles[p.PID] = keys
+	m.m.processes.Set(float64(len(m.procFiles)))
+}
+
+func (m *Manager) release(keys []procmaps.FileKey) {
+	for _, k := range keys {
+		if f := m.files[k]; f != nil && f.refs > 0 {
+			f.refs--
+		}
+	}
+}
+
+func (m *Manager) releasePID(pid uint32) {
+	if old, ok := m.procFiles[pid]; ok {
+		m.release(old)
+		delete(m.procFiles, pid)
+	}
+}
+
+func (m *Manager) forget(pid uint32) {
+	m.releasePID(pid)
+	m.m.processes.Set(float64(len(m.procFiles)))
+	if err := m.maps.Procs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		m.log.Debug("delete process unwind entry", "pid", pid, "err", err)
+	}
+}
+
+// fileFor returns the file's entry, building its table the first time it is seen; nil
+// when the file cannot be reached.
+func (m *Manager) fileFor(mp *procmaps.Mapping) *fileEntry {
+	if mp.File == nil {
+		return nil
+	}
+	key := mp.File.Key
+	if f := m.files[key]; f != nil {
+		f.lastUsed = m.clock
+		return f
+	}
+	f := &fileEntry{key: key, lastUsed: m.clock}
+	switch {
+	case mp.File.IsGo:
+		// Go keeps frame pointers, and its binaries carry no .eh_frame.
+		f.kind = mapFP
+		m.m.builds.WithLabelValues("frame_pointers").Inc()
+	case mp.OpenPath == "":
+		return nil
+	default:
+		table, err := buildTable(mp.OpenPath, key, &m.m)
+		switch {
+		case errors.Is(err, cfi.ErrNoCFI):
+			f.kind = mapFP
+			m.m.builds.WithLabelValues("frame_pointers").Inc()
+		case err != nil:
+			m.log.Debug("unwind table not built", "path", mp.Path, "err", err)
+			f.kind = mapNone
+			m.m.builds.WithLabelValues("error").Inc()
+		default:
+			if !m.load(f, table) {
+				m.m.builds.WithLabelValues("full").Inc()
+				// Not cached: a later update tries again once room is made.
+				f.kind = mapNone
+				return f
+			}
+			m.m.builds.WithLabelValues("cfi").Inc()
+		}
+	}
+	m.files[key] = f
+	m.pruneDecisions()
+	return f
+}
+
+// pruneDecisions bounds the entries of files without a table (their decision is cheap
+// to make again).
+func (m *Manager) pruneDecisions() {
+	const maxEntries = 1 << 15
+	if len(m.files) <= maxEntries {
+		return
+	}
+	for k, f := range m.files {
+		if f.kind != mapCFI && f.refs == 0 {
+			delete(m.files, k)
+		}
+	}
+}
+
+// load places an encoded table in the kernel, evicting least recently used tables to make
+// room.
+func (m *Manager) load(f *fileEntry, t *encoded) bool {
+	n := uint32(len(t.rows))
+	if n == 0 || n > m.rows.size {
+		return false
+	}
+	for {
+		start, ok := m.rows.alloc(n)
+		if ok && len(m.freeSlots) > 0 {
+			slot := m.freeSlots[len(m.freeSlots)-1]
+			m.freeSlots = m.freeSlots[:len(m.freeSlots)-1]
+			f.kind, f.slot, f.rows, f.base = mapCFI, slot, span{start, n}, t.base
+			m.slotGens[slot]++
+			f.gen = m.slotGens[slot]
+			if err := m.writeRows(start, t.rows); err != nil {
+				m.log.Warn("write unwind rows", "err", err)
+				m.rows.release(start, n)
+				m.freeSlots = append(m.freeSlots, slot)
+				return false
+			}
+			if err := m.maps.Files.Put(slot, fileSlot{Base: t.base, RowStart: start, RowCount: n, Gen: f.gen}); err != nil {
+				m.log.Warn("write unwind file slot", "err", err)
+				m.rows.release(start, n)
+				m.freeSlots = append(m.freeSlots, slot)
+				return false
+			}
+			m.m.rowsUsed.Set(float64(m.rows.used))
+			m.m.filesLoaded.Inc()
+			return true
+		}
+		if ok {
+			m.rows.release(start, n)
+		}
+		if !m.evictOne() {
+			return false
+		}
+	}
+}
+
+// evictOne drops the least recently used table, preferring one no live process maps.
+func (m *Manager) evictOne() bool {
+	var victim *fileEntry
+	for _, f := range m.files {
+		if f.kind != mapCFI || f == m.vdso {
+			continue
+		}
+		if victim == nil || (f.refs == 0) != (victim.refs == 0) && f.refs == 0 ||
+			(f.refs == 0) == (victim.refs == 0) && f.lastUsed < victim.lastUsed {
+			victim = f
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	inUse := "false"
+	if victim.refs > 0 {
+		inUse = "true"
+	}
+	m.m.evictions.WithLabelValues(inUse).Inc()
+	// A new generation first, so a process entry naming the old one finds no table from
+	// now on, then the rows can be given to another file.
+	m.slotGens[victim.slot]++
+	if err := m.maps.Files.Put(victim.slot, fileSlot{Gen: m.slotGens[victim.slot]}); err != nil {
+		m.log.Warn("clear unwind file slot", "err", err)
+	}
+	m.rows.release(victim.rows.start, victim.rows.n)
+	m.freeSlots = append(m.freeSlots, victim.slot)
+	delete(m.files, victim.key)
+	m.m.rowsUsed.Set(float64(m.rows.used))
+	m.m.filesLoaded.Dec()
+	return true
+}
+
+// writeRows writes rows at start with batched updates (one system call per batch instead
+// of one per row).
+func (m *Manager) writeRows(start uint32, rows []row) error {
+	const batch = 1 << 14
+	keys := make([]uint32, 0, batch)
+	for off := 0; off < len(rows); off += batch {
+		chunk := rows[off:min(off+batch, len(rows))]
+		keys = keys[:0]
+		for i := range chunk {
+			keys = append(keys, start+uint32(off+i))
+		}
+		if _, err := m.maps.Rows.BatchUpdate(keys, chunk, nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				return fmt.Errorf("batch update of %d rows: %w", len(chunk), err)
+			}
+			for i := range chunk {
+				if err := m.maps.Rows.Put(keys[i], chunk[i]); err != nil {
+					return fmt.Errorf("update row %d: %w", keys[i], err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// buildTable reads the file at path, checking that it is still the file key names.
+func buildTable(path string, key procmaps.FileKey, mt *metrics) (*encoded, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if k, err := procmaps.KeyOf(st); err != nil || k != key {
+		return nil, fmt.Errorf("%s changed since it was mapped", path)
+	}
+	f, err := elf.NewFile(fh)
+	if err != nil {
+		return nil, fmt.Errorf("parse ELF: %w", err)
+	}
+	return build(f, mt)
+}
+
+func build(f *elf.File, mt *metrics) (*encoded, error) {
+	began := time.Now()
+	t, err := cfi.Build(f)
+	if err != nil {
+		return nil, err
+	}
+	mt.buildSeconds.Add(time.Since(began).Seconds())
+	if s := f.Section(t.Source); s != nil {
+		mt.ehFrameBytes.Add(float64(s.Size))
+	}
+	return encode(t), nil
+}
+
+// loadVdso builds the table of the kernel's [vdso], which every process maps and no file
+// holds: it is read from this process's own mapping.
+func (m *Manager) loadVdso() error {
+	image, err := readOwnVdso()
+	if err != nil {
+		return err
+	}
+	f, err := elf.NewFile(bytes.NewReader(image))
+	if err != nil {
+		return fmt.Errorf("parse [vdso]: %w", err)
+	}
+	t, err := build(f, &m.m)
+	if err != nil {
+		return fmt.Errorf("[vdso] CFI: %w", err)
+	}
+	// The mapping starts at file offset 0: the bias is its start minus the address of
+	// offset 0 in the image.
+	var zeroVaddr uint64
+	found := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			zeroVaddr, found = p.Vaddr-p.Off, true
+			break
+		}
+	}
+	if !found {
+		return errors.New("[vdso] has no PT_LOAD")
+	}
+	v := &fileEntry{key: procmaps.FileKey{Dev: math.MaxUint64, Inode: math.MaxUint64}}
+	if !m.load(v, t) {
+		return errors.New("no room for the [vdso] table")
+	}
+	m.vdsoZero = zeroVaddr
+	m.files[v.key] = v
+	m.vdso = v
+	return nil
+}
