@@ -472,3 +472,178 @@ func openWithDebugFile(t *testing.T, path string) *index.Index {
 	}
 	return nil
 }
+
+// dlopenMainC waits for the file argv[3], then loads a library built without frame pointers and spins in it: the
+// unwinder must learn the new mapping from the first addresses in it.
+const dlopenMainC = `
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static volatile unsigned long sink;
+int main(int argc, char **argv) {
+	while (access(argv[3], F_OK) != 0) usleep(10000);
+	void *h = dlopen(argv[1], RTLD_NOW);
+	if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+	unsigned long (*f1)(unsigned long) = (unsigned long (*)(unsigned long))dlsym(h, "lib_f1");
+	time_t end = time(NULL) + atoi(argv[2]);
+	unsigned long i = argc;
+	while (time(NULL) < end) sink += f1(i++);
+	return 0;
+}
+`
+
+// execMainC spins in its own chain until the file argv[1] exists, then replaces itself with
+// another program: the unwinder's entry for the old image must not be applied to the new one.
+const execMainC = `
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static volatile unsigned long sink;
+__attribute__((noinline)) unsigned long spin(unsigned long x) {
+	for (int i = 0; i < 4000000; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+	return x;
+}
+int main(int argc, char **argv) {
+	unsigned long i = argc;
+	while (access(argv[1], F_OK) != 0) sink += spin(i++);
+	execv(argv[2], argv + 2);
+	return 1;
+}
+`
+
+// TestCFIUnwindingFollowsProcesses: a library loaded after start (dlopen), an exec into
+// another program, and unwind tables evicted for lack of room. Stacks may end early where a
+// table is missing, but no frame is ever wrong.
+func TestCFIUnwindingFollowsProcesses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for eBPF")
+	}
+	if err := bpfprog.CheckCFISupport(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	bin := func(name string) string { return filepath.Join(dir, name) }
+	write := func(name, src string) string {
+		if err := os.WriteFile(bin(name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return bin(name)
+	}
+	run := func(name string, args ...string) {
+		if out, err := exec.CommandContext(t.Context(), name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("gcc", "-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", bin("libnofp.so"), write("nofp.c", nofpLibC))
+	run("gcc", "-O2", "-g", "-o", bin("dlopen"), write("dlopen.c", dlopenMainC), "-ldl")
+	run("gcc", "-O2", "-g", "-o", bin("exec"), write("exec.c", execMainC))
+	run("gcc", "-O2", "-g", "-o", bin("chain-gcc"), write("chain5.c", chain5C))
+
+	const secs = "12"
+	goDlopen := bin("go-dlopen")
+	dl := exec.CommandContext(t.Context(), bin("dlopen"), bin("libnofp.so"), secs, goDlopen)
+	goExec := bin("go-exec")
+	ex := exec.CommandContext(t.Context(), bin("exec"), goExec, bin("chain-gcc"), secs)
+	for _, c := range []*exec.Cmd{dl, ex} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	}
+	launched := time.Now()
+	time.Sleep(300 * time.Millisecond)
+
+	var rawMu sync.Mutex
+	var raw [][]byte
+	reg := prometheus.NewRegistry()
+	a, err := New(Config{
+		FrequencyHz: 99, Interval: time.Second, PIDs: []uint32{uint32(dl.Process.Pid), uint32(ex.Process.Pid)},
+		Unwinder: bpfprog.UnwindCFI,
+		Sinks: []func([]byte){func(b []byte) {
+			rawMu.Lock()
+			raw = append(raw, append([]byte(nil), b...))
+			rawMu.Unlock()
+		}},
+		Registerer: reg,
+	}, nil)
+	if err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	t.Logf("sampling from %v after the start", time.Since(launched))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Both changes happen while sampling runs.
+	time.AfterFunc(2*time.Second, func() {
+		if err := os.WriteFile(goDlopen, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	time.AfterFunc(4*time.Second, func() {
+		if err := os.WriteFile(goExec, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	sym := &cfiSymbolizer{ixs: map[string]*index.Index{}}
+	dlWhole, dlLib, exWhole, exNew, exOld := 0, 0, 0, 0, 0
+	rawMu.Lock()
+	defer rawMu.Unlock()
+	for _, b := range raw {
+		req := pprofileotlp.NewExportRequest()
+		if err := req.UnmarshalProto(b); err != nil {
+			t.Fatal(err)
+		}
+		forEachSample(req.Profiles(), func(pid int64, count int, frames []cfiFrame) {
+			var names []string
+			for _, f := range frames {
+				if f.kernel {
+					continue
+				}
+				if f.file == "" {
+					names = append(names, "?")
+					continue
+				}
+				names = append(names, sym.functions(t, f.file, f.addr)...)
+			}
+			if len(names) == 0 {
+				return
+			}
+			switch pid {
+			case int64(dl.Process.Pid):
+				if nameMatches(names[0], "lib_leaf") {
+					dlLib += count
+					if containsChain(names, []string{"lib_leaf", "lib_f2", "lib_f1", "main", "__libc_start_call_main"}) {
+						dlWhole += count
+					}
+				}
+			case int64(ex.Process.Pid):
+				switch {
+				case nameMatches(names[0], "leaf"):
+					exNew += count
+					if containsChain(names, []string{"leaf", "f4", "f3", "f2", "f1", "main", "__libc_start_call_main"}) {
+						exWhole += count
+					}
+				case nameMatches(names[0], "spin"):
+					exOld += count
+				}
+				for _, n := range names {
+					if nameMatches(n, "spin") && !nameMatches(names[0], "spin") {
+						t.Errorf("a frame of the program before exec in a stack after it: %v", names)
+					}
+				}
+			}
+		})
+	}
+	t.Logf("dlopen: %d of %d samples in the library whole; exec: %d before, %d of %d after whole", dlWhole, dlLib, exOld, exWhole, exNew)
+	if dlLib < 20 || float64(dlWhole) < 0.9*float64(dlLib) {
+		t.Errorf("dlopen: %d of %d samples in the loaded library show the whole chain, want at least 90%%", dlWhole, dlLib)
+	}
+	if exOld == 0 || exNew < 20 || float64(exWhole) < 0.9*float64(exNew) {
+		t.Errorf("exec: %d samples before, %d of %d after show the whole chain, want some before and at least 90%% after", exOld, exWhole, exNew)
+	}
+}

@@ -110,6 +110,7 @@ type metrics struct {
 	ehFrameBytes  prometheus.Counter
 	evictions     *prometheus.CounterVec
 	procUpdates   prometheus.Counter
+	compactions   prometheus.Counter
 	procTruncated prometheus.Counter
 	rowsUsed      prometheus.Gauge
 	filesLoaded   prometheus.Gauge
@@ -164,6 +165,8 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 			Help: "Bytes of .eh_frame/.debug_frame turned into tables."}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_evictions_total",
 			Help: "Tables evicted to make room, by whether a live process still mapped the file (its frames then end the stack, counted as no_table)."}, []string{"in_use"}),
+		compactions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_compactions_total",
+			Help: "Times the row array was packed to make a contiguous run for a new table."}),
 		procUpdates: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_updates_total",
 			Help: "Process mapping lists written to the kernel."}),
 		procTruncated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_mappings_truncated_total",
@@ -179,7 +182,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 		return
 	}
 	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * 12 }
-	reg.MustRegister(m.m.builds, m.m.buildSeconds, m.m.ehFrameBytes, m.m.evictions, m.m.procUpdates, m.m.procTruncated,
+	reg.MustRegister(m.m.builds, m.m.buildSeconds, m.m.ehFrameBytes, m.m.evictions, m.m.compactions, m.m.procUpdates, m.m.procTruncated,
 		m.m.rowsUsed, m.m.filesLoaded, m.m.processes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_capacity_bytes",
 			Help: "Kernel memory of the unwind-row array (its size is --unwind-table-rows)."}, rowBytes))
@@ -435,10 +438,64 @@ func (m *Manager) load(f *fileEntry, t *encoded) bool {
 		if ok {
 			m.rows.release(start, n)
 		}
+		if m.rows.size-m.rows.used >= n && m.rows.largest() < n {
+			// Room enough, in pieces: pack the tables together instead of evicting one.
+			if err := m.compact(); err != nil {
+				m.log.Warn("compact unwind rows", "err", err)
+				return false
+			}
+			continue
+		}
 		if !m.evictOne() {
 			return false
 		}
 	}
+}
+
+// compact moves every table to the front of the row array, in address order, leaving one
+// free run at the end. A table's rows are copied before its slot is pointed at them; a
+// walk that read the slot just before the move may read moved rows for that one frame,
+// which the kernel's bounds keep inside the array.
+func (m *Manager) compact() error {
+	var loaded []*fileEntry
+	for _, f := range m.files {
+		if f.kind == mapCFI {
+			loaded = append(loaded, f)
+		}
+	}
+	sort.Slice(loaded, func(i, j int) bool { return loaded[i].rows.start < loaded[j].rows.start })
+	var cursor uint32
+	buf := make([]row, 0, 1024)
+	for _, f := range loaded {
+		if f.rows.start == cursor {
+			cursor += f.rows.n
+			continue
+		}
+		buf = buf[:0]
+		for i := uint32(0); i < f.rows.n; i++ {
+			var r row
+			if err := m.maps.Rows.Lookup(f.rows.start+i, &r); err != nil {
+				return fmt.Errorf("read row %d: %w", f.rows.start+i, err)
+			}
+			buf = append(buf, r)
+		}
+		if err := m.writeRows(cursor, buf); err != nil {
+			return err
+		}
+		if err := m.maps.Files.Put(f.slot, fileSlot{Base: f.base, RowStart: cursor, RowCount: f.rows.n, Gen: f.gen}); err != nil {
+			return fmt.Errorf("move unwind file slot: %w", err)
+		}
+		f.rows.start = cursor
+		cursor += f.rows.n
+	}
+	m.rows = newRowAllocator(m.rows.size)
+	if cursor > 0 {
+		if _, ok := m.rows.alloc(cursor); !ok {
+			return fmt.Errorf("%d rows do not fit in %d after compaction", cursor, m.rows.size)
+		}
+	}
+	m.m.compactions.Inc()
+	return nil
 }
 
 // evictOne drops the least recently used table, preferring one no live process maps.
