@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Collector overhead benchmark: the collector's own CPU (share of one core, from utime+stime
-# in /proc/<pid>/stat) and peak RSS (VmHWM) while every CPU runs a busy workload, for
-# DURATION seconds at each sampling frequency. Needs root (eBPF), gcc and Go.
+# in /proc/<pid>/stat) and peak RSS (VmHWM) while every CPU is busy and BINARIES processes of
+# distinct binaries run (unwind-table memory grows with binaries), for DURATION seconds at
+# each sampling frequency, with CFI unwinding on and off in the same run. Also reports what
+# the unwinder holds: tables, rows, the kernel memory of the row array, and the table build
+# rate per MB of .eh_frame. Needs root (eBPF), gcc and Go.
 #
-#   bench/collector/run.sh                 # 60 s at 19 Hz and at 99 Hz
-#   DURATION=20 FREQS="19" bench/collector/run.sh
+#   bench/collector/run.sh                 # 60 s at 19 Hz and at 99 Hz, cfi and frame-pointers
+#   DURATION=20 FREQS="19" UNWINDERS=cfi bench/collector/run.sh
 set -euo pipefail
 
 DURATION=${DURATION:-60}
 FREQS=${FREQS:-"19 99"}
+UNWINDERS=${UNWINDERS:-"cfi frame-pointers"}
+BINARIES=${BINARIES:-20}
 WARMUP=${WARMUP:-5}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d)
@@ -28,56 +33,73 @@ fi
 
 (cd "$ROOT" && go build -o "$WORK/collector" ./services/collector)
 
-# The busy workload: a frame-pointer C program with a call chain, one per CPU.
+# The workload: BINARIES programs, each a distinct binary (its own build ID and table) with a
+# call chain built without frame pointers; they share the CPUs, so every CPU is busy.
 cat >"$WORK/busy.c" <<'C'
 static volatile unsigned long sink;
-__attribute__((noinline)) unsigned long leaf(unsigned long x) {
-	for (int i = 0; i < 100000; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+#define N __attribute__((noinline))
+N unsigned long leaf(unsigned long x) {
+	for (int i = 0; i < 100000; i++) x = x * 6364136223846793005UL + VARIANT;
 	return x;
 }
-__attribute__((noinline)) unsigned long middle(unsigned long x) { unsigned long r = leaf(x); return r ^ x; }
-int main(void) { for (unsigned long i = 0;; i++) sink += middle(i); }
+N unsigned long f2(unsigned long x) { return leaf(x) ^ (x + 2); }
+N unsigned long f1(unsigned long x) { return f2(x) ^ (x + 1); }
+int main(void) { for (unsigned long i = 0;; i++) sink += f1(i); }
 C
-gcc -O1 -g -fno-omit-frame-pointer -o "$WORK/busy" "$WORK/busy.c"
-
-CPUS=$(nproc)
-TCK=$(getconf CLK_TCK)
-for _ in $(seq "$CPUS"); do
-	"$WORK/busy" &
+for i in $(seq "$BINARIES"); do
+	gcc -O2 -g -DVARIANT="${i}UL" -o "$WORK/busy-$i" "$WORK/busy.c"
+	"$WORK/busy-$i" &
 	PIDS+=($!)
 done
 
+TCK=$(getconf CLK_TCK)
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {printf "%d", $2}'; }
+metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {printf "%.6f", $2}'; }
+sum_metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" 'index($1, m) == 1 {s += $2} END {printf "%.6f", s}'; }
 
-declare -A CPU RSS SAMPLES REQS BYTES
+declare -A CPU RSS SAMPLES TABLES ROWS MAPMB RATE WHOLE
 PORT=19464
-for f in $FREQS; do
-	"$WORK/collector" --frequency "$f" --interval 10s --output-file "$WORK/out-$f.pb" \
-		--metrics-addr "127.0.0.1:$PORT" --log-level warn &
-	cpid=$!
-	PIDS+=("$cpid")
-	sleep "$WARMUP"
-	t0=$(cputicks "$cpid")
-	s0=$(metric "$PORT" profsym_collector_samples_total)
-	sleep "$DURATION"
-	t1=$(cputicks "$cpid")
-	s1=$(metric "$PORT" profsym_collector_samples_total)
-	CPU[$f]=$(awk -v a="$t0" -v b="$t1" -v t="$TCK" -v d="$DURATION" 'BEGIN {printf "%.2f", 100 * (b - a) / t / d}')
-	RSS[$f]=$(awk -v k="$(hwm_kb "$cpid")" 'BEGIN {printf "%.1f", k / 1024}')
-	SAMPLES[$f]=$(awk -v a="${s0:-0}" -v b="${s1:-0}" 'BEGIN {printf "%d", b - a}')
-	REQS[$f]=$(metric "$PORT" profsym_collector_profiles_requests_total)
-	BYTES[$f]=$(metric "$PORT" profsym_collector_profiles_request_bytes_total)
-	kill -INT "$cpid"
-	wait "$cpid" || true
-	PORT=$((PORT + 1))
+for u in $UNWINDERS; do
+	for f in $FREQS; do
+		k="$u/$f"
+		"$WORK/collector" --frequency "$f" --interval 10s --unwinder "$u" --output-file "$WORK/out.pb" \
+			--metrics-addr "127.0.0.1:$PORT" --log-level warn &
+		cpid=$!
+		PIDS+=("$cpid")
+		sleep "$WARMUP"
+		t0=$(cputicks "$cpid")
+		s0=$(metric "$PORT" profsym_collector_samples_total)
+		sleep "$DURATION"
+		t1=$(cputicks "$cpid")
+		s1=$(metric "$PORT" profsym_collector_samples_total)
+		CPU[$k]=$(awk -v a="$t0" -v b="$t1" -v t="$TCK" -v d="$DURATION" 'BEGIN {printf "%.2f", 100 * (b - a) / t / d}')
+		RSS[$k]=$(awk -v k="$(hwm_kb "$cpid")" 'BEGIN {printf "%.1f", k / 1024}')
+		SAMPLES[$k]=$(awk -v a="${s0:-0}" -v b="${s1:-0}" 'BEGIN {printf "%d", b - a}')
+		TABLES[$k]=$(metric "$PORT" profsym_collector_unwind_tables_loaded)
+		ROWS[$k]=$(metric "$PORT" profsym_collector_unwind_table_rows)
+		MAPMB[$k]=$(awk -v b="$(metric "$PORT" profsym_collector_unwind_table_capacity_bytes)" 'BEGIN {printf "%.1f", b / 1048576}')
+		RATE[$k]=$(awk -v by="$(metric "$PORT" profsym_collector_unwind_cfi_bytes_total)" -v s="$(metric "$PORT" profsym_collector_unwind_table_build_seconds_total)" \
+			'BEGIN {if (s > 0) printf "%.0f", by / 1048576 / s; else print "-"}')
+		whole=$(sum_metric "$PORT" 'profsym_collector_unwind_stacks_total{end="outermost"}')
+		whole=$(awk -v a="$whole" -v b="$(sum_metric "$PORT" 'profsym_collector_unwind_stacks_total{end="zero"}')" 'BEGIN {print a + b}')
+		all=$(sum_metric "$PORT" profsym_collector_unwind_stacks_total)
+		WHOLE[$k]=$(awk -v w="$whole" -v a="$all" 'BEGIN {if (a > 0) printf "%.1f", 100 * w / a; else print "-"}')
+		kill -INT "$cpid"
+		wait "$cpid" || true
+		PORT=$((PORT + 1))
+	done
 done
 
 echo
-echo "collector overhead: $CPUS CPUs busy, ${DURATION}s per run, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-8s %12s %14s %10s %10s %14s\n" "freq" "cpu (%core)" "peak RSS (MB)" "samples" "requests" "request bytes"
-for f in $FREQS; do
-	printf "%-8s %12s %14s %10s %10s %14s\n" "${f} Hz" "${CPU[$f]}" "${RSS[$f]}" "${SAMPLES[$f]}" "${REQS[$f]}" "${BYTES[$f]}"
+echo "collector overhead: $(nproc) CPUs busy with $BINARIES distinct binaries, ${DURATION}s per run, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-22s %11s %14s %9s %7s %9s %13s %15s %13s\n" "unwinder/freq" "cpu (%core)" "peak RSS (MB)" "samples" "tables" "rows" "row map (MB)" "build (MB/s)" "whole (%)"
+for u in $UNWINDERS; do
+	for f in $FREQS; do
+		k="$u/$f"
+		printf "%-22s %11s %14s %9s %7s %9s %13s %15s %13s\n" "$u ${f} Hz" "${CPU[$k]}" "${RSS[$k]}" "${SAMPLES[$k]}" \
+			"${TABLES[$k]:-0}" "${ROWS[$k]:-0}" "${MAPMB[$k]:-0}" "${RATE[$k]:--}" "${WHOLE[$k]:--}"
+	done
 done
-echo "targets at 19 Hz: < 1% of one core, < 50 MB RSS"
+echo "targets at 19 Hz with cfi: at most 0.5% of one core and 50 MB RSS (userspace; the row map is kernel memory, reported apart)"
+echo "whole: CFI walks that ended at the stack's bottom (outermost or zero), of all CFI walks"
