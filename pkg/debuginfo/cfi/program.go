@@ -146,26 +146,21 @@ func (p *parser) runCIE(c *cie) error {
 	return nil
 }
 
-// run executes an FDE's program from the CIE's initial state and appends its rows for
-// [start, end) to p.rows.
-func (p *parser) run(c *cie, prog []byte, pos int, start, end uint64) error {
+// run executes an FDE's program from the CIE's initial state and adds its rows for
+// [f.start, end) to p.rows.
+func (p *parser) run(f *fde, end uint64) error {
+	c := p.cieList[f.cie]
 	st := c.init
-	p.fdeStart = start
-	r := reader{data: p.data, pos: pos, end: pos + len(prog)}
-	return p.exec(c, &st, &r, start, end, false)
+	p.fdeStart = f.start
+	r := reader{data: p.data, pos: int(f.insns[0]), end: int(f.insns[1])}
+	return p.exec(c, &st, &r, f.start, end, false)
 }
 
-// emit appends the row of st at loc, unless loc is past the FDE's end or the row repeats the
-// FDE's previous row.
-func (p *parser) emit(st *state, loc, end uint64, first int) {
-	if loc >= end {
-		return
+// emit adds the row of st at loc, unless loc is past the FDE's (kept) end.
+func (p *parser) emit(st *state, loc, end uint64) {
+	if loc < end {
+		p.add(st.row(loc))
 	}
-	row := st.row(loc)
-	if n := len(p.rows); n > first && p.rows[n-1].sameRules(row) {
-		return
-	}
-	p.rows = append(p.rows, row)
 }
 
 // setReg gives a register the rule rs when it is a column the table keeps.
@@ -196,11 +191,10 @@ func restoreReg(c *cie, st *state, reg uint64, inCIE bool) {
 // are ignored and a restore returns a register to having no rule. The loop ends at the
 // program's end or once the location passes end, since later rows would not be kept.
 func (p *parser) exec(c *cie, st *state, r *reader, loc, end uint64, inCIE bool) error {
-	first := len(p.rows)
 	p.stack = p.stack[:0]
 	advance := func(to uint64) {
 		if to > loc && !inCIE {
-			p.emit(st, loc, end, first)
+			p.emit(st, loc, end)
 		}
 		loc = to
 	}
@@ -224,7 +218,7 @@ func (p *parser) exec(c *cie, st *state, r *reader, loc, end uint64, inCIE bool)
 		}
 	}
 	if !inCIE {
-		p.emit(st, loc, end, first)
+		p.emit(st, loc, end)
 	}
 	return nil
 }
