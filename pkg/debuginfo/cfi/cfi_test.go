@@ -400,6 +400,30 @@ func TestLayout(t *testing.T) {
 			want: []Row{rsp(0x1000, 16), rsp(0x1010, 32), end(0x1020)},
 		},
 		{
+			name: "a malformed program takes its rows back, the closing row before it too",
+			build: func(s *section) {
+				c := std(s)
+				fde(s, c, 0x1000, 0x10)
+				// Adjacent to the one before: its first row would replace that one's
+				// closing row.
+				fde(s, c, 0x1010, 0x10, defCFAOffset(16), advance(4), defCFAOffset(24), advance(4), cat(cfaGNUWindowSave))
+				fde(s, c, 0x1030, 0x10)
+			},
+			want:    []Row{rsp(0x1000, 8), end(0x1010), rsp(0x1030, 8), end(0x1040)},
+			skipped: 1,
+		},
+		{
+			name: "a malformed first of two FDEs with the same start leaves the place to the second",
+			build: func(s *section) {
+				c := std(s)
+				fde(s, c, 0x1000, 0x10, defCFAOffset(16), advance(1), cat(cfaRestoreState))
+				fde(s, c, 0x1000, 0x10, defCFAOffset(24))
+				fde(s, c, 0x1000, 0x10, defCFAOffset(32))
+			},
+			want:    []Row{rsp(0x1000, 24), end(0x1010)},
+			skipped: 1,
+		},
+		{
 			name: "zero-length FDEs cover nothing",
 			build: func(s *section) {
 				c := std(s)
