@@ -76,7 +76,7 @@ func (s *state) row(pc uint64) Row {
 	}
 	switch s.cfaKind {
 	case cfaKindUndefined:
-		r.CFA = CFAUndefined
+		return r // no CFA: nothing else about the caller can be found
 	case cfaKindPLT:
 		r.CFA, r.CFAOffset = CFAPLT, s.plt
 	case cfaKindExpression:

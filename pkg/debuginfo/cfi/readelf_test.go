@@ -170,8 +170,8 @@ func readelfFrames(t testing.TB, path string) map[string][]readelfFDE {
 
 // diffStats counts what a comparison saw.
 type diffStats struct {
-	rows, exp, endOfStack, overlapped int
-	disagreements                     []string
+	rows, exp, endOfStack, overlapped, plt int
+	disagreements                          []string
 }
 
 // compareWithReadelf checks every row readelf prints against Lookup, under the table's
@@ -329,6 +329,19 @@ func frameSections(t testing.TB, path string) map[string]*elf.Section {
 	return res
 }
 
+// pltRange returns the addresses of path's .plt section, or zeros.
+func pltRange(t testing.TB, path string) [2]uint64 {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if s := f.Section(".plt"); s != nil {
+		return [2]uint64{s.Addr, s.Addr + s.Size}
+	}
+	return [2]uint64{}
+}
+
 // diffFile compares every frame section of path with readelf and returns the rows compared.
 func diffFile(t *testing.T, path string) int {
 	t.Helper()
@@ -371,6 +384,21 @@ func diffFile(t *testing.T, path string) int {
 		}
 		if st.rows == 0 {
 			t.Errorf("%s %s: no rows compared", path, name)
+		}
+		// readelf prints any CFA expression as "exp"; those in .plt must be the PLT's.
+		if plt := pltRange(t, path); plt[1] > plt[0] {
+			for _, f := range fdes {
+				for _, r := range f.rows {
+					if r.cfa != "exp" || r.loc < plt[0] || r.loc >= plt[1] || r.loc >= f.end {
+						continue
+					}
+					if got, _ := tb.Lookup(r.loc); got.CFA != CFAPLT || (got.CFAOffset != 10 && got.CFAOffset != 11) {
+						t.Errorf("%s %s: %#x in .plt: %v, want the PLT rule", path, name, r.loc, got)
+					}
+					st.plt++
+				}
+			}
+			t.Logf("%s %s: %d PLT rows", filepath.Base(path), name, st.plt)
 		}
 		total += st.rows
 	}
@@ -520,27 +548,42 @@ func TestReadelfDebugFrameOnly(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	_, exe := gccBuild(t, dir, "dbg", "-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions")
-	only := filepath.Join(dir, "dbg-only")
-	if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
-		t.Fatalf("objcopy: %v\n%s", err, out)
-	}
-	f, err := elf.Open(only)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tb, err := Build(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tb.Source != ".debug_frame" {
-		t.Fatalf("Source = %q, want .debug_frame", tb.Source)
-	}
-	st := compareWithReadelf(t, tb, readelfFrames(t, only)[".debug_frame"])
-	t.Logf("debug_frame only: %d rows compared, %d disagreements", st.rows, len(st.disagreements))
-	if st.rows == 0 || len(st.disagreements) > 0 {
-		t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements)
+	for _, b := range []struct {
+		name  string
+		flags []string
+	}{
+		{"dbg", nil},
+		// Compressed debug sections: Build reads them decompressed.
+		{"dbgz", []string{"-gz=zlib"}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			flags := append([]string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions"}, b.flags...)
+			_, exe := gccBuild(t, dir, b.name, flags...)
+			only := filepath.Join(dir, b.name+"-only")
+			if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
+				t.Fatalf("objcopy: %v\n%s", err, out)
+			}
+			f, err := elf.Open(only)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if s := f.Section(".debug_frame"); s == nil || (len(b.flags) > 0) != (s.Flags&elf.SHF_COMPRESSED != 0) {
+				t.Fatalf(".debug_frame missing or not compressed as asked: %v", s)
+			}
+			tb, err := Build(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tb.Source != ".debug_frame" {
+				t.Fatalf("Source = %q, want .debug_frame", tb.Source)
+			}
+			st := compareWithReadelf(t, tb, readelfFrames(t, only)[".debug_frame"])
+			t.Logf("%s: .debug_frame only: %d FDEs, %d rows compared, %d disagreements", b.name, tb.FDEs, st.rows, len(st.disagreements))
+			if st.rows == 0 || len(st.disagreements) > 0 {
+				t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements)
+			}
+		})
 	}
 }
 
