@@ -541,6 +541,90 @@ func TestReadelfCompiled(t *testing.T) {
 	}
 }
 
+// testCXXProgram brings what C++ adds to frames: personality routines and LSDAs ("zPLR"
+// CIEs), landing pads, and cleanups run during unwinding.
+const testCXXProgram = `
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct Shape {
+	virtual ~Shape() = default;
+	virtual double area(int n) const = 0;
+};
+struct Square : Shape {
+	double s;
+	explicit Square(double s) : s(s) {}
+	double area(int n) const override {
+		if (n > 1000) throw std::runtime_error("too big: " + std::to_string(n));
+		return s * s * n;
+	}
+};
+
+__attribute__((noinline)) double total(const std::vector<std::unique_ptr<Shape>> &v, int n) {
+	double t = 0;
+	for (auto &s : v) {
+		try {
+			t += s->area(n);
+		} catch (const std::exception &e) {
+			std::puts(e.what());
+			t -= 1;
+		}
+	}
+	return t;
+}
+
+int main(int argc, char **) {
+	std::vector<std::unique_ptr<Shape>> v;
+	for (int i = 0; i < argc + 3; i++) v.push_back(std::make_unique<Square>(i));
+	std::string s = std::to_string(total(v, argc * 999));
+	std::puts(s.c_str());
+	return 0;
+}
+`
+
+// TestReadelfCompilers compares the output of g++, clang and clang++, each skipped when
+// absent.
+func TestReadelfCompilers(t *testing.T) {
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
+	}
+	dir := t.TempDir()
+	for _, b := range []struct {
+		name, compiler, src string
+		flags               []string
+	}{
+		{"gxx-O2", "g++", testCXXProgram, []string{"-O2"}},
+		{"gxx-O2-fp", "g++", testCXXProgram, []string{"-O2", "-fno-omit-frame-pointer"}},
+		{"clangxx-O2", "clang++", testCXXProgram, []string{"-O2"}},
+		// Without the test library, the program's one call into it goes to libc's abs.
+		{"clang-O2", "clang", testProgram, []string{"-O2", "-Dlib_entry=abs"}},
+		{"clang-O0-fp", "clang", testProgram, []string{"-O0", "-fno-omit-frame-pointer", "-Dlib_entry=abs"}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			if _, err := exec.LookPath(b.compiler); err != nil {
+				t.Skip(b.compiler + " not installed")
+			}
+			ext := ".c"
+			if b.src == testCXXProgram {
+				ext = ".cc"
+			}
+			src := filepath.Join(dir, b.name+ext)
+			if err := os.WriteFile(src, []byte(b.src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			exe := filepath.Join(dir, b.name)
+			args := append(append([]string{}, b.flags...), "-o", exe, src)
+			if out, err := exec.Command(b.compiler, args...).CombinedOutput(); err != nil {
+				t.Fatalf("%s %v: %v\n%s", b.compiler, args, err, out)
+			}
+			diffFile(t, exe)
+		})
+	}
+}
+
 func TestReadelfDebugFrameOnly(t *testing.T) {
 	for _, tool := range []string{"gcc", "readelf", "objcopy"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -590,7 +674,8 @@ func TestReadelfDebugFrameOnly(t *testing.T) {
 // systemFiles are binaries most Debian and Ubuntu systems have; each is skipped when absent.
 func systemFiles(t testing.TB) []string {
 	var res []string
-	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3", "/bin/ls"} {
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3", "/bin/ls",
+		"/usr/lib/x86_64-linux-gnu/libstdc++.so.6"} {
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil {
 			continue
