@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -977,4 +978,46 @@ func TestBuild(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+}
+
+// TestShuffledFDEs lays out many FDEs given in a random order, some sharing a start, and
+// checks each address against the FDE that must own it.
+func TestShuffledFDEs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		s := &section{kind: EHFrame, addr: 0x100000}
+		c := s.cie(stdCIE())
+		type want struct {
+			start, end uint64
+			off        int32
+		}
+		n := 1 + rng.IntN(300)
+		perm := rng.Perm(n)
+		owners := map[uint64]want{} // start -> the first FDE written with that start
+		for k, i := range perm {
+			start := 0x1000 + uint64(i/2)*0x10 // pairs share a start
+			length := uint64(1 + rng.IntN(0x10))
+			off := int32(16 + 8*k)
+			s.fde(fdeSpec{cie: c, start: start, length: length, hasAug: true, insns: defCFAOffset(uint64(off))})
+			if _, ok := owners[start]; !ok {
+				owners[start] = want{start, start + length, off}
+			}
+		}
+		tb, err := ParseSection(s.b, s.addr, EHFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInvariants(t, tb)
+		for _, w := range owners {
+			for pc := w.start; pc < w.start+0x10; pc++ {
+				got, _ := tb.Lookup(pc)
+				if pc < w.end && (got.CFA != CFARSP || got.CFAOffset != w.off) {
+					t.Fatalf("round %d: %#x: %v, want rsp+%d", round, pc, got, w.off)
+				}
+				if pc >= w.end && got.CFA != CFAUndefined {
+					t.Fatalf("round %d: %#x past the FDE's end %#x: %v", round, pc, w.end, got)
+				}
+			}
+		}
+	}
 }
