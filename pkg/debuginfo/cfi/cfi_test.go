@@ -459,6 +459,15 @@ func TestLayout(t *testing.T) {
 			want: []Row{rsp(0x1000, 8), end(0x1010)},
 		},
 		{
+			name: "zero padding shorter than a length after the last entry",
+			build: func(s *section) {
+				c := std(s)
+				fde(s, c, 0x1000, 0x10)
+				s.b = append(s.b, 0, 0, 0)
+			},
+			want: []Row{rsp(0x1000, 8), end(0x1010)},
+		},
+		{
 			name: "64-bit DWARF lengths",
 			build: func(s *section) {
 				c := stdCIE()

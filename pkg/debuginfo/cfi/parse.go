@@ -224,6 +224,9 @@ func (p *parser) isCIE(e entry) bool {
 
 func (p *parser) walk() error {
 	for off := 0; off < len(p.data); {
+		if len(p.data)-off < 4 && allZero(p.data[off:]) {
+			break // alignment padding after the last entry
+		}
 		e, err := p.readEntry(off)
 		if err != nil {
 			return err
@@ -555,4 +558,13 @@ func isPLTExpression(expr []byte) (int32, bool) {
 		return 0, false
 	}
 	return int32(expr[6] - 0x30), true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -625,6 +625,46 @@ func TestReadelfCompilers(t *testing.T) {
 	}
 }
 
+// TestReadelfGo compares a Go binary: its only frame section is a compressed .debug_frame
+// of CIE version 3 with a data alignment of -4.
+func TestReadelfGo(t *testing.T) {
+	for _, tool := range []string{"go", "readelf"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not installed")
+		}
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	prog := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"frames\") }\n"
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "gohello")
+	cmd := exec.Command("go", "build", "-o", exe, src)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tb, err := Build(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Source != ".debug_frame" || tb.Skipped != 0 {
+		t.Fatalf("Source %q, %d skipped (%v)", tb.Source, tb.Skipped, tb.SkipReason)
+	}
+	st := compareWithReadelf(t, tb, readelfFrames(t, exe)[".debug_frame"])
+	t.Logf("Go binary: %d FDEs, %d table rows, %d readelf rows compared, %d disagreements", tb.FDEs, len(tb.Rows), st.rows, len(st.disagreements))
+	if st.rows == 0 || len(st.disagreements) > 0 {
+		t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements[:min(len(st.disagreements), 20)])
+	}
+}
+
 func TestReadelfDebugFrameOnly(t *testing.T) {
 	for _, tool := range []string{"gcc", "readelf", "objcopy"} {
 		if _, err := exec.LookPath(tool); err != nil {
