@@ -46,6 +46,40 @@ func FuzzParseSection(f *testing.F) {
 	})
 }
 
+// FuzzProgram runs arbitrary call frame instructions inside a well-formed CIE and FDE, so
+// that the fuzzer spends its time in the interpreter rather than in the framing. The FDE
+// is followed by a second one that must keep its rows whatever the first does.
+func FuzzProgram(f *testing.F) {
+	f.Add([]byte(nil), cat(advance(1), defCFAOffset(16), offset(regRBP, 2), advance(3), defCFARegister(regRBP)), uint8(1))
+	f.Add(cat(defCFA(regRSP, 8), offset(16, 1)), cat(cat(cfaRememberState), advance(2), defCFAExpr(pltExpr(11)), cat(cfaRestoreState)), uint8(4))
+	f.Add([]byte(nil), cat(cat(cfaSetLoc, u32(8)), cat(cfaExpression, uleb(16), uleb(1), 0x30), undefined(16)), uint8(1))
+	f.Fuzz(func(t *testing.T, cieInsns, fdeInsns []byte, codeAlign uint8) {
+		s := &section{kind: EHFrame, addr: 0x2000}
+		c := stdCIE()
+		c.insns = append(c.insns, cieInsns...)
+		c.codeAlign = uint64(codeAlign)
+		ci := s.cie(c)
+		s.fde(fdeSpec{cie: ci, start: 0x1000, length: 0x100, hasAug: true, insns: fdeInsns})
+		s.fde(fdeSpec{cie: s.cie(stdCIE()), start: 0x1100, length: 0x10, hasAug: true, insns: cat(advance(1), defCFAOffset(16))})
+		tb, err := ParseSection(s.b, s.addr, EHFrame)
+		if err != nil {
+			t.Fatalf("well-formed framing failed: %v", err)
+		}
+		checkInvariants(t, tb)
+		if got, _ := tb.Lookup(0x1101); got != rsp(0x1101, 16) {
+			t.Fatalf("the second FDE's row: %v", got)
+		}
+		if tb.FDEs+tb.Skipped != 2 {
+			t.Fatalf("%d FDEs kept and %d skipped of 2", tb.FDEs, tb.Skipped)
+		}
+		for _, r := range tb.Rows {
+			if r.PC < 0x1000 || r.PC > 0x1110 {
+				t.Fatalf("row %v outside the FDEs", r)
+			}
+		}
+	})
+}
+
 type seed struct {
 	name string
 	data []byte
