@@ -92,9 +92,8 @@ type cie struct {
 type fde struct {
 	start, end uint64
 	insns      [2]int32 // the program: section offsets
-	cie        int32    // index in parser.cieList
-	order      int32    // position in the section, to keep sorting deterministic
-	off        int32    // the FDE's offset, for errors
+	cie        int32    // index in parser.cieList; -1 once the program failed
+	off        int32    // the FDE's offset: its position in the section, for errors and order
 }
 
 type parser struct {
@@ -325,7 +324,7 @@ func (p *parser) readFDE(e entry) error {
 	}
 	// Offsets fit in int32: the section is smaller than 2 GiB.
 	p.fdes = append(p.fdes, fde{start: start, end: end, insns: [2]int32{int32(r.pos), int32(r.end)},
-		cie: ci, order: int32(len(p.fdes)), off: int32(e.start)})
+		cie: ci, off: int32(e.start)})
 	p.insnBytes += r.end - r.pos
 	return nil
 }

@@ -25,7 +25,7 @@ func (p *parser) assemble() int {
 	kept := 0
 	for i := 0; i < len(fdes); i++ {
 		f := &fdes[i]
-		if i > 0 && f.start == fdes[i-1].start && fdes[i-1].order >= 0 {
+		if i > 0 && f.start == fdes[i-1].start && fdes[i-1].cie >= 0 {
 			continue // the first in the section with this start wins
 		}
 		end := f.end
@@ -49,7 +49,7 @@ func (p *parser) assemble() int {
 			}
 			p.skip(int(f.off), err)
 			// A later FDE with the same start may take its place.
-			f.order = -1
+			f.cie = -1
 			continue
 		}
 		kept++
@@ -69,7 +69,7 @@ func (p *parser) assemble() int {
 func (p *parser) sortFDEs() {
 	type key struct {
 		start uint64
-		i     int32 // the FDE's index before sorting, which is its section order
+		i     int32 // the FDE's index before sorting, in section order
 	}
 	keys := make([]key, len(p.fdes))
 	for i, f := range p.fdes {
@@ -112,25 +112,29 @@ func compareFDE(a, b fde) int {
 		}
 		return 1
 	}
-	return int(a.order - b.order)
+	return int(a.off - b.off)
 }
 
 // add appends a row, merging it into the previous one when their rules are equal. A row at
 // the PC of the previous one replaces it: that is the closing row of an FDE where the next
 // one starts.
+//
+// It appends to p.rows in place (p.rows = append(p.rows, ...)): the compiler then stores
+// only the length unless the slice grows, instead of the whole slice header with a write
+// barrier on every row.
 func (p *parser) add(r Row) {
-	out := p.rows
-	if n := len(out); n > 0 {
-		if out[n-1].PC == r.PC {
-			out[n-1] = r
-			if n > 1 && out[n-2].sameRules(r) {
-				p.rows = out[:n-1]
+	if n := len(p.rows); n > 0 {
+		last := &p.rows[n-1]
+		if last.PC == r.PC {
+			*last = r
+			if n > 1 && p.rows[n-2].sameRules(r) {
+				p.rows = p.rows[:n-1]
 			}
 			return
 		}
-		if out[n-1].sameRules(r) {
+		if last.sameRules(r) {
 			return
 		}
 	}
-	p.rows = append(out, r)
+	p.rows = append(p.rows, r)
 }
