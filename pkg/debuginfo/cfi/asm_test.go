@@ -118,7 +118,7 @@ func (s *section) entry(is64 bool, id uint64, body func(pos int) []byte) int {
 		hdr = 12
 	}
 	idSize := 4
-	if is64 {
+	if is64 && s.kind == DebugFrame {
 		idSize = 8
 	}
 	content := body(off + hdr + idSize)
@@ -126,7 +126,11 @@ func (s *section) entry(is64 bool, id uint64, body func(pos int) []byte) int {
 	if is64 {
 		s.b = append(s.b, u32(0xffffffff)...)
 		s.b = append(s.b, u64(length)...)
-		s.b = append(s.b, u64(id)...)
+		if idSize == 8 {
+			s.b = append(s.b, u64(id)...)
+		} else {
+			s.b = append(s.b, u32(uint32(id))...)
+		}
 	} else {
 		s.b = append(s.b, u32(uint32(length))...)
 		s.b = append(s.b, u32(uint32(id))...)

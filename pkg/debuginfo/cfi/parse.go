@@ -199,7 +199,10 @@ func (p *parser) readEntry(off int) (entry, error) {
 	e.end = r.pos + int(length)
 	r.end = e.end
 	e.idPos = r.pos
-	if e.is64 {
+	// In .eh_frame the CIE id and CIE pointer stay 4 bytes with a 64-bit length, as
+	// the LSB and the runtime unwinders (libunwind, LLVM) read them; .debug_frame's follow
+	// the DWARF offset size.
+	if e.is64 && p.kind == DebugFrame {
 		e.id = r.u64()
 	} else {
 		e.id = uint64(r.u32())
