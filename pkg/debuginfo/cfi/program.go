@@ -17,37 +17,46 @@ const (
 	cfaOffset     = 0x80
 	cfaRestore    = 0xc0
 
-	cfaNop                        = 0x00
-	cfaSetLoc                     = 0x01
-	cfaAdvanceLoc1                = 0x02
-	cfaAdvanceLoc2                = 0x03
-	cfaAdvanceLoc4                = 0x04
-	cfaOffsetExtended             = 0x05
-	cfaRestoreExtended            = 0x06
-	cfaUndefined                  = 0x07
-	cfaSameValue                  = 0x08
-	cfaRegister                   = 0x09
-	cfaRememberState              = 0x0a
-	cfaRestoreState               = 0x0b
-	cfaDefCFA                     = 0x0c
-	cfaDefCFARegister             = 0x0d
-	cfaDefCFAOffset               = 0x0e
-	cfaDefCFAExpression           = 0x0f
-	cfaExpression                 = 0x10
-	cfaOffsetExtendedSF           = 0x11
-	cfaDefCFASF                   = 0x12
-	cfaDefCFAOffsetSF             = 0x13
-	cfaValOffset                  = 0x14
-	cfaValOffsetSF                = 0x15
-	cfaValExpression              = 0x16
-	cfaMIPSAdvanceLoc8            = 0x1d
-	cfaGNUWindowSave              = 0x2d
-	cfaGNUArgsSize                = 0x2e
-	cfaGNUNegativeOffsetExtended  = 0x2f
-	offsetUnrepresentable         = math.MaxInt64 // a factored offset that overflowed
-	cfaKindUndefined, cfaKindReg  = 0, 1
-	cfaKindPLT, cfaKindExpression = 2, 3
+	cfaNop                       = 0x00
+	cfaSetLoc                    = 0x01
+	cfaAdvanceLoc1               = 0x02
+	cfaAdvanceLoc2               = 0x03
+	cfaAdvanceLoc4               = 0x04
+	cfaOffsetExtended            = 0x05
+	cfaRestoreExtended           = 0x06
+	cfaUndefined                 = 0x07
+	cfaSameValue                 = 0x08
+	cfaRegister                  = 0x09
+	cfaRememberState             = 0x0a
+	cfaRestoreState              = 0x0b
+	cfaDefCFA                    = 0x0c
+	cfaDefCFARegister            = 0x0d
+	cfaDefCFAOffset              = 0x0e
+	cfaDefCFAExpression          = 0x0f
+	cfaExpression                = 0x10
+	cfaOffsetExtendedSF          = 0x11
+	cfaDefCFASF                  = 0x12
+	cfaDefCFAOffsetSF            = 0x13
+	cfaValOffset                 = 0x14
+	cfaValOffsetSF               = 0x15
+	cfaValExpression             = 0x16
+	cfaMIPSAdvanceLoc8           = 0x1d
+	cfaGNUWindowSave             = 0x2d
+	cfaGNUArgsSize               = 0x2e
+	cfaGNUNegativeOffsetExtended = 0x2f
 )
+
+// How the state defines the CFA.
+const (
+	cfaKindUndefined  = iota // no DW_CFA_def_cfa yet
+	cfaKindReg               // register + offset
+	cfaKindPLT               // the PLT expression
+	cfaKindExpression        // any other expression
+)
+
+// offsetUnrepresentable stands for a factored offset that overflowed: no row can hold it,
+// so the rule becomes an expression.
+const offsetUnrepresentable = math.MaxInt64
 
 // regState is the rule of one register column; off is in bytes (already factored).
 type regState struct {
