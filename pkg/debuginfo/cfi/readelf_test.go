@@ -737,3 +737,18 @@ func TestReadelfSystemFiles(t *testing.T) {
 		t.Run(filepath.Base(p), func(t *testing.T) { diffFile(t, p) })
 	}
 }
+
+// TestReadelfListed compares the files named in PROFSYM_CFI_READELF_FILES (separated by
+// spaces), to check a node's binaries, or a new compiler's, before trusting their tables.
+func TestReadelfListed(t *testing.T) {
+	files := strings.Fields(os.Getenv("PROFSYM_CFI_READELF_FILES"))
+	if len(files) == 0 {
+		t.Skip("PROFSYM_CFI_READELF_FILES not set")
+	}
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
+	}
+	for _, p := range files {
+		t.Run(filepath.Base(p), func(t *testing.T) { diffFile(t, p) })
+	}
+}
