@@ -995,7 +995,9 @@ func TestShuffledFDEs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
 		s := &section{kind: EHFrame, addr: 0x100000}
-		c := s.cie(stdCIE())
+		ci := stdCIE()
+		ci.augData = []byte{0x04} // udata8: any address
+		c := s.cie(ci)
 		type want struct {
 			start, end uint64
 			off        int32
@@ -1004,10 +1006,16 @@ func TestShuffledFDEs(t *testing.T) {
 		perm := rng.Perm(n)
 		owners := map[uint64]want{} // start -> the first FDE written with that start
 		for k, i := range perm {
-			start := 0x1000 + uint64(i/2)*0x10 // pairs share a start
+			// Pairs share a start. Odd rounds place the code high enough that the
+			// sort cannot pack start and index into one integer.
+			base := uint64(0x1000)
+			if round%2 == 1 {
+				base = 1<<63 + 0x1000
+			}
+			start := base + uint64(i/2)*0x10
 			length := uint64(1 + rng.IntN(0x10))
 			off := int32(16 + 8*k)
-			s.fde(fdeSpec{cie: c, start: start, length: length, hasAug: true, insns: defCFAOffset(uint64(off))})
+			s.fde(fdeSpec{cie: c, enc: 0x04, start: start, length: length, hasAug: true, insns: defCFAOffset(uint64(off))})
 			if _, ok := owners[start]; !ok {
 				owners[start] = want{start, start + length, off}
 			}
