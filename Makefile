@@ -31,8 +31,9 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	$(GOLANGCI_LINT) run ./...
 	$(GO) tool -modfile=tools/go.mod buf lint
 
-fuzz-seeds: ## Regenerate the index decoder's fuzz seeds from real binaries (after an index format change).
+fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index format change) and of the CFI parser.
 	./pkg/debuginfo/index/testdata/make-fuzz-seeds.sh
+	./pkg/debuginfo/cfi/testdata/make-fuzz-seeds.sh
 
 testdata: ## Build the engine's corpus of test binaries into testdata/build/.
 	./testdata/build.sh

@@ -14,7 +14,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"sort"
 	"unsafe"
 )
 
@@ -58,8 +57,16 @@ func (r RegRule) String() string {
 	return fmt.Sprintf("RegRule(%d)", uint8(r))
 }
 
+// maxSectionSize bounds the frame section Build reads. The largest binaries seen (browsers,
+// database servers) have .eh_frame sections of tens of MiB.
+const maxSectionSize = 1 << 30
+
 // Row applies from PC up to the next row's PC. PC is an ELF virtual address (the file's
 // link-time address, as in the symbol table).
+//
+// Offsets are zero unless their rule uses them, so that rows compare with ==. A
+// CFAUndefined or CFAEndOfStack row carries no other rule than RA = RegUndefined for the
+// latter. CFAUndefined also marks an FDE range whose CIE defines no CFA at all.
 type Row struct {
 	PC        uint64
 	CFA       CFARule
@@ -129,12 +136,20 @@ var (
 // row. A pc past the last covered range gets the closing CFAUndefined row.
 func (t *Table) Lookup(pc uint64) (Row, bool) {
 	rows := t.Rows
-	// The first row whose PC is above pc; the row before it covers pc.
-	i := sort.Search(len(rows), func(i int) bool { return rows[i].PC > pc })
-	if i == 0 {
+	// Find the first row whose PC is above pc; the row before it covers pc.
+	lo, hi := 0, len(rows)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rows[m].PC > pc {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == 0 {
 		return Row{}, false
 	}
-	return rows[i-1], true
+	return rows[lo-1], true
 }
 
 // SizeBytes returns the memory the table holds, rows included.
@@ -157,6 +172,11 @@ func Build(f *elf.File) (*Table, error) {
 	}
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
 		return nil, ErrNoCFI
+	}
+	// Size is the decompressed size of a compressed section: checked before anything is
+	// allocated for it.
+	if s.Size > maxSectionSize {
+		return nil, fmt.Errorf("cfi: %s of %d bytes: larger than the %d accepted", s.Name, s.Size, maxSectionSize)
 	}
 	data, err := sectionData(s)
 	if err != nil {

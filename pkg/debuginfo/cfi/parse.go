@@ -87,11 +87,13 @@ type cie struct {
 	init     state
 }
 
-// fde is one FDE's place in the row list.
+// fde is an FDE found by the walk, to be run once the FDEs are in address order. It holds
+// no pointer, so that the garbage collector does not scan the list.
 type fde struct {
 	start, end uint64
-	rows       [2]int32 // rows[0]:rows[1] in parser.rows
-	order      int32    // position in the section, to keep sorting deterministic
+	insns      [2]int32 // the program: section offsets
+	cie        int32    // index in parser.cieList; -1 once the program failed
+	off        int32    // the FDE's offset: its position in the section, for errors and order
 }
 
 type parser struct {
@@ -100,15 +102,18 @@ type parser struct {
 	kind SectionKind
 	opt  Options
 
-	cies    map[int]*cie
+	cies    map[int]int32 // section offset -> index in cieList
+	cieList []*cie
 	lastCIE int
-	lastPtr *cie
+	lastIdx int32
 
 	rows []Row
 	fdes []fde
 
-	stack    []state // remember_state stack, reused across FDEs
-	fdeStart uint64  // the initial location of the FDE being run, for DW_EH_PE_funcrel
+	stack     []state // remember_state stack, reused across FDEs
+	fdeStart  uint64  // the initial location of the FDE being run, for DW_EH_PE_funcrel
+	cieBytes  int     // the sizes of the CIEs parsed so far
+	insnBytes int     // the sizes of the FDEs' programs
 
 	skipped    int
 	skipReason error
@@ -138,19 +143,19 @@ func ParseSectionWith(data []byte, sectionAddr uint64, kind SectionKind, opt Opt
 		addr:    sectionAddr,
 		kind:    kind,
 		opt:     opt,
-		cies:    make(map[int]*cie, 4),
+		cies:    make(map[int]int32, 4),
 		lastCIE: -1,
-		// Real sections hold about one row per 8 bytes and one FDE per 24-40 bytes;
-		// guessing close saves the copies of growing.
-		rows: make([]Row, 0, len(data)/8+4),
-		fdes: make([]fde, 0, len(data)/24+1),
+		// GCC's and Clang's sections hold one FDE per 30 to 40 bytes.
+		fdes: make([]fde, 0, len(data)/32+1),
+	}
+	if len(data) > math.MaxInt32 {
+		return nil, fmt.Errorf("cfi: %v of %d bytes: larger than 2 GiB", kind, len(data))
 	}
 	if err := p.walk(); err != nil {
 		return nil, err
 	}
-	t := &Table{Source: kind.String(), Skipped: p.skipped, SkipReason: p.skipReason}
-	t.Rows, t.FDEs = p.assemble()
-	return t, nil
+	kept := p.assemble()
+	return &Table{Rows: p.rows, Source: kind.String(), FDEs: kept, Skipped: p.skipped, SkipReason: p.skipReason}, nil
 }
 
 func (p *parser) errorf(off int, what, format string, args ...any) error {
@@ -165,6 +170,7 @@ type entry struct {
 	end   int    // offset just after the entry
 	id    uint64 // the CIE id or CIE pointer
 	is64  bool   // 64-bit DWARF format
+	zero  bool   // a zero length: a terminator, no id
 }
 
 // readEntry reads the frame of the entry at off. A zero length (a terminator) gives an
@@ -177,7 +183,7 @@ func (p *parser) readEntry(off int) (entry, error) {
 		return e, p.errorf(off, "entry", "truncated length (%d bytes left)", len(p.data)-off)
 	}
 	if length == 0 {
-		e.idPos, e.body, e.end = r.pos, r.pos, r.pos
+		e.idPos, e.body, e.end, e.zero = r.pos, r.pos, r.pos, true
 		return e, nil
 	}
 	if length == 0xffffffff {
@@ -193,7 +199,10 @@ func (p *parser) readEntry(off int) (entry, error) {
 	e.end = r.pos + int(length)
 	r.end = e.end
 	e.idPos = r.pos
-	if e.is64 {
+	// In .eh_frame the CIE id and CIE pointer stay 4 bytes with a 64-bit length, as
+	// the LSB and the runtime unwinders (libunwind, LLVM) read them; .debug_frame's follow
+	// the DWARF offset size.
+	if e.is64 && p.kind == DebugFrame {
 		e.id = r.u64()
 	} else {
 		e.id = uint64(r.u32())
@@ -217,6 +226,9 @@ func (p *parser) isCIE(e entry) bool {
 
 func (p *parser) walk() error {
 	for off := 0; off < len(p.data); {
+		if len(p.data)-off < 4 && allZero(p.data[off:]) {
+			break // alignment padding after the last entry
+		}
 		e, err := p.readEntry(off)
 		if err != nil {
 			return err
@@ -225,7 +237,7 @@ func (p *parser) walk() error {
 		// A zero length ends the entries for the runtime's linear search, but a binary
 		// search table (.eh_frame_hdr) still finds FDEs after it, and readelf reads on:
 		// so do we.
-		if e.body == e.end && e.id == 0 && e.idPos == e.start+4 {
+		if e.zero {
 			continue
 		}
 		if p.isCIE(e) {
@@ -259,10 +271,11 @@ func (p *parser) readFDE(e entry) error {
 		}
 		cieOff = int(e.id)
 	}
-	c, err := p.cie(cieOff, e.start)
+	ci, err := p.cie(cieOff, e.start)
 	if err != nil {
 		return err
 	}
+	c := p.cieList[ci]
 	if c.err != nil {
 		p.skip(e.start, c.err)
 		return nil
@@ -312,36 +325,32 @@ func (p *parser) readFDE(e entry) error {
 			return nil
 		}
 	}
-	first := len(p.rows)
-	if err := p.run(c, r.data[r.pos:r.end], r.pos, start, end); err != nil {
-		p.rows = p.rows[:first]
-		p.skip(e.start, err)
-		return nil
-	}
-	if len(p.fdes) >= math.MaxInt32 || len(p.rows) >= math.MaxInt32 {
-		return p.errorf(e.start, "FDE", "more than %d FDEs or rows", math.MaxInt32)
-	}
-	p.fdes = append(p.fdes, fde{start: start, end: end, rows: [2]int32{int32(first), int32(len(p.rows))}, order: int32(len(p.fdes))})
+	// Offsets fit in int32: the section is smaller than 2 GiB.
+	p.fdes = append(p.fdes, fde{start: start, end: end, insns: [2]int32{int32(r.pos), int32(r.end)},
+		cie: ci, off: int32(e.start)})
+	p.insnBytes += r.end - r.pos
 	return nil
 }
 
-// cie returns the CIE at off, parsing it the first time. An error is a malformed CIE (the
-// file's framing cannot be trusted); an unsupported one comes back with its err set.
-func (p *parser) cie(off, fdeOff int) (*cie, error) {
+// cie returns the index in cieList of the CIE at off, parsing it the first time. An error
+// is a malformed CIE (the file's framing cannot be trusted); an unsupported one comes back
+// with its err set.
+func (p *parser) cie(off, fdeOff int) (int32, error) {
 	if off == p.lastCIE {
-		return p.lastPtr, nil
+		return p.lastIdx, nil
 	}
-	c, ok := p.cies[off]
+	i, ok := p.cies[off]
 	if !ok {
-		var err error
-		c, err = p.parseCIE(off, fdeOff)
+		c, err := p.parseCIE(off, fdeOff)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		p.cies[off] = c
+		i = int32(len(p.cieList))
+		p.cieList = append(p.cieList, c)
+		p.cies[off] = i
 	}
-	p.lastCIE, p.lastPtr = off, c
-	return c, nil
+	p.lastCIE, p.lastIdx = off, i
+	return i, nil
 }
 
 func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
@@ -349,8 +358,16 @@ func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cfi: %v FDE at %#x: CIE pointer %#x: %w", p.kind, fdeOff, off, err)
 	}
-	if e.body == e.end && e.id == 0 && e.idPos == e.start+4 || !p.isCIE(e) {
+	if e.zero || !p.isCIE(e) {
 		return nil, p.errorf(fdeOff, "FDE", "CIE pointer %#x leads to an entry that is not a CIE", off)
+	}
+	// CIEs are parsed where FDEs point, not where the walk finds them: pointers into
+	// the middle of other entries could make the same bytes parse as many overlapping
+	// CIEs, each run in full. Real CIEs are disjoint, so their sizes add up to at most the
+	// section's.
+	p.cieBytes += e.end - e.start
+	if p.cieBytes > len(p.data) {
+		return nil, p.errorf(fdeOff, "FDE", "CIE pointer %#x: CIEs overlap", off)
 	}
 	r := reader{data: p.data, pos: e.body, end: e.end}
 	c := &cie{addrSize: 8, fdeEnc: peAbsptr}
@@ -543,4 +560,13 @@ func isPLTExpression(expr []byte) (int32, bool) {
 		return 0, false
 	}
 	return int32(expr[6] - 0x30), true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

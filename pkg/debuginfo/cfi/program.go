@@ -17,37 +17,46 @@ const (
 	cfaOffset     = 0x80
 	cfaRestore    = 0xc0
 
-	cfaNop                        = 0x00
-	cfaSetLoc                     = 0x01
-	cfaAdvanceLoc1                = 0x02
-	cfaAdvanceLoc2                = 0x03
-	cfaAdvanceLoc4                = 0x04
-	cfaOffsetExtended             = 0x05
-	cfaRestoreExtended            = 0x06
-	cfaUndefined                  = 0x07
-	cfaSameValue                  = 0x08
-	cfaRegister                   = 0x09
-	cfaRememberState              = 0x0a
-	cfaRestoreState               = 0x0b
-	cfaDefCFA                     = 0x0c
-	cfaDefCFARegister             = 0x0d
-	cfaDefCFAOffset               = 0x0e
-	cfaDefCFAExpression           = 0x0f
-	cfaExpression                 = 0x10
-	cfaOffsetExtendedSF           = 0x11
-	cfaDefCFASF                   = 0x12
-	cfaDefCFAOffsetSF             = 0x13
-	cfaValOffset                  = 0x14
-	cfaValOffsetSF                = 0x15
-	cfaValExpression              = 0x16
-	cfaMIPSAdvanceLoc8            = 0x1d
-	cfaGNUWindowSave              = 0x2d
-	cfaGNUArgsSize                = 0x2e
-	cfaGNUNegativeOffsetExtended  = 0x2f
-	offsetUnrepresentable         = math.MaxInt64 // a factored offset that overflowed
-	cfaKindUndefined, cfaKindReg  = 0, 1
-	cfaKindPLT, cfaKindExpression = 2, 3
+	cfaNop                       = 0x00
+	cfaSetLoc                    = 0x01
+	cfaAdvanceLoc1               = 0x02
+	cfaAdvanceLoc2               = 0x03
+	cfaAdvanceLoc4               = 0x04
+	cfaOffsetExtended            = 0x05
+	cfaRestoreExtended           = 0x06
+	cfaUndefined                 = 0x07
+	cfaSameValue                 = 0x08
+	cfaRegister                  = 0x09
+	cfaRememberState             = 0x0a
+	cfaRestoreState              = 0x0b
+	cfaDefCFA                    = 0x0c
+	cfaDefCFARegister            = 0x0d
+	cfaDefCFAOffset              = 0x0e
+	cfaDefCFAExpression          = 0x0f
+	cfaExpression                = 0x10
+	cfaOffsetExtendedSF          = 0x11
+	cfaDefCFASF                  = 0x12
+	cfaDefCFAOffsetSF            = 0x13
+	cfaValOffset                 = 0x14
+	cfaValOffsetSF               = 0x15
+	cfaValExpression             = 0x16
+	cfaMIPSAdvanceLoc8           = 0x1d
+	cfaGNUWindowSave             = 0x2d
+	cfaGNUArgsSize               = 0x2e
+	cfaGNUNegativeOffsetExtended = 0x2f
 )
+
+// How the state defines the CFA.
+const (
+	cfaKindUndefined  = iota // no DW_CFA_def_cfa yet
+	cfaKindReg               // register + offset
+	cfaKindPLT               // the PLT expression
+	cfaKindExpression        // any other expression
+)
+
+// offsetUnrepresentable stands for a factored offset that overflowed: no row can hold it,
+// so the rule becomes an expression.
+const offsetUnrepresentable = math.MaxInt64
 
 // regState is the rule of one register column; off is in bytes (already factored).
 type regState struct {
@@ -76,7 +85,7 @@ func (s *state) row(pc uint64) Row {
 	}
 	switch s.cfaKind {
 	case cfaKindUndefined:
-		r.CFA = CFAUndefined
+		return r // no CFA: nothing else about the caller can be found
 	case cfaKindPLT:
 		r.CFA, r.CFAOffset = CFAPLT, s.plt
 	case cfaKindExpression:
@@ -146,26 +155,21 @@ func (p *parser) runCIE(c *cie) error {
 	return nil
 }
 
-// run executes an FDE's program from the CIE's initial state and appends its rows for
-// [start, end) to p.rows.
-func (p *parser) run(c *cie, prog []byte, pos int, start, end uint64) error {
+// run executes an FDE's program from the CIE's initial state and adds its rows for
+// [f.start, end) to p.rows.
+func (p *parser) run(f *fde, end uint64) error {
+	c := p.cieList[f.cie]
 	st := c.init
-	p.fdeStart = start
-	r := reader{data: p.data, pos: pos, end: pos + len(prog)}
-	return p.exec(c, &st, &r, start, end, false)
+	p.fdeStart = f.start
+	r := reader{data: p.data, pos: int(f.insns[0]), end: int(f.insns[1])}
+	return p.exec(c, &st, &r, f.start, end, false)
 }
 
-// emit appends the row of st at loc, unless loc is past the FDE's end or the row repeats the
-// FDE's previous row.
-func (p *parser) emit(st *state, loc, end uint64, first int) {
-	if loc >= end {
-		return
+// emit adds the row of st at loc, unless loc is past the FDE's (kept) end.
+func (p *parser) emit(st *state, loc, end uint64) {
+	if loc < end {
+		p.add(st.row(loc))
 	}
-	row := st.row(loc)
-	if n := len(p.rows); n > first && p.rows[n-1].sameRules(row) {
-		return
-	}
-	p.rows = append(p.rows, row)
 }
 
 // setReg gives a register the rule rs when it is a column the table keeps.
@@ -196,11 +200,10 @@ func restoreReg(c *cie, st *state, reg uint64, inCIE bool) {
 // are ignored and a restore returns a register to having no rule. The loop ends at the
 // program's end or once the location passes end, since later rows would not be kept.
 func (p *parser) exec(c *cie, st *state, r *reader, loc, end uint64, inCIE bool) error {
-	first := len(p.rows)
 	p.stack = p.stack[:0]
 	advance := func(to uint64) {
 		if to > loc && !inCIE {
-			p.emit(st, loc, end, first)
+			p.emit(st, loc, end)
 		}
 		loc = to
 	}
@@ -224,7 +227,7 @@ func (p *parser) exec(c *cie, st *state, r *reader, loc, end uint64, inCIE bool)
 		}
 	}
 	if !inCIE {
-		p.emit(st, loc, end, first)
+		p.emit(st, loc, end)
 	}
 	return nil
 }

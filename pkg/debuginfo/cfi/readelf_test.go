@@ -170,8 +170,8 @@ func readelfFrames(t testing.TB, path string) map[string][]readelfFDE {
 
 // diffStats counts what a comparison saw.
 type diffStats struct {
-	rows, exp, endOfStack, overlapped int
-	disagreements                     []string
+	rows, exp, endOfStack, overlapped, plt int
+	disagreements                          []string
 }
 
 // compareWithReadelf checks every row readelf prints against Lookup, under the table's
@@ -329,6 +329,19 @@ func frameSections(t testing.TB, path string) map[string]*elf.Section {
 	return res
 }
 
+// pltRange returns the addresses of path's .plt section, or zeros.
+func pltRange(t testing.TB, path string) [2]uint64 {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if s := f.Section(".plt"); s != nil {
+		return [2]uint64{s.Addr, s.Addr + s.Size}
+	}
+	return [2]uint64{}
+}
+
 // diffFile compares every frame section of path with readelf and returns the rows compared.
 func diffFile(t *testing.T, path string) int {
 	t.Helper()
@@ -371,6 +384,21 @@ func diffFile(t *testing.T, path string) int {
 		}
 		if st.rows == 0 {
 			t.Errorf("%s %s: no rows compared", path, name)
+		}
+		// readelf prints any CFA expression as "exp"; those in .plt must be the PLT's.
+		if plt := pltRange(t, path); plt[1] > plt[0] {
+			for _, f := range fdes {
+				for _, r := range f.rows {
+					if r.cfa != "exp" || r.loc < plt[0] || r.loc >= plt[1] || r.loc >= f.end {
+						continue
+					}
+					if got, _ := tb.Lookup(r.loc); got.CFA != CFAPLT || (got.CFAOffset != 10 && got.CFAOffset != 11) {
+						t.Errorf("%s %s: %#x in .plt: %v, want the PLT rule", path, name, r.loc, got)
+					}
+					st.plt++
+				}
+			}
+			t.Logf("%s %s: %d PLT rows", filepath.Base(path), name, st.plt)
 		}
 		total += st.rows
 	}
@@ -513,19 +541,112 @@ func TestReadelfCompiled(t *testing.T) {
 	}
 }
 
-func TestReadelfDebugFrameOnly(t *testing.T) {
-	for _, tool := range []string{"gcc", "readelf", "objcopy"} {
+// testCXXProgram brings what C++ adds to frames: personality routines and LSDAs ("zPLR"
+// CIEs), landing pads, and cleanups run during unwinding.
+const testCXXProgram = `
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct Shape {
+	virtual ~Shape() = default;
+	virtual double area(int n) const = 0;
+};
+struct Square : Shape {
+	double s;
+	explicit Square(double s) : s(s) {}
+	double area(int n) const override {
+		if (n > 1000) throw std::runtime_error("too big: " + std::to_string(n));
+		return s * s * n;
+	}
+};
+
+__attribute__((noinline)) double total(const std::vector<std::unique_ptr<Shape>> &v, int n) {
+	double t = 0;
+	for (auto &s : v) {
+		try {
+			t += s->area(n);
+		} catch (const std::exception &e) {
+			std::puts(e.what());
+			t -= 1;
+		}
+	}
+	return t;
+}
+
+int main(int argc, char **) {
+	std::vector<std::unique_ptr<Shape>> v;
+	for (int i = 0; i < argc + 3; i++) v.push_back(std::make_unique<Square>(i));
+	std::string s = std::to_string(total(v, argc * 999));
+	std::puts(s.c_str());
+	return 0;
+}
+`
+
+// TestReadelfCompilers compares the output of g++, clang and clang++, each skipped when
+// absent.
+func TestReadelfCompilers(t *testing.T) {
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
+	}
+	dir := t.TempDir()
+	for _, b := range []struct {
+		name, compiler, src string
+		flags               []string
+	}{
+		{"gxx-O2", "g++", testCXXProgram, []string{"-O2"}},
+		{"gxx-O2-fp", "g++", testCXXProgram, []string{"-O2", "-fno-omit-frame-pointer"}},
+		{"clangxx-O2", "clang++", testCXXProgram, []string{"-O2"}},
+		// Without the test library, the program's one call into it goes to libc's abs.
+		{"clang-O2", "clang", testProgram, []string{"-O2", "-Dlib_entry=abs"}},
+		{"clang-O0-fp", "clang", testProgram, []string{"-O0", "-fno-omit-frame-pointer", "-Dlib_entry=abs"}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			if _, err := exec.LookPath(b.compiler); err != nil {
+				t.Skip(b.compiler + " not installed")
+			}
+			ext := ".c"
+			if b.src == testCXXProgram {
+				ext = ".cc"
+			}
+			src := filepath.Join(dir, b.name+ext)
+			if err := os.WriteFile(src, []byte(b.src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			exe := filepath.Join(dir, b.name)
+			args := append(append([]string{}, b.flags...), "-o", exe, src)
+			if out, err := exec.Command(b.compiler, args...).CombinedOutput(); err != nil {
+				t.Fatalf("%s %v: %v\n%s", b.compiler, args, err, out)
+			}
+			diffFile(t, exe)
+		})
+	}
+}
+
+// TestReadelfGo compares a Go binary: its only frame section is a compressed .debug_frame
+// of CIE version 3 with a data alignment of -4.
+func TestReadelfGo(t *testing.T) {
+	for _, tool := range []string{"go", "readelf"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skip(tool + " not installed")
 		}
 	}
 	dir := t.TempDir()
-	_, exe := gccBuild(t, dir, "dbg", "-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions")
-	only := filepath.Join(dir, "dbg-only")
-	if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
-		t.Fatalf("objcopy: %v\n%s", err, out)
+	src := filepath.Join(dir, "main.go")
+	prog := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"frames\") }\n"
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	f, err := elf.Open(only)
+	exe := filepath.Join(dir, "gohello")
+	cmd := exec.Command("go", "build", "-o", exe, src)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,20 +655,67 @@ func TestReadelfDebugFrameOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb.Source != ".debug_frame" {
-		t.Fatalf("Source = %q, want .debug_frame", tb.Source)
+	if tb.Source != ".debug_frame" || tb.Skipped != 0 {
+		t.Fatalf("Source %q, %d skipped (%v)", tb.Source, tb.Skipped, tb.SkipReason)
 	}
-	st := compareWithReadelf(t, tb, readelfFrames(t, only)[".debug_frame"])
-	t.Logf("debug_frame only: %d rows compared, %d disagreements", st.rows, len(st.disagreements))
+	st := compareWithReadelf(t, tb, readelfFrames(t, exe)[".debug_frame"])
+	t.Logf("Go binary: %d FDEs, %d table rows, %d readelf rows compared, %d disagreements", tb.FDEs, len(tb.Rows), st.rows, len(st.disagreements))
 	if st.rows == 0 || len(st.disagreements) > 0 {
-		t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements)
+		t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements[:min(len(st.disagreements), 20)])
+	}
+}
+
+func TestReadelfDebugFrameOnly(t *testing.T) {
+	for _, tool := range []string{"gcc", "readelf", "objcopy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not installed")
+		}
+	}
+	dir := t.TempDir()
+	for _, b := range []struct {
+		name  string
+		flags []string
+	}{
+		{"dbg", nil},
+		// Compressed debug sections: Build reads them decompressed.
+		{"dbgz", []string{"-gz=zlib"}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			flags := append([]string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions"}, b.flags...)
+			_, exe := gccBuild(t, dir, b.name, flags...)
+			only := filepath.Join(dir, b.name+"-only")
+			if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
+				t.Fatalf("objcopy: %v\n%s", err, out)
+			}
+			f, err := elf.Open(only)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if s := f.Section(".debug_frame"); s == nil || (len(b.flags) > 0) != (s.Flags&elf.SHF_COMPRESSED != 0) {
+				t.Fatalf(".debug_frame missing or not compressed as asked: %v", s)
+			}
+			tb, err := Build(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tb.Source != ".debug_frame" {
+				t.Fatalf("Source = %q, want .debug_frame", tb.Source)
+			}
+			st := compareWithReadelf(t, tb, readelfFrames(t, only)[".debug_frame"])
+			t.Logf("%s: .debug_frame only: %d FDEs, %d rows compared, %d disagreements", b.name, tb.FDEs, st.rows, len(st.disagreements))
+			if st.rows == 0 || len(st.disagreements) > 0 {
+				t.Errorf("rows %d, disagreements %v", st.rows, st.disagreements)
+			}
+		})
 	}
 }
 
 // systemFiles are binaries most Debian and Ubuntu systems have; each is skipped when absent.
 func systemFiles(t testing.TB) []string {
 	var res []string
-	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3", "/bin/ls"} {
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3", "/bin/ls",
+		"/usr/lib/x86_64-linux-gnu/libstdc++.so.6"} {
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil {
 			continue
@@ -564,6 +732,21 @@ func TestReadelfSystemFiles(t *testing.T) {
 	files := systemFiles(t)
 	if len(files) == 0 {
 		t.Skip("no system files found")
+	}
+	for _, p := range files {
+		t.Run(filepath.Base(p), func(t *testing.T) { diffFile(t, p) })
+	}
+}
+
+// TestReadelfListed compares the files named in PROFSYM_CFI_READELF_FILES (separated by
+// spaces), to check a node's binaries, or a new compiler's, before trusting their tables.
+func TestReadelfListed(t *testing.T) {
+	files := strings.Fields(os.Getenv("PROFSYM_CFI_READELF_FILES"))
+	if len(files) == 0 {
+		t.Skip("PROFSYM_CFI_READELF_FILES not set")
+	}
+	if _, err := exec.LookPath("readelf"); err != nil {
+		t.Skip("readelf not installed")
 	}
 	for _, p := range files {
 		t.Run(filepath.Base(p), func(t *testing.T) { diffFile(t, p) })
