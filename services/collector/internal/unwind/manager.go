@@ -368,15 +368,21 @@ func (m *Manager) fileFor(mp *procmaps.Mapping) *fileEntry {
 	default:
 		table, err := buildTable(mp.OpenPath, key, &m.m)
 		switch {
-		case errors.Is(err, cfi.ErrNoCFI):
+		case errors.Is(err, cfi.ErrNoCFI) || err == nil && len(table.rows) == 0:
 			f.kind = mapFP
 			m.m.builds.WithLabelValues("frame_pointers").Inc()
+		case errors.Is(err, errUnreachable):
+			// The process ended (or the file was replaced) before its table was built: the
+			// next process that maps the file tries again.
+			m.log.Debug("mapped file gone before its unwind table was built", "path", mp.Path, "err", err)
+			return nil
 		case err != nil:
 			m.log.Debug("unwind table not built", "path", mp.Path, "err", err)
 			f.kind = mapNone
 			m.m.builds.WithLabelValues("error").Inc()
 		default:
 			if !m.load(f, table) {
+				m.log.Debug("no room for an unwind table", "path", mp.Path, "rows", len(table.rows), "free", m.rows.size-m.rows.used)
 				m.m.builds.WithLabelValues("full").Inc()
 				// Not cached: a later update tries again once room is made.
 				f.kind = mapNone
@@ -557,19 +563,22 @@ func (m *Manager) writeRows(start uint32, rows []row) error {
 	return nil
 }
 
+// errUnreachable marks a file that could not be opened as the mapped version any more.
+var errUnreachable = errors.New("mapped file unreachable")
+
 // buildTable reads the file at path, checking that it is still the file key names.
 func buildTable(path string, key procmaps.FileKey, mt *metrics) (*encoded, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	defer fh.Close()
 	st, err := fh.Stat()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	if k, err := procmaps.KeyOf(st); err != nil || k != key {
-		return nil, fmt.Errorf("%s changed since it was mapped", path)
+		return nil, fmt.Errorf("%w: %s changed since it was mapped", errUnreachable, path)
 	}
 	f, err := elf.NewFile(fh)
 	if err != nil {
