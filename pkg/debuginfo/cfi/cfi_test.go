@@ -767,13 +767,22 @@ func TestMalformed(t *testing.T) {
 				c := std(s)
 				s.fde(fdeSpec{cie: c + 1, start: 0x1000, length: 0x10, hasAug: true})
 			},
-			err: "CIE pointer 0x1",
+			err: "cfi: .eh_frame FDE at 0x16: CIE pointer 0x1 leads to an entry that is not a CIE",
 		},
 		{
 			name:  "debug_frame CIE pointer past the end",
 			kind:  DebugFrame,
 			build: func(s *section) { s.entry(false, 0x1000, func(int) []byte { return make([]byte, 16) }) },
 			err:   "cfi: .debug_frame FDE at 0x0: CIE pointer 0x1000 out of range",
+		},
+		{
+			name: "CIE pointer at an entry that runs past the end",
+			kind: DebugFrame,
+			build: func(s *section) {
+				s.entry(false, 0x18, func(int) []byte { return make([]byte, 16) })
+				s.b = append(s.b, u32(0x100)...)
+			},
+			err: "cfi: .debug_frame FDE at 0x0: CIE pointer 0x18: entry at 0x18: length 0x100 runs past the section end",
 		},
 		{
 			name: "truncated CIE",
