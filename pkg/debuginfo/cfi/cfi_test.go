@@ -974,6 +974,29 @@ func TestBuild(t *testing.T) {
 			t.Errorf("got %s\n%s", tb.Source, rowsString(tb.Rows))
 		}
 	})
+	t.Run("debug_frame when eh_frame has no FDE", func(t *testing.T) {
+		lone := &section{kind: EHFrame, addr: 0x3000}
+		lone.cie(stdCIE())
+		lone.zero()
+		f := open(t, minimalELF(elf.ELFCLASS64, elf.EM_X86_64,
+			elfSection{".eh_frame", elf.SHT_PROGBITS, lone.addr, lone.b},
+			elfSection{".debug_frame", elf.SHT_PROGBITS, 0, dbg.b}))
+		tb, err := Build(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tb.Source != ".debug_frame" || tb.FDEs != 1 {
+			t.Errorf("got %s with %d FDEs", tb.Source, tb.FDEs)
+		}
+		// A malformed .debug_frame then leaves the empty .eh_frame table.
+		f = open(t, minimalELF(elf.ELFCLASS64, elf.EM_X86_64,
+			elfSection{".eh_frame", elf.SHT_PROGBITS, lone.addr, lone.b},
+			elfSection{".debug_frame", elf.SHT_PROGBITS, 0, []byte{9, 0}}))
+		tb, err = Build(f)
+		if err != nil || tb.Source != ".eh_frame" || len(tb.Rows) != 0 {
+			t.Errorf("got %v, %v", tb, err)
+		}
+	})
 	t.Run("no CFI", func(t *testing.T) {
 		f := open(t, minimalELF(elf.ELFCLASS64, elf.EM_X86_64, elfSection{".text", elf.SHT_PROGBITS, 0x1000, []byte{0xc3}},
 			elfSection{".eh_frame", elf.SHT_NOBITS, 0x2000, nil}))
