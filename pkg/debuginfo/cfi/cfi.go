@@ -160,27 +160,13 @@ func (t *Table) SizeBytes() int {
 // Build reads f's CFI: .eh_frame, or .debug_frame when the file has no .eh_frame. It returns
 // an error naming the problem for malformed input, ErrNoCFI when the file has neither
 // section, and ErrUnsupportedMachine for files that are not 64-bit x86-64.
+//
+// An .eh_frame without a single FDE counts as none: a library built with
+// -fno-asynchronous-unwind-tables keeps the C runtime's lone CIE there and describes its
+// functions in .debug_frame only.
 func Build(f *elf.File) (*Table, error) {
 	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
 		return nil, fmt.Errorf("%w: %v %v", ErrUnsupportedMachine, f.Class, f.Machine)
-	}
-	kind := EHFrame
-	s := f.Section(".eh_frame")
-	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
-		kind = DebugFrame
-		s = f.Section(".debug_frame")
-	}
-	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
-		return nil, ErrNoCFI
-	}
-	// Size is the decompressed size of a compressed section: checked before anything is
-	// allocated for it.
-	if s.Size > maxSectionSize {
-		return nil, fmt.Errorf("cfi: %s of %d bytes: larger than the %d accepted", s.Name, s.Size, maxSectionSize)
-	}
-	data, err := sectionData(s)
-	if err != nil {
-		return nil, fmt.Errorf("cfi: read %s: %w", s.Name, err)
 	}
 	opt := Options{}
 	// The LSB defines DW_EH_PE_textrel against .text and DW_EH_PE_datarel against .got;
@@ -191,6 +177,39 @@ func Build(f *elf.File) (*Table, error) {
 	}
 	if g := f.Section(".got"); g != nil {
 		opt.DataBase = g.Addr
+	}
+	eh, err := buildFrom(f, ".eh_frame", EHFrame, opt)
+	if err != nil || (eh != nil && (eh.FDEs > 0 || eh.Skipped > 0)) {
+		return eh, err
+	}
+	dbg, err := buildFrom(f, ".debug_frame", DebugFrame, opt)
+	switch {
+	case err != nil && eh == nil:
+		return nil, err
+	case err == nil && dbg != nil && (dbg.FDEs > 0 || dbg.Skipped > 0 || eh == nil):
+		return dbg, nil
+	case eh != nil:
+		// The well-formed, empty .eh_frame is the answer when .debug_frame adds nothing.
+		return eh, nil
+	}
+	return nil, ErrNoCFI
+}
+
+// buildFrom builds the table of the named section, or returns nil when the file has no such
+// section or it holds no bytes.
+func buildFrom(f *elf.File, name string, kind SectionKind, opt Options) (*Table, error) {
+	s := f.Section(name)
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+		return nil, nil
+	}
+	// Size is the decompressed size of a compressed section: checked before anything is
+	// allocated for it.
+	if s.Size > maxSectionSize {
+		return nil, fmt.Errorf("cfi: %s of %d bytes: larger than the %d accepted", name, s.Size, maxSectionSize)
+	}
+	data, err := sectionData(s)
+	if err != nil {
+		return nil, fmt.Errorf("cfi: read %s: %w", name, err)
 	}
 	return ParseSectionWith(data, s.Addr, kind, opt)
 }

@@ -767,13 +767,22 @@ func TestMalformed(t *testing.T) {
 				c := std(s)
 				s.fde(fdeSpec{cie: c + 1, start: 0x1000, length: 0x10, hasAug: true})
 			},
-			err: "CIE pointer 0x1",
+			err: "cfi: .eh_frame FDE at 0x16: CIE pointer 0x1 leads to an entry that is not a CIE",
 		},
 		{
 			name:  "debug_frame CIE pointer past the end",
 			kind:  DebugFrame,
 			build: func(s *section) { s.entry(false, 0x1000, func(int) []byte { return make([]byte, 16) }) },
 			err:   "cfi: .debug_frame FDE at 0x0: CIE pointer 0x1000 out of range",
+		},
+		{
+			name: "CIE pointer at an entry that runs past the end",
+			kind: DebugFrame,
+			build: func(s *section) {
+				s.entry(false, 0x18, func(int) []byte { return make([]byte, 16) })
+				s.b = append(s.b, u32(0x100)...)
+			},
+			err: "cfi: .debug_frame FDE at 0x0: CIE pointer 0x18: entry at 0x18: length 0x100 runs past the section end",
 		},
 		{
 			name: "truncated CIE",
@@ -963,6 +972,29 @@ func TestBuild(t *testing.T) {
 		want := []Row{rsp(0x1000, 8), rsp(0x1002, 24), end(0x1010)}
 		if tb.Source != ".debug_frame" || !reflect.DeepEqual(tb.Rows, want) {
 			t.Errorf("got %s\n%s", tb.Source, rowsString(tb.Rows))
+		}
+	})
+	t.Run("debug_frame when eh_frame has no FDE", func(t *testing.T) {
+		lone := &section{kind: EHFrame, addr: 0x3000}
+		lone.cie(stdCIE())
+		lone.zero()
+		f := open(t, minimalELF(elf.ELFCLASS64, elf.EM_X86_64,
+			elfSection{".eh_frame", elf.SHT_PROGBITS, lone.addr, lone.b},
+			elfSection{".debug_frame", elf.SHT_PROGBITS, 0, dbg.b}))
+		tb, err := Build(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tb.Source != ".debug_frame" || tb.FDEs != 1 {
+			t.Errorf("got %s with %d FDEs", tb.Source, tb.FDEs)
+		}
+		// A malformed .debug_frame then leaves the empty .eh_frame table.
+		f = open(t, minimalELF(elf.ELFCLASS64, elf.EM_X86_64,
+			elfSection{".eh_frame", elf.SHT_PROGBITS, lone.addr, lone.b},
+			elfSection{".debug_frame", elf.SHT_PROGBITS, 0, []byte{9, 0}}))
+		tb, err = Build(f)
+		if err != nil || tb.Source != ".eh_frame" || len(tb.Rows) != 0 {
+			t.Errorf("got %v, %v", tb, err)
 		}
 	})
 	t.Run("no CFI", func(t *testing.T) {

@@ -174,13 +174,14 @@ type entry struct {
 }
 
 // readEntry reads the frame of the entry at off. A zero length (a terminator) gives an
-// entry with end = off+4 and body = end.
+// entry with end = off+4 and body = end. Its errors name the entry, not the section: the
+// caller says which section, and from where it came.
 func (p *parser) readEntry(off int) (entry, error) {
 	r := reader{data: p.data, pos: off, end: len(p.data)}
 	e := entry{start: off}
 	length := uint64(r.u32())
 	if r.bad {
-		return e, p.errorf(off, "entry", "truncated length (%d bytes left)", len(p.data)-off)
+		return e, entryErrorf(off, "truncated length (%d bytes left)", len(p.data)-off)
 	}
 	if length == 0 {
 		e.idPos, e.body, e.end, e.zero = r.pos, r.pos, r.pos, true
@@ -190,11 +191,11 @@ func (p *parser) readEntry(off int) (entry, error) {
 		e.is64 = true
 		length = r.u64()
 		if r.bad {
-			return e, p.errorf(off, "entry", "truncated 64-bit length")
+			return e, entryErrorf(off, "truncated 64-bit length")
 		}
 	}
 	if length > uint64(len(p.data)-r.pos) {
-		return e, p.errorf(off, "entry", "length %#x runs past the section end (%#x)", length, len(p.data))
+		return e, entryErrorf(off, "length %#x runs past the section end (%#x)", length, len(p.data))
 	}
 	e.end = r.pos + int(length)
 	r.end = e.end
@@ -208,10 +209,14 @@ func (p *parser) readEntry(off int) (entry, error) {
 		e.id = uint64(r.u32())
 	}
 	if r.bad {
-		return e, p.errorf(off, "entry", "length %#x too short for the CIE id", length)
+		return e, entryErrorf(off, "length %#x too short for the CIE id", length)
 	}
 	e.body = r.pos
 	return e, nil
+}
+
+func entryErrorf(off int, format string, args ...any) error {
+	return fmt.Errorf("entry at %#x: %s", off, fmt.Sprintf(format, args...))
 }
 
 func (p *parser) isCIE(e entry) bool {
@@ -231,7 +236,7 @@ func (p *parser) walk() error {
 		}
 		e, err := p.readEntry(off)
 		if err != nil {
-			return err
+			return fmt.Errorf("cfi: %v %w", p.kind, err)
 		}
 		off = e.end
 		// A zero length ends the entries for the runtime's linear search, but a binary

@@ -537,6 +537,21 @@ func TestReadelfCompiled(t *testing.T) {
 			for _, p := range []string{lib, exe} {
 				diffFile(t, p)
 			}
+			// The library's .eh_frame has no FDE: Build takes .debug_frame.
+			if b.name == "debugframe" {
+				f, err := elf.Open(lib)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				tb, err := Build(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tb.Source != ".debug_frame" || tb.FDEs == 0 {
+					t.Errorf("%s: Build read %s, %d FDEs; want .debug_frame", lib, tb.Source, tb.FDEs)
+				}
+			}
 		})
 	}
 }

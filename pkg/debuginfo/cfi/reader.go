@@ -13,8 +13,6 @@ type reader struct {
 	bad  bool
 }
 
-func (r *reader) left() int { return r.end - r.pos }
-
 func (r *reader) u8() uint8 {
 	if r.pos >= r.end {
 		r.bad = true
