@@ -76,6 +76,7 @@ type Config struct {
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
 	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
 	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
+	SymbolizeBudget int64         `name:"symbolize-memory-budget" default:"536870912" env:"SYMBOLIZER_SYMBOLIZE_MEMORY_BUDGET" help:"Bytes that Symbolize requests in flight may cost, reserved from each request's size before it is decoded (a compressed request reserves the largest legal size); over it, callers get resource_exhausted at once."`
 
 	CoverageInterval time.Duration `name:"coverage-interval" default:"1m" env:"SYMBOLIZER_COVERAGE_INTERVAL" help:"How often this replica writes its tally of what Symbolize resolved (coverage/ in the store; read by ListCoverage, /ui/ and 'symbolizer debuginfo missing')."`
 	CoverageEntries  int           `name:"coverage-entries" default:"100000" env:"SYMBOLIZER_COVERAGE_ENTRIES" help:"Binaries tallied in memory; beyond it the least recently seen is dropped."`
@@ -135,6 +136,8 @@ type Server struct {
 	Coverage *coverage.Recorder
 	closers  []func()
 	ready    atomic.Bool
+	// admission bounds the memory of Symbolize requests in flight.
+	admission *admission
 }
 
 func readSecret(value, file, what string) (string, error) {
@@ -253,8 +256,14 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
 	mux := http.NewServeMux()
 	// Symbolize answers are large: their binary encoding is written by hand (pkg/symbolizecodec).
-	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, append(slices.Clip(opts), connect.WithCodec(symbolizecodec.Codec{}))...)
-	mux.Handle(symPath, symHandler)
+	maxSym := maxSymbolizeBytes(c.MaxModules, c.MaxAddresses)
+	symOpts := append(slices.Clip(opts), connect.WithCodec(symbolizecodec.Codec{}), connect.WithReadMaxBytes(int(maxSym)))
+	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, symOpts...)
+	if c.SymbolizeBudget <= 0 {
+		return nil, fmt.Errorf("--symbolize-memory-budget %d must be positive", c.SymbolizeBudget)
+	}
+	s.admission = newAdmission(c.SymbolizeBudget, maxSym, s.Metrics.Registry, log)
+	mux.Handle(symPath, s.admission.wrap(symHandler))
 	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
 	mux.Handle(grpchealth.NewHandler(&healthChecker{s: s, static: grpchealth.NewStaticChecker(services...)}))
