@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/profsym/profsym/pkg/degraded"
 )
 
 const (
@@ -102,6 +104,7 @@ type Options struct {
 type Cache struct {
 	opt       Options
 	downUntil atomic.Int64 // unix nanos; Redis is skipped until then
+	health    *degraded.Tracker
 
 	mu    sync.Mutex
 	ll    *list.List
@@ -143,7 +146,8 @@ func New(opt Options) *Cache {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{})}
+	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{}),
+		health: degraded.New("redis", "symbolizing without the Redis result cache (answers stay right, repeated work is not saved)", time.Minute, opt.Logger)}
 	if opt.Redis != nil {
 		c.writes = make(chan writeJob, opt.WriteQueue)
 		go c.writer()
@@ -192,7 +196,7 @@ func (c *Cache) PutAsync(keys []Key, vals []string) {
 	select {
 	case c.writes <- writeJob{keys: keys, vals: vals}:
 	default:
-		c.opt.Logger.Warn("redis write queue full; dropping a batch of results", "keys", len(keys))
+		c.health.Fail(fmt.Errorf("write queue full: a batch of %d results not cached", len(keys)))
 		if c.opt.Metrics != nil {
 			c.opt.Metrics.RedisError("queue")
 		}
@@ -258,6 +262,8 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []string, found []bool)
 	rh, err := c.getRedis(ctx, keys, missIdx, out, found)
 	if err != nil {
 		c.redisFailed("get", err)
+	} else {
+		c.health.OK()
 	}
 	c.metric("redis", rh, len(missIdx)-rh)
 	if rh > 0 && c.opt.LocalSize > 0 {
@@ -594,7 +600,9 @@ func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []string) {
 	})
 	if err != nil {
 		c.redisFailed("set", fmt.Errorf("hset %d buckets: %w", len(b.buckets), err))
+		return
 	}
+	c.health.OK()
 }
 
 func (c *Cache) addLocal(k Key, v string) {
@@ -617,7 +625,8 @@ func (c *Cache) redisUp() bool {
 
 func (c *Cache) redisFailed(op string, err error) {
 	c.downUntil.Store(time.Now().Add(c.opt.Backoff).UnixNano())
-	c.opt.Logger.Warn("redis result cache unavailable; continuing without it", "op", op, "backoff", c.opt.Backoff, "err", err)
+	// Logged when the outage starts, summarized each minute, and when it ends.
+	c.health.Fail(fmt.Errorf("%s: %w", op, err))
 	if c.opt.Metrics != nil {
 		c.opt.Metrics.RedisError(op)
 	}
@@ -643,6 +652,18 @@ func (c *Cache) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	return c.opt.Redis.Ping(ctx).Err()
+}
+
+// SetRedisLogger sends go-redis's own messages (reconnects, pool and cluster notices) to log,
+// so they come out in the service's format instead of as plain lines on stderr.
+func SetRedisLogger(log *slog.Logger) {
+	redis.SetLogger(redisLogger{log})
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
 // NewRedisClient builds a UniversalClient from a URL: redis:// or rediss:// for one node,

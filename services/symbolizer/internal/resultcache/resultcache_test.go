@@ -1,7 +1,9 @@
 package resultcache
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -74,7 +76,9 @@ func get(t *testing.T, c *Cache, keys []Key) ([]string, []bool) {
 func TestRedisOutageAndRecovery(t *testing.T) {
 	r, client := startRedis(t)
 	m := newCountMetrics()
-	c := New(Options{Redis: client, Timeout: 100 * time.Millisecond, Backoff: 100 * time.Millisecond, Metrics: m})
+	var logs syncBuffer
+	c := New(Options{Redis: client, Timeout: 100 * time.Millisecond, Backoff: 100 * time.Millisecond, Metrics: m,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer c.Close()
 	ctx := context.Background()
 	keys := []Key{{"abcd", "t1", 0x10}, {"abcd", "t1", 0x20}, {"abcd", "t1", 0x30}}
@@ -129,6 +133,33 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 			t.Fatal("the cache did not come back after Redis restarted")
 		}
 	}
+	// The outage is told once when it starts and once when it ends, however many calls
+	// failed in between.
+	text := logs.String()
+	if n := strings.Count(text, "redis degraded"); n != 1 || strings.Count(text, "level=WARN") != 1 {
+		t.Errorf("outage start logged %d times (WARN lines: %d):\n%s", n, strings.Count(text, "level=WARN"), text)
+	}
+	if !strings.Contains(text, "level=INFO") || !strings.Contains(text, "redis recovered") {
+		t.Errorf("recovery not logged:\n%s", text)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that writes from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // The Redis layout is what the package documentation promises: one hash per 1 MiB of

@@ -209,6 +209,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
 		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
 	if c.RedisURL != "" {
+		resultcache.SetRedisLogger(log)
 		client, err := resultcache.NewRedisClient(c.RedisURL)
 		if err != nil {
 			return nil, err
