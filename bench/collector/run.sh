@@ -76,8 +76,8 @@ for u in $UNWINDERS; do
 		CPU[$k]=$(awk -v a="$t0" -v b="$t1" -v t="$TCK" -v d="$DURATION" 'BEGIN {printf "%.2f", 100 * (b - a) / t / d}')
 		RSS[$k]=$(awk -v k="$(hwm_kb "$cpid")" 'BEGIN {printf "%.1f", k / 1024}')
 		SAMPLES[$k]=$(awk -v a="${s0:-0}" -v b="${s1:-0}" 'BEGIN {printf "%d", b - a}')
-		TABLES[$k]=$(metric "$PORT" profsym_collector_unwind_tables_loaded)
-		ROWS[$k]=$(metric "$PORT" profsym_collector_unwind_table_rows)
+		TABLES[$k]=$(awk -v v="$(metric "$PORT" profsym_collector_unwind_tables_loaded)" 'BEGIN {printf "%d", v}')
+		ROWS[$k]=$(awk -v v="$(metric "$PORT" profsym_collector_unwind_table_rows)" 'BEGIN {printf "%d", v}')
 		MAPMB[$k]=$(awk -v b="$(metric "$PORT" profsym_collector_unwind_table_capacity_bytes)" 'BEGIN {printf "%.1f", b / 1048576}')
 		RATE[$k]=$(awk -v by="$(metric "$PORT" profsym_collector_unwind_cfi_bytes_total)" -v s="$(metric "$PORT" profsym_collector_unwind_table_build_seconds_total)" \
 			'BEGIN {if (s > 0) printf "%.0f", by / 1048576 / s; else print "-"}')
