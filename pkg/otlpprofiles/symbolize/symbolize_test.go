@@ -19,10 +19,10 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
 )
 
 // synthetic answers every address with frames derived from it, so the property test can check
@@ -115,12 +115,12 @@ func TestProcessProperty(t *testing.T) {
 	var symbolized, unresolved int
 	for iter := range 300 {
 		pd := otlptest.Generate(r)
-		if err := validate.Profiles(pd); err != nil {
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("iter %d: generated request invalid: %v", iter, err)
 		}
 		in := otlptest.Resolve(copyOf(pd))
 		rep := s.Process(context.Background(), pd)
-		if err := validate.Profiles(pd); err != nil {
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("iter %d: output invalid: %v", iter, err)
 		}
 		// And it survives the wire.

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 )
 
 // realistic builds an eBPF-profiler-shaped request: nloc locations over nmap mappings, 200
@@ -67,7 +67,7 @@ func BenchmarkProcessCached(b *testing.B) {
 	calls := h.calls.Load()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := validate.Profiles(reqs[i]); err != nil {
+		if err := otlpprofiles.Validate(reqs[i]); err != nil {
 			b.Fatal(err)
 		}
 		rep := s.Process(context.Background(), reqs[i])
