@@ -83,8 +83,15 @@ func (p *symbolizeProcessor) shutdown(context.Context) error {
 // processProfiles symbolizes pd within the deadline and hands it on; it never fails and never
 // drops: what cannot be symbolized goes on as it came.
 func (p *symbolizeProcessor) processProfiles(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
-	// pdata does not check indices and panics on a bad one: a batch that fails validation
-	// is not read further, only passed on.
+	// The Collector's OTLP/gRPC receiver leaves resource and scope attributes that arrived as
+	// string-table references unresolved, and compaction renumbers the string table they
+	// point into. pdata does not check indices and panics on a bad one: a batch that fails
+	// either check is not read further, only passed on.
+	if err := otlpprofiles.ResolveReferences(pd); err != nil {
+		p.tel.invalid.Add(ctx, 1)
+		p.logger.Warn("profiles passed on unsymbolized: invalid attribute reference", zap.Error(err))
+		return pd, nil
+	}
 	if err := otlpprofiles.Validate(pd); err != nil {
 		p.tel.invalid.Add(ctx, 1)
 		p.logger.Warn("profiles passed on unsymbolized: invalid index", zap.Error(err))

@@ -108,6 +108,9 @@ func TestFactory(t *testing.T) {
 // at runtime). Every native frame comes out as llvm-symbolizer reads it, nothing else changes,
 // and the counters say so.
 func TestSymbolizes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the symbolizer and compiles test binaries")
+	}
 	bins := otlptest.Binaries(t)
 	sym := testsupport.StartSymbolizer(t, "")
 	paths := make([]string, len(bins))
@@ -163,6 +166,9 @@ func TestSymbolizes(t *testing.T) {
 // than the deadline, one that refuses connections not at all; either way every sample goes on
 // unchanged and the frames are counted as passed through, with the reason.
 func TestPassesThroughWhenSymbolizerIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles test binaries")
+	}
 	bins := otlptest.Binaries(t)
 	var lc net.ListenConfig
 	// Accepts connections and never answers: a symbolizer stuck behind a full queue.
