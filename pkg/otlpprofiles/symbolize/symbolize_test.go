@@ -258,3 +258,53 @@ func TestFailuresLeaveDataAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameTypes: by default locations without a frame type are symbolized and kernel ones are
+// not; a configuration that lists only kernel turns that around.
+func TestFrameTypes(t *testing.T) {
+	typed := func(frameType string) pprofile.Profiles {
+		pd := request(0x31)
+		d := pd.Dictionary()
+		d.StringTable().Append(otlpattr.FrameType, frameType)
+		kv := d.AttributeTable().AppendEmpty()
+		kv.SetKeyStrindex(int32(d.StringTable().Len() - 2))
+		kv.Value().SetStr(frameType)
+		d.LocationTable().At(1).AttributeIndices().Append(int32(d.AttributeTable().Len() - 1))
+		return pd
+	}
+	client := start(t, &synthetic{})
+	for _, tc := range []struct {
+		name       string
+		frameTypes []string
+		pd         pprofile.Profiles
+		want       int
+	}{
+		{"default, no type", nil, request(0x31), 1},
+		{"default, native", nil, typed(otlpattr.FrameTypeNative), 1},
+		{"default, kernel", nil, typed(otlpattr.FrameTypeKernel), 0},
+		{"kernel only, kernel", []string{otlpattr.FrameTypeKernel}, typed(otlpattr.FrameTypeKernel), 1},
+		{"kernel only, no type", []string{otlpattr.FrameTypeKernel}, request(0x31), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := symbolize.New(symbolize.Config{Client: client, FrameTypes: tc.frameTypes, CacheEntries: -1})
+			if rep := s.Process(t.Context(), tc.pd); rep.Seen != tc.want || rep.Symbolized != tc.want {
+				t.Fatalf("report %+v, want %d seen and symbolized", rep, tc.want)
+			}
+		})
+	}
+}
+
+// TestCallTimeout: a call that outlives CallTimeout ends with it, well before the request's
+// deadline, and its addresses pass on as timed out.
+func TestCallTimeout(t *testing.T) {
+	s := symbolize.New(symbolize.Config{Client: start(t, &synthetic{delay: 5 * time.Second}),
+		Timeout: 10 * time.Second, CallTimeout: 100 * time.Millisecond})
+	t0 := time.Now()
+	rep := s.Process(t.Context(), request(0x41, 0x42))
+	if el := time.Since(t0); el > 2*time.Second {
+		t.Fatalf("took %v with a 100ms call timeout", el)
+	}
+	if rep.Unresolved[symbolize.ReasonDeadline] != 2 {
+		t.Fatalf("report %+v, want 2 unresolved for %s", rep, symbolize.ReasonDeadline)
+	}
+}
