@@ -1,6 +1,7 @@
-// Package otlptest builds random valid OTLP profiles requests and resolves requests into a
-// plain, index-free form, so tests can compare what went into the gateway with what came out
-// sample by sample.
+// Package otlptest builds OTLP profiles requests for tests (random valid ones, and ones shaped
+// like the OTel eBPF profiler's and pprof's over test binaries it compiles) and resolves
+// requests into a plain, index-free form, so tests can compare what went into the gateway or
+// the Collector processor with what came out, sample by sample.
 package otlptest
 
 import (
