@@ -206,7 +206,7 @@ processors:
     endpoint: %s
     deadline: 10s
 exporters:
-  otlp:
+  otlp_grpc:
     endpoint: %s
     tls:
       insecure: true
@@ -220,7 +220,7 @@ service:
     profiles:
       receivers: [otlp]
       processors: [symbolize]
-      exporters: [otlp]
+      exporters: [otlp_grpc]
 `, port, sym.URL(), down.addr)
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
