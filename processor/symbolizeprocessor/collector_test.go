@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	// The OTLP exporter compresses with gzip by default; a backend decompresses.
+	_ "google.golang.org/grpc/encoding/gzip"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
