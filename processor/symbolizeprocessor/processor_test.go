@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,48 @@ func TestSymbolizes(t *testing.T) {
 	}
 	if n := p.counter(t, metricErrors, ""); n != 0 {
 		t.Fatalf("%s = %d with a healthy symbolizer", metricErrors, n)
+	}
+}
+
+// TestProtectedReads: a symbolizer that requires a token for reads answers the processor that
+// sends it from bearer_token_file, and refuses one without it, whose data then passes on
+// unsymbolized and counted.
+func TestProtectedReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the symbolizer and compiles test binaries")
+	}
+	bins := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "", "--require-read-token")
+	sym.Upload(t, bins[0].Path)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(sym.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		tokenFile string
+		reason    string
+	}{
+		{"token", tokenFile, ""},
+		{"no token", "", "symbolizer_error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := createDefaultConfig()
+			cfg.Endpoint = sym.URL()
+			cfg.BearerTokenFile = tc.tokenFile
+			p := start(t, cfg)
+			pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
+			if err := p.proc.ConsumeProfiles(t.Context(), pd); err != nil {
+				t.Fatal(err)
+			}
+			resolved, unsymbolized := p.counter(t, metricResolved, ""), p.counter(t, metricUnsymbolized, tc.reason)
+			if tc.reason == "" && resolved != int64(len(cases)) {
+				t.Fatalf("%s = %d with the token, want %d", metricResolved, resolved, len(cases))
+			}
+			if tc.reason != "" && (resolved != 0 || unsymbolized != int64(len(cases))) {
+				t.Fatalf("without the token: %d resolved, %d passed on for %s; want 0 and %d", resolved, unsymbolized, tc.reason, len(cases))
+			}
+		})
 	}
 }
 
