@@ -31,7 +31,7 @@ type attrKey struct {
 type interner struct {
 	d pprofile.ProfilesDictionary
 	// strings, funcs and byFrame (pooled maps): byFrame skips hashing names again for a frame
-	// already interned: answers for the same address, and the gateway's cache, share frames.
+	// already interned: answers for the same address, and the symbolize cache, share frames.
 	*maps
 	attrs map[attrKey]int32
 	// The tables are seeded with the dictionary's entries on first use.

@@ -197,7 +197,7 @@ func BuildRequest(t testing.TB, sh Shape, bins []Binary) (pprofile.Profiles, []C
 		if sh != ShapePprof {
 			m.AttributeIndices().Append(attr(otlpattr.BuildIDHTLHash, id.HTLHash))
 		}
-		// A kernel-typed frame under a mapping with a build ID: the gateway must leave it.
+		// A kernel-typed frame under a mapping with a build ID: symbolization must leave it.
 		trap := d.LocationTable().AppendEmpty()
 		trap.SetMappingIndex(mi)
 		trap.SetAddress(base + load.Vaddr)
