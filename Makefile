@@ -50,6 +50,7 @@ test-short: ## Unit tests only: no servers, no eBPF, no corpus, no Collector bui
 
 bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/ (bench/soak/run.sh, 30 minutes, on its own).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
 	@# The soak (bench/soak, 30 minutes) is run on its own.
 	@for s in bench/*/run.sh; do [ "$$s" = bench/soak/run.sh ] && continue; echo "== $$s"; bash $$s; done
 
