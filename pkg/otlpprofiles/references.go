@@ -21,11 +21,23 @@ func ResolveReferences(pd pprofile.Profiles) error {
 		return nil
 	}
 	// pdata exposes its reference resolution only through its unmarshalers: a round trip
-	// through the wire format resolves every reference, nested ones included. The marshaler
-	// appends the strings of plain attributes to the string table; once every attribute is
-	// plain again nothing references them, so the table is cut back to what it was.
-	keep := pd.Dictionary().StringTable().Len()
-	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	// through the wire format resolves every reference, nested ones included. Only the string
+	// table and the resource and scope attributes make the trip (copies keep references as
+	// they are): the whole request would cost 35 times as much (1.3 ms against 40 µs on the
+	// 500-location benchmark request, BenchmarkResolveReferences). The strings the marshaler
+	// appends for plain attributes stay in the copy's table.
+	attrs := pprofile.NewProfiles()
+	pd.Dictionary().StringTable().CopyTo(attrs.Dictionary().StringTable())
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		rp := attrs.ResourceProfiles().AppendEmpty()
+		rps.At(i).Resource().CopyTo(rp.Resource())
+		sps := rps.At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			sps.At(j).Scope().CopyTo(rp.ScopeProfiles().AppendEmpty().Scope())
+		}
+	}
+	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(attrs)
 	if err != nil {
 		return fmt.Errorf("resolve attribute references: %w", err)
 	}
@@ -33,11 +45,20 @@ func ResolveReferences(pd pprofile.Profiles) error {
 	if err != nil {
 		return fmt.Errorf("resolve attribute references: %w", err)
 	}
-	out.MoveTo(pd)
-	if st := pd.Dictionary().StringTable(); st.Len() > keep {
-		st.FromRaw(st.AsRaw()[:keep])
+	if out.ResourceProfiles().Len() != rps.Len() {
+		return fmt.Errorf("resolve attribute references: %d resource profiles came back of %d", out.ResourceProfiles().Len(), rps.Len())
 	}
-	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		orp := out.ResourceProfiles().At(i)
+		orp.Resource().CopyTo(rps.At(i).Resource())
+		sps := rps.At(i).ScopeProfiles()
+		if orp.ScopeProfiles().Len() != sps.Len() {
+			return fmt.Errorf("resolve attribute references: resource_profiles[%d]: %d scope profiles came back of %d", i, orp.ScopeProfiles().Len(), sps.Len())
+		}
+		for j := 0; j < sps.Len(); j++ {
+			orp.ScopeProfiles().At(j).Scope().CopyTo(sps.At(j).Scope())
+		}
+	}
 	for i := 0; i < rps.Len(); i++ {
 		if emptyKey(rps.At(i).Resource().Attributes()) {
 			return fmt.Errorf("resource_profiles[%d].resource.attributes: key_strindex outside string_table", i)
