@@ -5,6 +5,8 @@ BIN := bin
 TOOLS ?= $(or $(PROFSYM_TOOLS),$(HOME)/.cache/profsym/bin)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint
 SERVICES := symbolizer gateway collector
+# Go modules of their own inside the repository: `go test ./...` from the root does not enter them.
+MODULES := processor/symbolizeprocessor
 export PATH := $(TOOLS):$(PATH)
 
 .PHONY: help build generate check-generated lint test test-short bench testdata fuzz-seeds demo clean
@@ -28,6 +30,7 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GOLANGCI_LINT) run ./...
 	$(GO) tool -modfile=tools/go.mod buf lint
 
@@ -38,14 +41,17 @@ fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index fo
 testdata: ## Build the engine's corpus of test binaries into testdata/build/.
 	./testdata/build.sh
 
-test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root).
+test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
 	$(GO) test -count=1 -timeout 40m ./...
+	@for m in $(MODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
 
-test-short: ## Unit tests only: no servers, no eBPF, no corpus.
+test-short: ## Unit tests only: no servers, no eBPF, no corpus, no Collector build.
 	$(GO) test -short -count=1 ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -short -count=1 ./...) || exit 1; done
 
 bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/ (bench/soak/run.sh, 30 minutes, on its own).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
 	@# The soak (bench/soak, 30 minutes) is run on its own.
 	@for s in bench/*/run.sh; do [ "$$s" = bench/soak/run.sh ] && continue; echo "== $$s"; bash $$s; done
 

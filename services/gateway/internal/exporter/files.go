@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
 )
 
@@ -126,7 +126,7 @@ func (e *Pprof) Close() error { return nil }
 // compiled reports whether a location is a frame of compiled code, which lives in a mapped
 // binary: frame type native, go, rust, or none. Kernel and interpreted frames are not.
 func compiled(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
-	switch dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType) {
+	switch otlpprofiles.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType) {
 	case "", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo, otlpattr.FrameTypeRust:
 		return true
 	}
@@ -151,15 +151,15 @@ func mainMapping(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile
 	var outermost int32
 	ss := p.Samples()
 	for i := 0; i < ss.Len(); i++ {
-		stack := dict.Stack(d, ss.At(i).StackIndex())
+		stack := otlpprofiles.Stack(d, ss.At(i).StackIndex())
 		// Stacks list the leaf first: walk from the outermost frame in.
 		for j := len(stack) - 1; j >= 0; j-- {
-			loc, ok := dict.Location(d, stack[j])
+			loc, ok := otlpprofiles.Location(d, stack[j])
 			if !ok || loc.MappingIndex() == 0 || !compiled(d, loc) {
 				continue
 			}
 			mi := loc.MappingIndex()
-			if _, ok := dict.Mapping(d, mi); !ok {
+			if _, ok := otlpprofiles.Mapping(d, mi); !ok {
 				continue
 			}
 			if i == 0 && outermost == 0 {
@@ -174,15 +174,15 @@ func mainMapping(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile
 	lowest := func(match func(file string) bool) int32 {
 		var best int32
 		for _, mi := range used {
-			m, _ := dict.Mapping(d, mi)
-			if !match(dict.Str(d, m.FilenameStrindex())) {
+			m, _ := otlpprofiles.Mapping(d, mi)
+			if !match(otlpprofiles.Str(d, m.FilenameStrindex())) {
 				continue
 			}
 			if best == 0 {
 				best = mi
 				continue
 			}
-			if b, _ := dict.Mapping(d, best); m.MemoryStart() < b.MemoryStart() {
+			if b, _ := otlpprofiles.Mapping(d, best); m.MemoryStart() < b.MemoryStart() {
 				best = mi
 			}
 		}
@@ -220,7 +220,7 @@ func mainMapping(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile
 
 func boolAttr(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice, key string) bool {
 	v := false
-	dict.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
+	otlpprofiles.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
 		if k == key && kv.Value().Type() == pcommon.ValueTypeBool && kv.Value().Bool() {
 			v = true
 		}
@@ -236,13 +236,13 @@ func boolAttr(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice, key string)
 // validation.
 func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Profile) (*profile.Profile, error) {
 	out := &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: dict.Str(d, p.SampleType().TypeStrindex()), Unit: dict.Str(d, p.SampleType().UnitStrindex())}},
+		SampleType:    []*profile.ValueType{{Type: otlpprofiles.Str(d, p.SampleType().TypeStrindex()), Unit: otlpprofiles.Str(d, p.SampleType().UnitStrindex())}},
 		TimeNanos:     int64(p.Time()),
 		DurationNanos: int64(p.DurationNano()),
 		Period:        p.Period(),
 	}
 	if pt := p.PeriodType(); pt.TypeStrindex() != 0 || pt.UnitStrindex() != 0 {
-		out.PeriodType = &profile.ValueType{Type: dict.Str(d, pt.TypeStrindex()), Unit: dict.Str(d, pt.UnitStrindex())}
+		out.PeriodType = &profile.ValueType{Type: otlpprofiles.Str(d, pt.TypeStrindex()), Unit: otlpprofiles.Str(d, pt.UnitStrindex())}
 	}
 	for k, v := range res.Attributes().All() {
 		out.Comments = append(out.Comments, k+"="+v.AsString())
@@ -258,24 +258,24 @@ func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Pro
 		if m, ok := mappings[mi]; ok {
 			return m
 		}
-		om, ok := dict.Mapping(d, mi)
+		om, ok := otlpprofiles.Mapping(d, mi)
 		if !ok {
 			return nil
 		}
 		ai := om.AttributeIndices()
-		bid := dict.AttrStr(d, ai, otlpattr.BuildIDGNU)
+		bid := otlpprofiles.AttrStr(d, ai, otlpattr.BuildIDGNU)
 		if bid == "" {
-			bid = dict.AttrStr(d, ai, otlpattr.BuildIDGo)
+			bid = otlpprofiles.AttrStr(d, ai, otlpattr.BuildIDGo)
 		}
 		if bid == "" {
-			bid = dict.AttrStr(d, ai, otlpattr.BuildIDHTLHash)
+			bid = otlpprofiles.AttrStr(d, ai, otlpattr.BuildIDHTLHash)
 		}
 		m := &profile.Mapping{
 			ID:              uint64(len(out.Mapping) + 1),
 			Start:           om.MemoryStart(),
 			Limit:           om.MemoryLimit(),
 			Offset:          om.FileOffset(),
-			File:            dict.Str(d, om.FilenameStrindex()),
+			File:            otlpprofiles.Str(d, om.FilenameStrindex()),
 			BuildID:         bid,
 			HasFunctions:    boolAttr(d, ai, otlpattr.MappingHasFunctions),
 			HasFilenames:    boolAttr(d, ai, otlpattr.MappingHasFilenames),
@@ -291,10 +291,10 @@ func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Pro
 			return f
 		}
 		f := &profile.Function{ID: uint64(len(out.Function) + 1)}
-		if of, ok := dict.Function(d, fi); ok {
-			f.Name = dict.Str(d, of.NameStrindex())
-			f.SystemName = dict.Str(d, of.SystemNameStrindex())
-			f.Filename = dict.Str(d, of.FilenameStrindex())
+		if of, ok := otlpprofiles.Function(d, fi); ok {
+			f.Name = otlpprofiles.Str(d, of.NameStrindex())
+			f.SystemName = otlpprofiles.Str(d, of.SystemNameStrindex())
+			f.Filename = otlpprofiles.Str(d, of.FilenameStrindex())
 			f.StartLine = of.StartLine()
 		}
 		functions[fi] = f
@@ -306,7 +306,7 @@ func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Pro
 			return l
 		}
 		l := &profile.Location{ID: uint64(len(out.Location) + 1)}
-		if ol, ok := dict.Location(d, li); ok {
+		if ol, ok := otlpprofiles.Location(d, li); ok {
 			l.Mapping = mapping(ol.MappingIndex())
 			l.Address = ol.Address()
 			l.IsFolded = boolAttr(d, ol.AttributeIndices(), otlpattr.LocationIsFolded)
@@ -338,17 +338,17 @@ func ToPprof(d pprofile.ProfilesDictionary, res pcommon.Resource, p pprofile.Pro
 			v = 1
 		}
 		ps := &profile.Sample{Value: []int64{v}}
-		for _, li := range dict.Stack(d, s.StackIndex()) {
+		for _, li := range otlpprofiles.Stack(d, s.StackIndex()) {
 			ps.Location = append(ps.Location, location(li))
 		}
-		dict.Attr(d, s.AttributeIndices(), func(k string, kv pprofile.KeyValueAndUnit) {
+		otlpprofiles.Attr(d, s.AttributeIndices(), func(k string, kv pprofile.KeyValueAndUnit) {
 			switch kv.Value().Type() {
 			case pcommon.ValueTypeInt:
 				if ps.NumLabel == nil {
 					ps.NumLabel, ps.NumUnit = map[string][]int64{}, map[string][]string{}
 				}
 				ps.NumLabel[k] = append(ps.NumLabel[k], kv.Value().Int())
-				ps.NumUnit[k] = append(ps.NumUnit[k], dict.Str(d, kv.UnitStrindex()))
+				ps.NumUnit[k] = append(ps.NumUnit[k], otlpprofiles.Str(d, kv.UnitStrindex()))
 			case pcommon.ValueTypeEmpty:
 			default:
 				if ps.Label == nil {

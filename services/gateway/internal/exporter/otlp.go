@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
 )
@@ -138,7 +139,7 @@ func (e *GRPC) Export(ctx context.Context, pd pprofile.Profiles) error {
 	defer cancel()
 	md := metadata.New(e.cfg.Headers)
 	// What pdata's client sends: the schema version the bytes are encoded in.
-	md.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	md.Set(otlpprofiles.DevelopmentVersionHeader, otlpprofiles.DevelopmentVersion)
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	opts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
 	if e.cfg.Gzip {

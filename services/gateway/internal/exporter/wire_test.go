@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 )
 
 // ebpfShaped is a request as the OTel eBPF profiler sends one: process attributes on the
@@ -97,7 +97,7 @@ func TestMarshal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pd := ebpfShaped(tc.scopeAttrs)
-			if err := dict.Orphans(pd); err != nil {
+			if err := otlpprofiles.Orphans(pd); err != nil {
 				t.Fatalf("test request: %v", err)
 			}
 			in := pprofile.NewProfiles()
@@ -112,7 +112,7 @@ func TestMarshal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := dict.Orphans(decode(t, plain)); err == nil {
+			if err := otlpprofiles.Orphans(decode(t, plain)); err == nil {
 				t.Fatal("pdata's marshaler left no orphan: the test shows nothing")
 			}
 
@@ -121,7 +121,7 @@ func TestMarshal(t *testing.T) {
 				t.Fatal(err)
 			}
 			back := decode(t, b)
-			if err := dict.Orphans(back); err != nil {
+			if err := otlpprofiles.Orphans(back); err != nil {
 				t.Fatalf("orphans in the output: %v", err)
 			}
 			if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(back)); err != nil {
@@ -159,7 +159,7 @@ func TestMarshalNothingAppended(t *testing.T) {
 		rp.Resource().Attributes().Clear()
 		rp.Resource().Attributes().PutStr("host.name", "/usr/bin/app")
 	}
-	if err := dict.Orphans(pd); err != nil {
+	if err := otlpprofiles.Orphans(pd); err != nil {
 		t.Fatal(err)
 	}
 	b, err := exporter.Marshal(pd)
@@ -186,8 +186,14 @@ func (s *grpcSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (
 	md, _ := metadata.FromIncomingContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.got = append(s.got, req.Profiles())
-	s.versions = append(s.versions, md.Get(pprofileotlp.DevelopmentVersionHeader)...)
+	// pdata's gRPC server leaves resource attributes as string-table references; a backend
+	// reads them resolved.
+	pd := req.Profiles()
+	if err := otlpprofiles.ResolveReferences(pd); err != nil {
+		return pprofileotlp.NewExportResponse(), err
+	}
+	s.got = append(s.got, pd)
+	s.versions = append(s.versions, md.Get(otlpprofiles.DevelopmentVersionHeader)...)
 	return pprofileotlp.NewExportResponse(), nil
 }
 
@@ -277,12 +283,12 @@ func TestExportersWriteNoOrphans(t *testing.T) {
 	outs = append(outs, sink.got...)
 	versions := sink.versions
 	sink.mu.Unlock()
-	if len(outs) != 6 || len(versions) != 2 || versions[0] != pprofileotlp.DevelopmentVersion {
+	if len(outs) != 6 || len(versions) != 2 || versions[0] != otlpprofiles.DevelopmentVersion {
 		t.Fatalf("%d requests arrived (want 6), gRPC schema versions %v", len(outs), versions)
 	}
 	want := otlptest.Resolve(ebpfShaped(true))
 	for i, pd := range outs {
-		if err := dict.Orphans(pd); err != nil {
+		if err := otlpprofiles.Orphans(pd); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		if err := otlptest.Compare(want, otlptest.Resolve(pd)); err != nil {

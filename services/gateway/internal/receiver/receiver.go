@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	// Also gRPC's "gzip" for requests: the gateway's own, faster than gRPC's.
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 )
 
@@ -64,10 +65,16 @@ type grpcServer struct {
 
 func (s *grpcServer) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if err := pprofileotlp.ValidateDevelopmentVersion(md.Get(pprofileotlp.DevelopmentVersionHeader)); err != nil {
+	if err := otlpprofiles.ValidateDevelopmentVersion(md.Get(otlpprofiles.DevelopmentVersionHeader)); err != nil {
 		return pprofileotlp.NewExportResponse(), status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := s.c.Consume(ctx, req.Profiles(), "grpc"); err != nil {
+	// pdata's gRPC server leaves string-table references in resource and scope attributes;
+	// its unmarshalers, which the HTTP path uses, resolve them.
+	pd := req.Profiles()
+	if err := otlpprofiles.ResolveReferences(pd); err != nil {
+		return pprofileotlp.NewExportResponse(), status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.c.Consume(ctx, pd, "grpc"); err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			// Tell grpc-go clients when to come back, as the HTTP receiver does.
 			_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(int(RetryAfter/time.Second))))
@@ -113,7 +120,7 @@ func serveHTTP(w http.ResponseWriter, r *http.Request, c Consumer, maxBytes int6
 		writeStatus(w, ct, code, codes.InvalidArgument, err.Error())
 		return
 	}
-	if err := pprofileotlp.ValidateDevelopmentVersion(r.Header.Values(pprofileotlp.DevelopmentVersionHeader)); err != nil {
+	if err := otlpprofiles.ValidateDevelopmentVersion(r.Header.Values(otlpprofiles.DevelopmentVersionHeader)); err != nil {
 		writeStatus(w, ct, http.StatusBadRequest, codes.InvalidArgument, err.Error())
 		return
 	}
@@ -125,6 +132,11 @@ func serveHTTP(w http.ResponseWriter, r *http.Request, c Consumer, maxBytes int6
 	}
 	if err != nil {
 		writeStatus(w, ct, http.StatusBadRequest, codes.InvalidArgument, "decode request: "+err.Error())
+		return
+	}
+	// The unmarshalers resolve references but leave one outside the string table as it was.
+	if err := otlpprofiles.ResolveReferences(pd); err != nil {
+		writeStatus(w, ct, http.StatusBadRequest, codes.InvalidArgument, err.Error())
 		return
 	}
 	if err := c.Consume(r.Context(), pd, "http"); err != nil {

@@ -24,6 +24,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/gateway/internal/receiver"
 )
 
@@ -95,7 +96,7 @@ func TestHTTP(t *testing.T) {
 		{name: "gzip bomb", ct: "application/x-protobuf", enc: "gzip", body: bomb, wantCode: 413, wantMsg: "decompressed"},
 		{name: "garbage", ct: "application/x-protobuf", body: []byte{0xff, 0xff, 0xff}, wantCode: 400, wantMsg: "decode"},
 		{name: "bad reference", ct: "application/json", body: []byte(strings.Replace(jsonRefs, `"keyStrindex":1`, `"keyStrindex":9`, 1)), wantCode: 400, wantMsg: "key_strindex"},
-		{name: "version", ct: "application/x-protobuf", body: pb, headers: map[string]string{pprofileotlp.DevelopmentVersionHeader: "99"}, wantCode: 400},
+		{name: "version", ct: "application/x-protobuf", body: pb, headers: map[string]string{otlpprofiles.DevelopmentVersionHeader: "99"}, wantCode: 400},
 		{name: "invalid", ct: "application/x-protobuf", body: pb, consumerErr: fmt.Errorf("%w: dictionary.location_table[3].mapping_index: 9 outside", receiver.ErrInvalid), wantCode: 400, wantMsg: "location_table[3]"},
 		{name: "full", ct: "application/x-protobuf", body: pb, consumerErr: fmt.Errorf("%w: queue full", receiver.ErrUnavailable), wantCode: 503, wantMsg: "queue full"},
 		{name: "internal", ct: "application/x-protobuf", body: pb, consumerErr: errors.New("boom"), wantCode: 500},

@@ -11,8 +11,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
@@ -25,10 +25,10 @@ const (
 // splitBinaries returns binaries whose symbols live in a separate debug file, as distro
 // packages and debuginfod have them: a PIE program split with objcopy --only-keep-debug, and
 // Debian's libc with its debug file from libc6-dbg.
-func splitBinaries(t *testing.T) []testBin {
+func splitBinaries(t *testing.T) []otlptest.Binary {
 	t.Helper()
 	dir := t.TempDir()
-	full := compile(t, filepath.Join(dir, "full"), cSource+cMain, "-O2", "-g", "-pie", "-fPIE", "-Wl,--build-id")
+	full := testsupport.CompileC(t, otlptest.CSource+otlptest.CMain, "-O2", "-g", "-pie", "-fPIE", "-Wl,--build-id")
 	prog, debug := filepath.Join(dir, "prog"), filepath.Join(dir, "prog.debug")
 	for _, args := range [][]string{
 		{"objcopy", "--only-keep-debug", full, debug},
@@ -38,15 +38,15 @@ func splitBinaries(t *testing.T) []testBin {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
-	gnu := ids(t, libcPath).GNU
+	gnu := otlptest.BinaryIDs(t, libcPath).GNU
 	libcDebug := filepath.Join(libcDebugDir, gnu[:2], gnu[2:]+".debug")
 	if _, err := os.Stat(libcDebug); err != nil {
 		t.Fatalf("libc's debug file: %v (apt-get install libc6-dbg; .ci/install-deps does)", err)
 	}
-	return []testBin{
-		{name: "split-pie", path: prog, debug: debug, fn: "outer", pie: true},
+	return []otlptest.Binary{
+		{Name: "split-pie", Path: prog, Debug: debug, Fn: "outer", PIE: true},
 		// The function the OTel eBPF profiler's frames were once answered for as __mpn_mul.
-		{name: "libc", path: libcPath, debug: libcDebug, fn: "__libc_start_call_main", pie: true},
+		{Name: "libc", Path: libcPath, Debug: libcDebug, Fn: "__libc_start_call_main", PIE: true},
 	}
 }
 
@@ -60,45 +60,45 @@ func TestSeparateDebugFiles(t *testing.T) {
 	bins := splitBinaries(t)
 	var debugs, exes []string
 	for _, b := range bins {
-		debugs, exes = append(debugs, b.debug), append(exes, b.path)
+		debugs, exes = append(debugs, b.Debug), append(exes, b.Path)
 	}
 
 	t.Run("upload", func(t *testing.T) {
-		sym := startSymbolizer(t, "")
+		sym := testsupport.StartSymbolizer(t, "")
 		sym.Upload(t, debugs...)
 		rt := newRoundTripper(t, sym)
-		rt.check(t, shapeEBPFZero, bins, true)
-		rt.check(t, shapeEBPF, bins, false)
-		rt.check(t, shapePprof, bins, false)
+		rt.check(t, otlptest.ShapeEBPFZero, bins, true)
+		rt.check(t, otlptest.ShapeEBPF, bins, false)
+		rt.check(t, otlptest.ShapePprof, bins, false)
 		// What the collector does on the node: upload the executable it runs.
 		sym.Upload(t, append([]string{"--type", "executable", "--source", "node"}, exes...)...)
-		rt.check(t, shapeEBPF, bins, true)
-		rt.check(t, shapePprof, bins, true)
+		rt.check(t, otlptest.ShapeEBPF, bins, true)
+		rt.check(t, otlptest.ShapePprof, bins, true)
 	})
 
 	t.Run("debuginfod", func(t *testing.T) {
 		dir := t.TempDir()
 		for _, b := range bins {
-			for _, p := range []string{b.path, b.debug} {
+			for _, p := range []string{b.Path, b.Debug} {
 				data, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(dir, b.name+"-"+filepath.Base(p)), data, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, b.Name+"-"+filepath.Base(p)), data, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 		up := testsupport.StartDebuginfod(t, dir)
 		for _, b := range bins {
-			gnu := ids(t, b.path).GNU
+			gnu := otlptest.BinaryIDs(t, b.Path).GNU
 			up.WaitForBuildID(t, gnu, time.Minute)
 			waitExecutable(t, up.URL(), gnu)
 		}
-		sym := startSymbolizer(t, "", "--debuginfod-url", up.URL(), "--debuginfod-timeout", "1m")
+		sym := testsupport.StartSymbolizer(t, "", "--debuginfod-url", up.URL(), "--debuginfod-timeout", "1m")
 		rt := newRoundTripper(t, sym)
-		rt.check(t, shapeEBPF, bins, true)
-		rt.check(t, shapePprof, bins, true)
+		rt.check(t, otlptest.ShapeEBPF, bins, true)
+		rt.check(t, otlptest.ShapePprof, bins, true)
 	})
 }
 
@@ -109,7 +109,7 @@ type roundTripper struct {
 	sent int64
 }
 
-func newRoundTripper(t *testing.T, sym *realSymbolizer) *roundTripper {
+func newRoundTripper(t *testing.T, sym *testsupport.Symbolizer) *roundTripper {
 	t.Helper()
 	sk := startSink(t)
 	// Building libc's index on a busy machine may take seconds: the deadline is not under test.
@@ -119,9 +119,9 @@ func newRoundTripper(t *testing.T, sym *realSymbolizer) *roundTripper {
 
 // check sends one request of shape sh and checks that it comes out unchanged but for symbols,
 // and that its frames are symbolized as llvm-symbolizer does, or, with want false, not at all.
-func (rt *roundTripper) check(t *testing.T, sh shape, bins []testBin, want bool) {
+func (rt *roundTripper) check(t *testing.T, sh otlptest.Shape, bins []otlptest.Binary, want bool) {
 	t.Helper()
-	pd, cases := buildRequest(t, sh, bins)
+	pd, cases := otlptest.BuildRequest(t, sh, bins)
 	in := pprofile.NewProfiles()
 	pd.CopyTo(in)
 	if err := rt.g.send(context.Background(), pd); err != nil {
@@ -135,13 +135,13 @@ func (rt *roundTripper) check(t *testing.T, sh shape, bins []testBin, want bool)
 		t.Fatal(err)
 	}
 	if want {
-		checkFrames(t, out, cases)
+		otlptest.CheckFrames(t, out, cases)
 		t.Logf("%s: %d addresses symbolized as llvm-symbolizer does", sh, len(cases))
 		return
 	}
 	for i, c := range cases {
 		if l := out[i].Stack[0].Lines; len(l) != 0 {
-			t.Fatalf("%s %s %#x: symbolized with only a debug file's program headers: %+v", sh, c.bin.name, c.vaddr, l)
+			t.Fatalf("%s %s %#x: symbolized with only a debug file's program headers: %+v", sh, c.Bin.Name, c.VAddr, l)
 		}
 	}
 	t.Logf("%s: %d addresses passed on unsymbolized", sh, len(cases))

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
 	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
@@ -59,9 +59,9 @@ func settle(t *testing.T, sk *sink, sent int64) {
 }
 
 func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
-	b := testBinaries(t)[:1]
-	sym := startSymbolizer(t, "")
-	sym.Upload(t, b[0].path)
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	g := startGateway(t, server.Config{SymbolizerURL: sym.URL(), SymbolizeTimeout: 500 * time.Millisecond,
 		SymbolCacheEntries: -1, OTLPGRPCEndpoint: sk.addr})
@@ -73,7 +73,7 @@ func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
 		case 20:
 			sym.Start(t)
 		}
-		pd, cases := buildRequest(t, shapeEBPF, b)
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 		sendRetry(t, g, pd)
 		sent += int64(len(cases))
 	}
@@ -85,9 +85,9 @@ func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
 }
 
 func TestDrillDownstreamStoppedThenBack(t *testing.T) {
-	b := testBinaries(t)[:1]
+	b := otlptest.Binaries(t)[:1]
 	sk := startSink(t)
-	pd, cases := buildRequest(t, shapeEBPF, b)
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	size := int64((&pprofile.ProtoMarshaler{}).ProfilesSize(pd))
 	g := startGateway(t, server.Config{OTLPGRPCEndpoint: sk.addr, QueueBytes: 3 * size, ExportTimeout: time.Second})
 	sk.Stop()
@@ -130,7 +130,7 @@ func TestDrillDownstreamStoppedThenBack(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				p, c := buildRequest(t, shapeEBPF, b)
+				p, c := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 				pushedBack.Add(int64(sendRetry(t, g, p)))
 				sentMu.Lock()
 				sent += int64(len(c))
@@ -148,10 +148,10 @@ func TestDrillDownstreamStoppedThenBack(t *testing.T) {
 }
 
 func TestDrillRedisStopped(t *testing.T) {
-	b := testBinaries(t)[:1]
+	b := otlptest.Binaries(t)[:1]
 	redis := testsupport.StartRedis(t)
-	sym := startSymbolizer(t, redis.URL())
-	sym.Upload(t, b[0].path)
+	sym := testsupport.StartSymbolizer(t, redis.URL())
+	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	g := startGateway(t, server.Config{SymbolizerURL: sym.URL(), SymbolCacheEntries: -1, OTLPGRPCEndpoint: sk.addr})
 	var sent int64
@@ -162,7 +162,7 @@ func TestDrillRedisStopped(t *testing.T) {
 		case 20:
 			redis.Restart()
 		}
-		pd, cases := buildRequest(t, shapeEBPF, b)
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 		sendRetry(t, g, pd)
 		sent += int64(len(cases))
 	}

@@ -22,14 +22,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/symbolizecodec"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
 	"github.com/profsym/profsym/services/gateway/internal/gzipcodec"
 	"github.com/profsym/profsym/services/gateway/internal/queue"
 	"github.com/profsym/profsym/services/gateway/internal/receiver"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
 )
 
 // Config is everything the gateway needs; main fills it from flags.
@@ -121,19 +119,7 @@ func New(cfg Config) (*Server, error) {
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}}
-		// Answers are large: the symbolizer's codec decodes them without an allocation per
-		// string (pkg/symbolizecodec).
-		opts := []connect.ClientOption{connect.WithReadMaxBytes(256 << 20), connect.WithCodec(symbolizecodec.Codec{})}
-		if cfg.SymbolizerToken != "" {
-			token := cfg.SymbolizerToken
-			opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set("Authorization", "Bearer "+token)
-					return next(ctx, req)
-				}
-			})))
-		}
-		scfg.Client = symbolizerv1connect.NewSymbolizerServiceClient(hc, strings.TrimRight(cfg.SymbolizerURL, "/"), opts...)
+		scfg.Client = symbolize.NewClient(hc, cfg.SymbolizerURL, cfg.SymbolizerToken)
 	}
 	s.sym = symbolize.New(scfg)
 
@@ -215,7 +201,7 @@ func (s *Server) Consume(ctx context.Context, pd pprofile.Profiles, transport st
 		s.metrics.Requests.WithLabelValues(transport, "unavailable").Inc()
 		return fmt.Errorf("%w: gateway is shutting down", receiver.ErrUnavailable)
 	}
-	if err := validate.Profiles(pd); err != nil {
+	if err := otlpprofiles.Validate(pd); err != nil {
 		s.metrics.Requests.WithLabelValues(transport, "invalid").Inc()
 		return fmt.Errorf("%w: %w", receiver.ErrInvalid, err)
 	}

@@ -1,10 +1,4 @@
-// Package rewrite adds symbolization results to an OTLP profiles dictionary: functions and
-// strings are interned with the package's own maps (pdata's Set* helpers scan the whole table
-// per call), lines go onto the locations innermost first, and symbolized mappings get the
-// pprof.mapping.has_* attributes. Then the dictionary is compacted (dict.Compact): entries
-// that nothing references are dropped and indices renumbered, so outputs hold no orphans
-// while every sample keeps its meaning.
-package rewrite
+package otlpprofiles
 
 import (
 	"slices"
@@ -16,13 +10,12 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/dict"
 )
 
-// Stats says what Apply added, and what compaction dropped.
-type Stats struct {
+// SymbolStats says what AddSymbols added, and what compaction dropped.
+type SymbolStats struct {
 	Locations, Lines, Functions, Strings, MappingAttributes int
-	Compacted                                               dict.CompactStats
+	Compacted                                               CompactStats
 }
 
 type fnKey struct {
@@ -38,14 +31,14 @@ type attrKey struct {
 type interner struct {
 	d pprofile.ProfilesDictionary
 	// strings, funcs and byFrame (pooled maps): byFrame skips hashing names again for a frame
-	// already interned: answers for the same address, and the gateway's cache, share frames.
+	// already interned: answers for the same address, and the symbolize cache, share frames.
 	*maps
 	attrs map[attrKey]int32
 	// The tables are seeded with the dictionary's entries on first use.
 	stringsSeeded, funcsSeeded bool
 	// hint sizes the tables for what this request will add.
 	hint  int
-	stats *Stats
+	stats *SymbolStats
 }
 
 // maps are the interner's tables, kept between requests: building them was a fifth of the
@@ -177,22 +170,22 @@ func seed(d pprofile.ProfilesDictionary) {
 	}
 }
 
-// Apply gives each location locs names (locs[i] holds the frames of location_table[i],
+// AddSymbols gives each location locs names (locs[i] holds the frames of location_table[i],
 // innermost first; nil for none) its lines, and each mapping in mappings (mapping_table
 // index -> fidelity reached) the pprof.mapping.has_* attributes that fidelity makes true.
 // Locations that already have lines, the zero entries at index 0, or indices outside the
 // tables are left alone. The request must have passed validation. Frames are taken by
 // address: frames shared between locations (answers for one address, or from the
-// symbolizer's cache) are interned once. Apply then compacts the dictionary, which renumbers
+// symbolizer's cache) are interned once. AddSymbols then compacts the dictionary, which renumbers
 // its indices: locs and mappings name indices as they were before the call.
-func Apply(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
+func AddSymbols(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
 	stats := add(pd, locs, mappings)
-	stats.Compacted = dict.Compact(pd)
+	stats.Compacted = Compact(pd)
 	return stats
 }
 
-func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) Stats {
-	var stats Stats
+func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
+	var stats SymbolStats
 	n := 0
 	for _, frames := range locs {
 		if len(frames) > 0 {
@@ -216,7 +209,7 @@ func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]sym
 		if len(frames) == 0 || li == 0 {
 			continue
 		}
-		loc, ok := dict.Location(d, int32(li))
+		loc, ok := Location(d, int32(li))
 		if !ok || loc.Lines().Len() > 0 {
 			continue
 		}
@@ -239,12 +232,12 @@ func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]sym
 	}
 	slices.Sort(mkeys)
 	for _, mi := range mkeys {
-		m, ok := dict.Mapping(d, mi)
+		m, ok := Mapping(d, mi)
 		if !ok || mi == 0 {
 			continue
 		}
 		for _, key := range HasKeys(mappings[mi]) {
-			if dict.HasAttr(d, m.AttributeIndices(), key) {
+			if HasAttr(d, m.AttributeIndices(), key) {
 				continue
 			}
 			m.AttributeIndices().Append(in.boolAttr(key))

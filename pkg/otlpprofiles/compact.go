@@ -1,4 +1,4 @@
-package dict
+package otlpprofiles
 
 import (
 	"errors"

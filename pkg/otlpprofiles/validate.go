@@ -1,6 +1,4 @@
-// Package validate checks every index of an OTLP profiles request before anything reads it:
-// pdata decodes indices without checking them and panics on the first bad one.
-package validate
+package otlpprofiles
 
 import (
 	"fmt"
@@ -15,7 +13,7 @@ import (
 //
 // Index 0 is accepted on an empty table: OTLP defines it as the zero value and producers
 // often leave unused tables empty.
-func Profiles(pd pprofile.Profiles) error {
+func Validate(pd pprofile.Profiles) error {
 	d := pd.Dictionary()
 	v := checker{
 		strings:   d.StringTable().Len(),

@@ -1,6 +1,7 @@
-// Package otlptest builds random valid OTLP profiles requests and resolves requests into a
-// plain, index-free form, so tests can compare what went into the gateway with what came out
-// sample by sample.
+// Package otlptest builds OTLP profiles requests for tests (random valid ones, and ones shaped
+// like the OTel eBPF profiler's and pprof's over test binaries it compiles) and resolves
+// requests into a plain, index-free form, so tests can compare what went into the gateway or
+// the Collector processor with what came out, sample by sample.
 package otlptest
 
 import (
@@ -13,7 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/dict"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 )
 
 // Line is a resolved Location.lines entry.
@@ -45,8 +46,8 @@ type Sample struct {
 
 func attrs(d pprofile.ProfilesDictionary, idx pcommon.Int32Slice) []string {
 	var out []string
-	dict.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
-		out = append(out, fmt.Sprintf("%s=%s(%s)[%s]", k, kv.Value().Type(), kv.Value().AsString(), dict.Str(d, kv.UnitStrindex())))
+	otlpprofiles.Attr(d, idx, func(k string, kv pprofile.KeyValueAndUnit) {
+		out = append(out, fmt.Sprintf("%s=%s(%s)[%s]", k, kv.Value().Type(), kv.Value().AsString(), otlpprofiles.Str(d, kv.UnitStrindex())))
 	})
 	sort.Strings(out)
 	return out
@@ -78,8 +79,8 @@ func Resolve(pd pprofile.Profiles) []Sample {
 			for k := 0; k < ps.Len(); k++ {
 				p := ps.At(k)
 				prof := fmt.Sprintf("%s/%s %s/%s t=%d d=%d period=%d id=%x attrs=%v dropped=%d fmt=%s payload=%x",
-					dict.Str(d, p.SampleType().TypeStrindex()), dict.Str(d, p.SampleType().UnitStrindex()),
-					dict.Str(d, p.PeriodType().TypeStrindex()), dict.Str(d, p.PeriodType().UnitStrindex()),
+					otlpprofiles.Str(d, p.SampleType().TypeStrindex()), otlpprofiles.Str(d, p.SampleType().UnitStrindex()),
+					otlpprofiles.Str(d, p.PeriodType().TypeStrindex()), otlpprofiles.Str(d, p.PeriodType().UnitStrindex()),
 					p.Time(), p.DurationNano(), p.Period(), p.ProfileID(), attrs(d, p.AttributeIndices()),
 					p.DroppedAttributesCount(), p.OriginalPayloadFormat(), p.OriginalPayload().AsRaw())
 				ss := p.Samples()
@@ -92,7 +93,7 @@ func Resolve(pd pprofile.Profiles) []Sample {
 						l := lt.At(int(s.LinkIndex()))
 						rs.Link = fmt.Sprintf("%s/%s", l.TraceID(), l.SpanID())
 					}
-					for _, li := range dict.Stack(d, s.StackIndex()) {
+					for _, li := range otlpprofiles.Stack(d, s.StackIndex()) {
 						rs.Stack = append(rs.Stack, frame(d, li))
 					}
 					out = append(out, rs)
@@ -105,24 +106,24 @@ func Resolve(pd pprofile.Profiles) []Sample {
 
 func frame(d pprofile.ProfilesDictionary, li int32) Frame {
 	var f Frame
-	loc, ok := dict.Location(d, li)
+	loc, ok := otlpprofiles.Location(d, li)
 	if !ok {
 		return f
 	}
 	f.Address = loc.Address()
 	f.Attrs = attrs(d, loc.AttributeIndices())
-	if m, ok := dict.Mapping(d, loc.MappingIndex()); ok {
+	if m, ok := otlpprofiles.Mapping(d, loc.MappingIndex()); ok {
 		f.Start, f.Limit, f.Offset = m.MemoryStart(), m.MemoryLimit(), m.FileOffset()
-		f.Filename = dict.Str(d, m.FilenameStrindex())
+		f.Filename = otlpprofiles.Str(d, m.FilenameStrindex())
 		f.MappingAttrs = attrs(d, m.AttributeIndices())
 	}
 	for i := 0; i < loc.Lines().Len(); i++ {
 		ln := loc.Lines().At(i)
 		l := Line{Line: ln.Line(), Column: ln.Column()}
-		if fn, ok := dict.Function(d, ln.FunctionIndex()); ok {
-			l.Function = dict.Str(d, fn.NameStrindex())
-			l.SystemName = dict.Str(d, fn.SystemNameStrindex())
-			l.File = dict.Str(d, fn.FilenameStrindex())
+		if fn, ok := otlpprofiles.Function(d, ln.FunctionIndex()); ok {
+			l.Function = otlpprofiles.Str(d, fn.NameStrindex())
+			l.SystemName = otlpprofiles.Str(d, fn.SystemNameStrindex())
+			l.File = otlpprofiles.Str(d, fn.FilenameStrindex())
 			l.StartLine = fn.StartLine()
 		}
 		f.Lines = append(f.Lines, l)

@@ -1,4 +1,4 @@
-package rewrite_test
+package otlpprofiles_test
 
 import (
 	"fmt"
@@ -10,16 +10,14 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/dict"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
-	"github.com/profsym/profsym/services/gateway/internal/rewrite"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
-func TestApplyInternsAndOrders(t *testing.T) {
+func TestAddSymbolsInternsAndOrders(t *testing.T) {
 	pd := pprofile.NewProfiles()
 	d := pd.Dictionary()
-	// Empty tables: Apply must seed index 0 before appending.
+	// Empty tables: AddSymbols must seed index 0 before appending.
 	d.MappingTable().AppendEmpty()
 	d.MappingTable().AppendEmpty()
 	d.LocationTable().AppendEmpty()
@@ -39,7 +37,7 @@ func TestApplyInternsAndOrders(t *testing.T) {
 		{Function: "inner", File: "a.c", Line: 10, Column: 2, StartLine: 8},
 		{Function: "outer", LinkageName: "_Z5outerv", File: "a.c", Line: 20, StartLine: 18},
 	}
-	st := rewrite.Apply(pd, [][]frametable.Frame{1: chain, 2: chain, 3: chain[1:]},
+	st := otlpprofiles.AddSymbols(pd, [][]frametable.Frame{1: chain, 2: chain, 3: chain[1:]},
 		map[int32]symbolizerv1.Fidelity{1: symbolizerv1.Fidelity_FIDELITY_LINES})
 	if st.Functions != 2 || st.Locations != 3 || st.Lines != 5 || st.MappingAttributes != 3 {
 		t.Fatalf("stats %+v", st)
@@ -66,10 +64,10 @@ func TestApplyInternsAndOrders(t *testing.T) {
 	if fmt.Sprint(keys) != want {
 		t.Fatalf("mapping attributes %v, want %s", keys, want)
 	}
-	if err := validate.Profiles(pd); err != nil {
+	if err := otlpprofiles.Validate(pd); err != nil {
 		t.Fatal(err)
 	}
-	if err := dict.Orphans(pd); err != nil {
+	if err := otlpprofiles.Orphans(pd); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,7 +86,7 @@ func FuzzRewrite(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, nframes uint8) {
 		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(data)
-		if err != nil || validate.Profiles(pd) != nil {
+		if err != nil || otlpprofiles.Validate(pd) != nil {
 			return
 		}
 		in := pprofile.NewProfiles()
@@ -105,22 +103,22 @@ func FuzzRewrite(f *testing.F) {
 		for i := -1; i <= pd.Dictionary().MappingTable().Len(); i++ {
 			maps[int32(i)] = symbolizerv1.Fidelity(int(nframes) % 4)
 		}
-		rewrite.Apply(pd, locs, maps)
-		if err := validate.Profiles(pd); err != nil {
+		otlpprofiles.AddSymbols(pd, locs, maps)
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("rewrite made a valid request invalid: %v", err)
 		}
 		if err := otlptest.Compare(before, otlptest.Resolve(pd)); err != nil {
 			t.Fatal(err)
 		}
-		if err := dict.Orphans(pd); err != nil {
+		if err := otlpprofiles.Orphans(pd); err != nil {
 			t.Fatalf("rewrite left orphans: %v", err)
 		}
 	})
 }
 
-// TestApplyRandom: over random valid requests, with frames for every location, the output is
+// TestAddSymbolsRandom: over random valid requests, with frames for every location, the output is
 // valid, means what the input meant plus lines, and holds no orphan.
-func TestApplyRandom(t *testing.T) {
+func TestAddSymbolsRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for i := range 300 {
 		pd := otlptest.Generate(r)
@@ -136,14 +134,14 @@ func TestApplyRandom(t *testing.T) {
 		for mi := 1; mi < pd.Dictionary().MappingTable().Len(); mi++ {
 			maps[int32(mi)] = symbolizerv1.Fidelity_FIDELITY_FULL
 		}
-		st := rewrite.Apply(pd, locs, maps)
-		if err := validate.Profiles(pd); err != nil {
+		st := otlpprofiles.AddSymbols(pd, locs, maps)
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(pd)); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		if err := dict.Orphans(pd); err != nil {
+		if err := otlpprofiles.Orphans(pd); err != nil {
 			t.Fatalf("request %d (stats %+v): %v", i, st, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package dict_test
+package otlpprofiles_test
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/services/gateway/internal/dict"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
 // request is one sample over one location with lines, a mapping and attributes, plus an
@@ -77,11 +77,11 @@ func TestCompact(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		edit  func(pd pprofile.Profiles)
-		want  dict.CompactStats
+		want  otlpprofiles.CompactStats
 		clean bool // no orphans afterwards
 	}{
 		{name: "one orphan per table", edit: func(pprofile.Profiles) {},
-			want:  dict.CompactStats{Strings: 1, Attributes: 1, Mappings: 1, Functions: 1, Locations: 1, Stacks: 1, Links: 1},
+			want:  otlpprofiles.CompactStats{Strings: 1, Attributes: 1, Mappings: 1, Functions: 1, Locations: 1, Stacks: 1, Links: 1},
 			clean: true},
 		{name: "nothing to drop", edit: func(pd pprofile.Profiles) {
 			s := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().AppendEmpty()
@@ -90,14 +90,14 @@ func TestCompact(t *testing.T) {
 			s.AttributeIndices().Append(1)
 			s.Values().Append(1)
 			pd.Dictionary().LocationTable().At(1).Lines().AppendEmpty().SetFunctionIndex(1)
-		}, want: dict.CompactStats{}, clean: true},
+		}, want: otlpprofiles.CompactStats{}, clean: true},
 		{name: "an attribute value that may hide a string reference keeps the strings", edit: func(pd pprofile.Profiles) {
 			// An empty value is what pdata shows for a string_value_strindex.
 			pcommon.NewValueEmpty().CopyTo(pd.Dictionary().AttributeTable().At(2).Value())
-		}, want: dict.CompactStats{Attributes: 1, Mappings: 1, Functions: 1, Locations: 1, Stacks: 1, Links: 1, StringsKept: true}},
+		}, want: otlpprofiles.CompactStats{Attributes: 1, Mappings: 1, Functions: 1, Locations: 1, Stacks: 1, Links: 1, StringsKept: true}},
 		{name: "an index outside its table leaves the request alone", edit: func(pd pprofile.Profiles) {
 			pd.Dictionary().LocationTable().At(2).SetMappingIndex(99)
-		}, want: dict.CompactStats{}},
+		}, want: otlpprofiles.CompactStats{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pd := request()
@@ -105,7 +105,7 @@ func TestCompact(t *testing.T) {
 			in := pprofile.NewProfiles()
 			pd.CopyTo(in)
 			before := otlptest.Resolve(in)
-			got := dict.Compact(pd)
+			got := otlpprofiles.Compact(pd)
 			if got != tc.want {
 				t.Fatalf("compact %+v, want %+v", got, tc.want)
 			}
@@ -119,7 +119,7 @@ func TestCompact(t *testing.T) {
 					t.Fatalf("stack changed: %+v -> %+v", a, b)
 				}
 			}
-			if err := dict.Orphans(pd); (err == nil) != tc.clean {
+			if err := otlpprofiles.Orphans(pd); (err == nil) != tc.clean {
 				t.Fatalf("orphans after compaction: %v, want clean=%v", err, tc.clean)
 			}
 		})
@@ -131,8 +131,8 @@ func TestCompact(t *testing.T) {
 // attributes, and neither does Orphans on the decoded request.
 func TestOrphansSeesMarshalerStrings(t *testing.T) {
 	pd := request()
-	dict.Compact(pd)
-	if err := dict.Orphans(pd); err != nil {
+	otlpprofiles.Compact(pd)
+	if err := otlpprofiles.Orphans(pd); err != nil {
 		t.Fatal(err)
 	}
 	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
@@ -143,7 +143,7 @@ func TestOrphansSeesMarshalerStrings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = dict.Orphans(back)
+	err = otlpprofiles.Orphans(back)
 	if err == nil || !strings.Contains(err.Error(), `"process.pid"`) || !strings.Contains(err.Error(), `"process.executable.path"`) {
 		t.Fatalf("orphans %v: want the resource attribute keys the marshaler appended", err)
 	}
@@ -161,12 +161,12 @@ func TestCompactRandom(t *testing.T) {
 		pd := otlptest.Generate(r)
 		in := pprofile.NewProfiles()
 		pd.CopyTo(in)
-		cs := dict.Compact(pd)
+		cs := otlpprofiles.Compact(pd)
 		dropped += cs.Strings + cs.Locations + cs.Stacks + cs.Mappings + cs.Attributes
 		if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(pd)); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		if err := dict.Orphans(pd); err != nil {
+		if err := otlpprofiles.Orphans(pd); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
@@ -222,7 +222,7 @@ func BenchmarkCompact(b *testing.B) {
 		pd := pprofile.NewProfiles()
 		tmpl.CopyTo(pd)
 		b.StartTimer()
-		if cs := dict.Compact(pd); cs.Locations == 0 {
+		if cs := otlpprofiles.Compact(pd); cs.Locations == 0 {
 			b.Fatalf("nothing dropped: %+v", cs)
 		}
 	}

@@ -34,7 +34,7 @@ type cacheEntry struct {
 }
 
 // lru holds the answers of the symbolizer for (binary, mapping, address), so the hot frames
-// of a fleet, which every request repeats, cost one call per gateway instead of one per
+// of a fleet, which every request repeats, cost one call per gateway or Collector instead of one per
 // request. Only MODULE_STATUS_OK answers are kept: a missing binary may be uploaded any time.
 type lru struct {
 	mu    sync.Mutex

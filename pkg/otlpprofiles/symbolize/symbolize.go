@@ -1,6 +1,6 @@
 // Package symbolize finds the locations of an OTLP profiles request that need symbols, asks
 // the symbolizer service for them (deduplicated, in bounded batches, with bounded concurrency
-// and a deadline, through a small result cache) and hands the answers to package rewrite.
+// and a deadline, through a small result cache) and hands the answers to otlpprofiles.AddSymbols.
 //
 // Addresses and mappings go to the symbolizer exactly as they stand in the request: the
 // symbolizer holds the ELF headers and normalizes, and producers have already subtracted one
@@ -25,8 +25,7 @@ import (
 	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/dict"
-	"github.com/profsym/profsym/services/gateway/internal/rewrite"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 )
 
 // Reasons a location that needed symbols did not get them (label values of the unresolved
@@ -61,6 +60,13 @@ type Config struct {
 	// Timeout bounds symbolization per request (default 5s); what is not answered by then
 	// goes out unsymbolized.
 	Timeout time.Duration
+	// CallTimeout bounds each symbolizer call (default: only Timeout bounds it). A request
+	// split over several calls then loses only the slow call's answers, not the others'.
+	CallTimeout time.Duration
+	// FrameTypes lists the values of profile.frame.type whose locations are symbolized; ""
+	// stands for locations without a frame type (default: "", "native" and "go"). Kernel
+	// frames are only worth sending when the symbolizer holds the kernel's images by build ID.
+	FrameTypes []string
 	// BatchAddresses is the most addresses per call (default 8192).
 	BatchAddresses int
 	// BatchModules is the most modules per call (default 256).
@@ -77,8 +83,9 @@ type Config struct {
 
 // Symbolizer symbolizes requests. It is safe for concurrent use.
 type Symbolizer struct {
-	cfg   Config
-	cache *lru
+	cfg        Config
+	cache      *lru
+	frameTypes map[string]bool
 }
 
 // New returns a Symbolizer with cfg's defaults filled in.
@@ -103,7 +110,20 @@ func New(cfg Config) *Symbolizer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries)}
+	if cfg.FrameTypes == nil {
+		cfg.FrameTypes = DefaultFrameTypes()
+	}
+	ft := make(map[string]bool, len(cfg.FrameTypes))
+	for _, t := range cfg.FrameTypes {
+		ft[t] = true
+	}
+	return &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries), frameTypes: ft}
+}
+
+// DefaultFrameTypes are the frame types symbolized unless Config.FrameTypes says otherwise:
+// native, go, and none (producers of pprof-style data set no frame type).
+func DefaultFrameTypes() []string {
+	return []string{"", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo}
 }
 
 // Report says what happened to the locations of one request.
@@ -119,7 +139,7 @@ type Report struct {
 	// Unresolved counts the rest by reason.
 	Unresolved map[string]int
 	// Rewrite is what was added to the dictionary.
-	Rewrite rewrite.Stats
+	Rewrite otlpprofiles.SymbolStats
 }
 
 // modKey names one binary under one mapping: the unit the symbolizer normalizes addresses in.
@@ -138,34 +158,31 @@ type module struct {
 // could not be valid (wrong length, not hex) are left out rather than failing the whole
 // batch with INVALID_ARGUMENT.
 func IDs(d pprofile.ProfilesDictionary, m pprofile.Mapping) (gnu, goID, htl string) {
-	gnu = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGNU))
+	gnu = strings.ToLower(otlpprofiles.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGNU))
 	if !binaryid.ValidGNU(gnu) {
 		gnu = ""
 	}
-	goID = dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGo)
+	goID = otlpprofiles.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDGo)
 	if !binaryid.ValidGo(goID) {
 		goID = ""
 	}
-	htl = strings.ToLower(dict.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDHTLHash))
+	htl = strings.ToLower(otlpprofiles.AttrStr(d, m.AttributeIndices(), otlpattr.BuildIDHTLHash))
 	if !binaryid.ValidHTLHash(htl) {
 		htl = ""
 	}
 	return gnu, goID, htl
 }
 
-// needsSymbols reports whether a location is one the gateway symbolizes: frame type native,
-// go or absent, and no lines yet. Go frames count because profsym's collector sends them as
-// addresses too (the symbolizer reads Go binaries from pclntab); producers that symbolize Go on
-// the node send lines, and located frames are never touched.
-func needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+// needsSymbols reports whether a location is one to symbolize: a frame type of
+// Config.FrameTypes (by default native, go or absent), and no lines yet. Go frames count
+// because profsym's collector sends them as addresses too (the symbolizer reads Go binaries
+// from pclntab); producers that symbolize Go on the node send lines, and located frames are
+// never touched.
+func (s *Symbolizer) needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
 	if loc.Lines().Len() > 0 {
 		return false
 	}
-	switch dict.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType) {
-	case "", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo:
-		return true
-	}
-	return false
+	return s.frameTypes[otlpprofiles.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType)]
 }
 
 type modInfo struct {
@@ -246,14 +263,14 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 
 	for i := 1; i < lt.Len(); i++ {
 		loc := lt.At(i)
-		if !needsSymbols(d, loc) {
+		if !s.needsSymbols(d, loc) {
 			continue
 		}
 		rep.Seen++
 		mi := loc.MappingIndex()
 		info, seen := mapInfo[mi]
 		if !seen {
-			if m, ok := dict.Mapping(d, mi); ok && mi != 0 {
+			if m, ok := otlpprofiles.Mapping(d, mi); ok && mi != 0 {
 				gnu, goID, htl := IDs(d, m)
 				if gnu != "" || goID != "" || htl != "" {
 					k := modKey{gnu, goID, htl, m.MemoryStart(), m.MemoryLimit(), m.FileOffset()}
@@ -280,8 +297,8 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 				slotOut = append(slotOut, outcome{reason: ReasonDisabled})
 				mod := modules[info.key]
 				if mod == nil {
-					m, _ := dict.Mapping(d, mi)
-					name := dict.Str(d, m.FilenameStrindex())
+					m, _ := otlpprofiles.Mapping(d, mi)
+					name := otlpprofiles.Str(d, m.FilenameStrindex())
 					if len(name) > maxFilename {
 						name = ""
 					}
@@ -331,7 +348,7 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 			mappings[mi] = f
 		}
 	}
-	rep.Rewrite = rewrite.Apply(pd, locs, mappings)
+	rep.Rewrite = otlpprofiles.AddSymbols(pd, locs, mappings)
 	return rep
 }
 
@@ -424,6 +441,11 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			}
 		}
 		return out
+	}
+	if s.cfg.CallTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.CallTimeout)
+		defer cancel()
 	}
 	start := time.Now()
 	resp, err := s.cfg.Client.Symbolize(ctx, connect.NewRequest(req))

@@ -1,27 +1,21 @@
-package validate_test
+package otlpprofiles_test
 
 import (
-	"context"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/pkg/frametable"
-	"github.com/profsym/profsym/services/gateway/internal/exporter"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
-	"github.com/profsym/profsym/services/gateway/internal/rewrite"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
 func base() pprofile.Profiles {
 	return otlptest.Generate(rand.New(rand.NewPCG(7, 7)))
 }
 
-func TestProfiles(t *testing.T) {
+func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
 		break_ func(pd pprofile.Profiles)
@@ -78,7 +72,7 @@ func TestProfiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pd := base()
 			tc.break_(pd)
-			err := validate.Profiles(pd)
+			err := otlpprofiles.Validate(pd)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("valid request rejected: %v", err)
@@ -89,56 +83,4 @@ func TestProfiles(t *testing.T) {
 			}
 		})
 	}
-}
-
-// FuzzValidate: whatever bytes arrive, decoding plus validation never panics, and a request
-// that passes validation goes through symbolization, rewriting, pprof conversion and
-// re-encoding without a panic.
-func FuzzValidate(f *testing.F) {
-	r := rand.New(rand.NewPCG(3, 4))
-	for range 8 {
-		b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(otlptest.Generate(r))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte{})
-	f.Add([]byte{0x12, 0x02, 0x0a, 0x00})
-	sym := symbolize.New(symbolize.Config{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(data)
-		if err != nil {
-			return
-		}
-		if err := validate.Profiles(pd); err != nil {
-			return
-		}
-		sym.Process(context.Background(), pd)
-		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len())
-		for i := range locs {
-			locs[i] = []frametable.Frame{{Function: "f", File: "x.c", Line: 3}, {Function: "g"}}
-		}
-		maps := map[int32]symbolizerv1.Fidelity{}
-		for i := 0; i < pd.Dictionary().MappingTable().Len(); i++ {
-			maps[int32(i)] = symbolizerv1.Fidelity_FIDELITY_FULL
-		}
-		rewrite.Apply(pd, locs, maps)
-		if err := validate.Profiles(pd); err != nil {
-			t.Fatalf("rewrite made a valid request invalid: %v", err)
-		}
-		otlptest.Resolve(pd)
-		rps := pd.ResourceProfiles()
-		for i := 0; i < rps.Len(); i++ {
-			for j := 0; j < rps.At(i).ScopeProfiles().Len(); j++ {
-				ps := rps.At(i).ScopeProfiles().At(j).Profiles()
-				for k := 0; k < ps.Len(); k++ {
-					_, _ = exporter.ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
-				}
-			}
-		}
-		if _, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd); err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-	})
 }

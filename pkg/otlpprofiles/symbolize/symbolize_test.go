@@ -5,98 +5,19 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/pkg/symbolizecodec"
-	"github.com/profsym/profsym/services/gateway/internal/otlptest"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize/symbolizetest"
 )
-
-// synthetic answers every address with frames derived from it, so the property test can check
-// what was added without real binaries: address%5==0 resolves to nothing, GNU build IDs
-// starting with "f" are not found, and everything else gets 1 to 3 inline frames.
-type synthetic struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
-	calls     atomic.Int64
-	addresses atomic.Int64
-	delay     time.Duration
-	mu        sync.Mutex
-	maxAddrs  int
-}
-
-func frames(addr uint64) []frametable.Frame {
-	if addr%5 == 0 {
-		return nil
-	}
-	var out []frametable.Frame
-	for k := range 1 + int(addr%3) {
-		out = append(out, frametable.Frame{
-			Function:  fmt.Sprintf("fn_%x_%d", addr, k),
-			File:      fmt.Sprintf("src/f%d.c", addr%4),
-			Line:      uint32(addr%97) + uint32(k),
-			Column:    uint32(k),
-			StartLine: 7,
-		})
-	}
-	return out
-}
-
-func (s *synthetic) Symbolize(ctx context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
-	s.calls.Add(1)
-	if s.delay > 0 {
-		select {
-		case <-time.After(s.delay):
-		case <-ctx.Done():
-			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-		}
-	}
-	resp := &symbolizerv1.SymbolizeResponse{}
-	n := 0
-	for _, m := range req.Msg.GetModules() {
-		n += len(m.GetAddresses())
-		if strings.HasPrefix(m.GetGnuBuildId(), "f") {
-			resp.Modules = append(resp.Modules, &symbolizerv1.ModuleResult{
-				Status: symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, FrameCounts: make([]uint32, len(m.GetAddresses()))})
-			continue
-		}
-		r := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: symbolizerv1.Fidelity_FIDELITY_FULL}
-		var locs [][]frametable.Frame
-		for _, a := range m.GetAddresses() {
-			locs = append(locs, frames(a))
-		}
-		frametable.Encode(r, locs)
-		resp.Modules = append(resp.Modules, r)
-	}
-	s.addresses.Add(int64(n))
-	s.mu.Lock()
-	s.maxAddrs = max(s.maxAddrs, n)
-	s.mu.Unlock()
-	return connect.NewResponse(resp), nil
-}
-
-func start(t testing.TB, h *synthetic) symbolizerv1connect.SymbolizerServiceClient {
-	t.Helper()
-	path, handler := symbolizerv1connect.NewSymbolizerServiceHandler(h)
-	mux := http.NewServeMux()
-	mux.Handle(path, handler)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	// Decoded as the gateway decodes answers.
-	return symbolizerv1connect.NewSymbolizerServiceClient(srv.Client(), srv.URL, connect.WithCodec(symbolizecodec.Codec{}))
-}
 
 func copyOf(pd pprofile.Profiles) pprofile.Profiles {
 	c := pprofile.NewProfiles()
@@ -108,19 +29,19 @@ func copyOf(pd pprofile.Profiles) pprofile.Profiles {
 // lines, functions, strings and has_* attributes; lines appear exactly where a native location
 // with a build ID and no lines got frames, and they are the frames the symbolizer gave.
 func TestProcessProperty(t *testing.T) {
-	h := &synthetic{}
-	client := start(t, h)
+	h := &symbolizetest.Synthetic{}
+	client := symbolizetest.Client(t, h)
 	s := symbolize.New(symbolize.Config{Client: client, BatchAddresses: 7, BatchModules: 3, Concurrency: 3, CacheEntries: 64})
 	r := rand.New(rand.NewPCG(1, 2))
 	var symbolized, unresolved int
 	for iter := range 300 {
 		pd := otlptest.Generate(r)
-		if err := validate.Profiles(pd); err != nil {
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("iter %d: generated request invalid: %v", iter, err)
 		}
 		in := otlptest.Resolve(copyOf(pd))
 		rep := s.Process(context.Background(), pd)
-		if err := validate.Profiles(pd); err != nil {
+		if err := otlpprofiles.Validate(pd); err != nil {
 			t.Fatalf("iter %d: output invalid: %v", iter, err)
 		}
 		// And it survives the wire.
@@ -148,7 +69,7 @@ func TestProcessProperty(t *testing.T) {
 				ids := strings.Contains(fmt.Sprint(fin.MappingAttrs), "build_id")
 				notFound := strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDGNU+"=Str(f") &&
 					!strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDHTLHash)
-				want := frames(fin.Address)
+				want := symbolizetest.Frames(fin.Address)
 				if !native || !ids || notFound {
 					want = nil
 				}
@@ -179,9 +100,9 @@ func TestProcessProperty(t *testing.T) {
 	if symbolized < 1000 || unresolved < 100 {
 		t.Fatalf("generator too narrow: %d locations symbolized, %d unresolved", symbolized, unresolved)
 	}
-	t.Logf("%d locations symbolized, %d unresolved, %d calls", symbolized, unresolved, h.calls.Load())
-	if h.maxAddrs > 7 {
-		t.Fatalf("a call carried %d addresses, batch is 7", h.maxAddrs)
+	t.Logf("%d locations symbolized, %d unresolved, %d calls", symbolized, unresolved, h.Calls.Load())
+	if h.MaxAddresses() > 7 {
+		t.Fatalf("a call carried %d addresses, batch is 7", h.MaxAddresses())
 	}
 }
 
@@ -212,26 +133,26 @@ func request(addrs ...uint64) pprofile.Profiles {
 }
 
 func TestDedupeAndCache(t *testing.T) {
-	h := &synthetic{}
-	s := symbolize.New(symbolize.Config{Client: start(t, h)})
+	h := &symbolizetest.Synthetic{}
+	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, h)})
 	rep := s.Process(context.Background(), request(0x11, 0x12, 0x11, 0x11, 0x13, 0x12))
-	if rep.Seen != 6 || rep.Symbolized != 6 || h.addresses.Load() != 3 || h.calls.Load() != 1 {
-		t.Fatalf("report %+v, %d addresses sent in %d calls; want 6 seen, 6 symbolized, 3 addresses, 1 call", rep, h.addresses.Load(), h.calls.Load())
+	if rep.Seen != 6 || rep.Symbolized != 6 || h.Addresses.Load() != 3 || h.Calls.Load() != 1 {
+		t.Fatalf("report %+v, %d addresses sent in %d calls; want 6 seen, 6 symbolized, 3 addresses, 1 call", rep, h.Addresses.Load(), h.Calls.Load())
 	}
 	rep = s.Process(context.Background(), request(0x11, 0x12, 0x13))
-	if rep.CacheHits != 3 || rep.Symbolized != 3 || h.calls.Load() != 1 {
-		t.Fatalf("second request: report %+v after %d calls; want 3 cache hits and no call", rep, h.calls.Load())
+	if rep.CacheHits != 3 || rep.Symbolized != 3 || h.Calls.Load() != 1 {
+		t.Fatalf("second request: report %+v after %d calls; want 3 cache hits and no call", rep, h.Calls.Load())
 	}
 }
 
 func TestFailuresLeaveDataAlone(t *testing.T) {
-	slow := &synthetic{delay: 2 * time.Second}
+	slow := &symbolizetest.Synthetic{Delay: 2 * time.Second}
 	tests := []struct {
 		name   string
 		client symbolizerv1connect.SymbolizerServiceClient
 		reason string
 	}{
-		{"slow", start(t, slow), symbolize.ReasonDeadline},
+		{"slow", symbolizetest.Client(t, slow), symbolize.ReasonDeadline},
 		{"down", symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, "http://127.0.0.1:1"), symbolize.ReasonSymbolizerError},
 		{"disabled", nil, symbolize.ReasonDisabled},
 	}
@@ -256,5 +177,55 @@ func TestFailuresLeaveDataAlone(t *testing.T) {
 				t.Fatal("lines added although nothing was symbolized")
 			}
 		})
+	}
+}
+
+// TestFrameTypes: by default locations without a frame type are symbolized and kernel ones are
+// not; a configuration that lists only kernel turns that around.
+func TestFrameTypes(t *testing.T) {
+	typed := func(frameType string) pprofile.Profiles {
+		pd := request(0x31)
+		d := pd.Dictionary()
+		d.StringTable().Append(otlpattr.FrameType, frameType)
+		kv := d.AttributeTable().AppendEmpty()
+		kv.SetKeyStrindex(int32(d.StringTable().Len() - 2))
+		kv.Value().SetStr(frameType)
+		d.LocationTable().At(1).AttributeIndices().Append(int32(d.AttributeTable().Len() - 1))
+		return pd
+	}
+	client := symbolizetest.Client(t, &symbolizetest.Synthetic{})
+	for _, tc := range []struct {
+		name       string
+		frameTypes []string
+		pd         pprofile.Profiles
+		want       int
+	}{
+		{"default, no type", nil, request(0x31), 1},
+		{"default, native", nil, typed(otlpattr.FrameTypeNative), 1},
+		{"default, kernel", nil, typed(otlpattr.FrameTypeKernel), 0},
+		{"kernel only, kernel", []string{otlpattr.FrameTypeKernel}, typed(otlpattr.FrameTypeKernel), 1},
+		{"kernel only, no type", []string{otlpattr.FrameTypeKernel}, request(0x31), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := symbolize.New(symbolize.Config{Client: client, FrameTypes: tc.frameTypes, CacheEntries: -1})
+			if rep := s.Process(t.Context(), tc.pd); rep.Seen != tc.want || rep.Symbolized != tc.want {
+				t.Fatalf("report %+v, want %d seen and symbolized", rep, tc.want)
+			}
+		})
+	}
+}
+
+// TestCallTimeout: a call that outlives CallTimeout ends with it, well before the request's
+// deadline, and its addresses pass on as timed out.
+func TestCallTimeout(t *testing.T) {
+	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, &symbolizetest.Synthetic{Delay: 5 * time.Second}),
+		Timeout: 10 * time.Second, CallTimeout: 100 * time.Millisecond})
+	t0 := time.Now()
+	rep := s.Process(t.Context(), request(0x41, 0x42))
+	if el := time.Since(t0); el > 2*time.Second {
+		t.Fatalf("took %v with a 100ms call timeout", el)
+	}
+	if rep.Unresolved[symbolize.ReasonDeadline] != 2 {
+		t.Fatalf("report %+v, want 2 unresolved for %s", rep, symbolize.ReasonDeadline)
 	}
 }

@@ -1,8 +1,4 @@
-// Package dict reads an OTLP profiles dictionary without panicking: pdata's At() panics on a bad
-// index, and a validated request may still reference index 0 of an empty table, which OTLP
-// defines as the zero value. It also drops the entries nothing references (Compact) and
-// reports them (Orphans), so the gateway's outputs pass the Profiling SIG's orphan check.
-package dict
+package otlpprofiles
 
 import (
 	"go.opentelemetry.io/collector/pdata/pcommon"

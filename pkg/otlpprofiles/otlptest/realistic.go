@@ -1,20 +1,16 @@
-package symbolize_test
+package otlptest
 
 import (
-	"context"
 	"fmt"
-	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/symbolize"
-	"github.com/profsym/profsym/services/gateway/internal/validate"
 )
 
-// realistic builds an eBPF-profiler-shaped request: nloc locations over nmap mappings, 200
-// stacks of 16 frames.
-func realistic(nloc, nmap int) pprofile.Profiles {
+// Realistic builds an eBPF-profiler-shaped request for benchmarks: nloc native locations
+// without lines over nmap mappings with GNU build IDs, 200 stacks of 16 frames, one sample each.
+func Realistic(nloc, nmap int) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	d := pd.Dictionary()
 	d.StringTable().Append("", otlpattr.BuildIDGNU, otlpattr.FrameType, otlpattr.FrameTypeNative)
@@ -51,32 +47,4 @@ func realistic(nloc, nmap int) pprofile.Profiles {
 		smp.TimestampsUnixNano().Append(1, 2)
 	}
 	return pd
-}
-
-// BenchmarkProcessCached is the gateway's own work on a 500-location request whose symbols are
-// all in the cache: validation, collection, cache lookups and the dictionary rewrite.
-func BenchmarkProcessCached(b *testing.B) {
-	h := &synthetic{}
-	s := symbolize.New(symbolize.Config{Client: start(b, h)})
-	tmpl := realistic(500, 20)
-	s.Process(context.Background(), copyOf(tmpl))
-	reqs := make([]pprofile.Profiles, b.N)
-	for i := range reqs {
-		reqs[i] = copyOf(tmpl)
-	}
-	calls := h.calls.Load()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := validate.Profiles(reqs[i]); err != nil {
-			b.Fatal(err)
-		}
-		rep := s.Process(context.Background(), reqs[i])
-		if rep.Symbolized == 0 {
-			b.Fatal("nothing symbolized")
-		}
-	}
-	b.StopTimer()
-	if h.calls.Load() != calls {
-		b.Fatal("cached request called the symbolizer")
-	}
 }

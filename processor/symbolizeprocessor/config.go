@@ -1,0 +1,152 @@
+package symbolizeprocessor
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/config/configtls"
+
+	"github.com/profsym/profsym/pkg/otlpattr"
+)
+
+// Frame types a user may list in frame_types. "none" stands for locations that carry no
+// profile.frame.type attribute (pprof-style producers), which OTLP leaves to the reader.
+const (
+	FrameTypeNative = otlpattr.FrameTypeNative
+	FrameTypeGo     = otlpattr.FrameTypeGo
+	FrameTypeKernel = otlpattr.FrameTypeKernel
+	FrameTypeNone   = "none"
+)
+
+// Limits of the symbolizer's API (symbolizer.proto); larger settings could only be refused.
+const (
+	maxBatchAddresses = 100_000
+	maxConcurrency    = 256
+)
+
+// Config is the processor's configuration.
+type Config struct {
+	// Endpoint is the symbolizer's base URL, http:// or https://.
+	Endpoint string `mapstructure:"endpoint"`
+	// TLS configures the client side of https:// endpoints.
+	TLS configtls.ClientConfig `mapstructure:"tls"`
+	// BearerToken is sent on every call when the symbolizer protects reads.
+	BearerToken configopaque.String `mapstructure:"bearer_token"`
+	// BearerTokenFile names a file holding the token instead (read at start, trimmed), so a
+	// Kubernetes Secret can be mounted rather than written into the config.
+	BearerTokenFile string `mapstructure:"bearer_token_file"`
+	// Timeout bounds each call to the symbolizer.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// Deadline bounds the symbolization of one batch of profiles: what is not answered by then
+	// goes on unsymbolized and counted, never dropped.
+	Deadline time.Duration `mapstructure:"deadline"`
+	// BatchAddresses is the most addresses per call.
+	BatchAddresses int `mapstructure:"batch_addresses"`
+	// Concurrency is the most calls in flight per batch of profiles.
+	Concurrency int `mapstructure:"concurrency"`
+	// CacheEntries bounds the in-memory cache of answers, per (binary, mapping, address);
+	// 0 disables it.
+	CacheEntries int `mapstructure:"cache_entries"`
+	// FrameTypes lists the frame types to symbolize: native, go, kernel (only worth it when the
+	// symbolizer holds kernel images by build ID) and none (no frame type).
+	FrameTypes []string `mapstructure:"frame_types"`
+
+	// prevent unkeyed literals
+	_ struct{}
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Timeout:        2 * time.Second,
+		Deadline:       5 * time.Second,
+		BatchAddresses: 8192,
+		Concurrency:    4,
+		CacheEntries:   1 << 18,
+		FrameTypes:     []string{FrameTypeNative, FrameTypeGo, FrameTypeNone},
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Endpoint == "" {
+		errs = append(errs, errors.New("endpoint: required (the symbolizer's base URL, such as http://symbolizer:7070)"))
+	} else if u, err := url.Parse(c.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("endpoint: %w", err))
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("endpoint %q: want http://host:port or https://host:port", c.Endpoint))
+	} else if u.Scheme == "http" && tlsConfigured(c.TLS) {
+		errs = append(errs, fmt.Errorf("endpoint %q: tls settings need an https:// endpoint", c.Endpoint))
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("tls: %w", err))
+	}
+	if c.BearerToken != "" && c.BearerTokenFile != "" {
+		errs = append(errs, errors.New("bearer_token and bearer_token_file: set one, not both"))
+	}
+	if c.BearerTokenFile != "" {
+		if _, err := os.Stat(c.BearerTokenFile); err != nil {
+			errs = append(errs, fmt.Errorf("bearer_token_file: %w", err))
+		}
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout %v: must be positive", c.Timeout))
+	}
+	if c.Deadline <= 0 {
+		errs = append(errs, fmt.Errorf("deadline %v: must be positive", c.Deadline))
+	}
+	if c.BatchAddresses <= 0 || c.BatchAddresses > maxBatchAddresses {
+		errs = append(errs, fmt.Errorf("batch_addresses %d: must be between 1 and %d", c.BatchAddresses, maxBatchAddresses))
+	}
+	if c.Concurrency <= 0 || c.Concurrency > maxConcurrency {
+		errs = append(errs, fmt.Errorf("concurrency %d: must be between 1 and %d", c.Concurrency, maxConcurrency))
+	}
+	if c.CacheEntries < 0 {
+		errs = append(errs, fmt.Errorf("cache_entries %d: must not be negative (0 disables the cache)", c.CacheEntries))
+	}
+	if len(c.FrameTypes) == 0 {
+		errs = append(errs, errors.New("frame_types: list at least one of native, go, kernel, none"))
+	}
+	for _, t := range c.FrameTypes {
+		if !slices.Contains([]string{FrameTypeNative, FrameTypeGo, FrameTypeKernel, FrameTypeNone}, t) {
+			errs = append(errs, fmt.Errorf("frame_types: unknown %q (want native, go, kernel or none)", t))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tlsConfigured reports whether any TLS setting was made that only an https endpoint uses.
+func tlsConfigured(c configtls.ClientConfig) bool {
+	return c.CAFile != "" || c.CAPem != "" || c.CertFile != "" || c.CertPem != "" ||
+		c.KeyFile != "" || c.KeyPem != "" || c.InsecureSkipVerify || c.ServerName != ""
+}
+
+// frameTypes translates frame_types into the attribute values the symbolizer matches.
+func (c *Config) frameTypes() []string {
+	out := make([]string, 0, len(c.FrameTypes))
+	for _, t := range c.FrameTypes {
+		if t == FrameTypeNone {
+			t = ""
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// token returns the bearer token, from the file when one is named.
+func (c *Config) token() (string, error) {
+	if c.BearerTokenFile == "" {
+		return string(c.BearerToken), nil
+	}
+	b, err := os.ReadFile(c.BearerTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("bearer_token_file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
