@@ -18,11 +18,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/binaryid"
+	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
@@ -43,7 +45,10 @@ const (
 	ReasonNoFrames         = "no_frames"
 	ReasonDeadline         = "deadline"
 	ReasonSymbolizerError  = "symbolizer_error"
-	ReasonBadResponse      = "bad_response"
+	// ReasonBreakerOpen: the symbolizer failed repeatedly, so it is not called for a while
+	// and data passes on at once instead of waiting for its deadline.
+	ReasonBreakerOpen = "breaker_open"
+	ReasonBadResponse = "bad_response"
 )
 
 // Server limits documented in symbolizer.proto; batches never exceed them.
@@ -75,6 +80,12 @@ type Config struct {
 	Concurrency int
 	// CacheEntries bounds the result cache (default 262144; negative disables it).
 	CacheEntries int
+	// BreakerFailures consecutive calls that ran into their deadline open the breaker
+	// (default 5): for
+	// BreakerOpen (default 10s) no call is made and data passes on unsymbolized at once,
+	// then one probe call decides whether to close it again.
+	BreakerFailures int
+	BreakerOpen     time.Duration
 	// OnCall, if set, is told the duration and outcome of every symbolizer call.
 	OnCall func(d time.Duration, err error)
 	// Logger receives warnings about unusable answers (default slog.Default()).
@@ -86,6 +97,8 @@ type Symbolizer struct {
 	cfg        Config
 	cache      *lru
 	frameTypes map[string]bool
+	breaker    *gobreaker.CircuitBreaker[*connect.Response[symbolizerv1.SymbolizeResponse]]
+	health     *degraded.Tracker
 }
 
 // New returns a Symbolizer with cfg's defaults filled in.
@@ -113,12 +126,44 @@ func New(cfg Config) *Symbolizer {
 	if cfg.FrameTypes == nil {
 		cfg.FrameTypes = DefaultFrameTypes()
 	}
+	if cfg.BreakerFailures <= 0 {
+		cfg.BreakerFailures = 5
+	}
+	if cfg.BreakerOpen <= 0 {
+		cfg.BreakerOpen = 10 * time.Second
+	}
 	ft := make(map[string]bool, len(cfg.FrameTypes))
 	for _, t := range cfg.FrameTypes {
 		ft[t] = true
 	}
-	return &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries), frameTypes: ft}
+	s := &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries), frameTypes: ft,
+		health: degraded.New("symbolizer", "profiles pass on with the symbols the cache holds, the rest unsymbolized", time.Minute, cfg.Logger)}
+	log := cfg.Logger
+	s.breaker = gobreaker.NewCircuitBreaker[*connect.Response[symbolizerv1.SymbolizeResponse]](gobreaker.Settings{
+		Name:        "symbolizer",
+		MaxRequests: 1,
+		Timeout:     cfg.BreakerOpen,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
+		// Only calls that ran into their deadline count: a hung symbolizer costs every request
+		// its whole deadline, while a refused connection or an error answer costs nothing and
+		// must not delay recovery.
+		IsSuccessful: func(err error) bool {
+			return !errors.Is(err, context.DeadlineExceeded) && connect.CodeOf(err) != connect.CodeDeadlineExceeded
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			switch to {
+			case gobreaker.StateOpen:
+				log.Warn("symbolizer calls stopped: passing data on unsymbolized at once", "after_consecutive_failures", cfg.BreakerFailures, "retry_in", cfg.BreakerOpen, "from", from.String())
+			case gobreaker.StateClosed:
+				log.Info("symbolizer calls resumed: a probe call succeeded")
+			}
+		},
+	})
+	return s
 }
+
+// BreakerOpen reports whether symbolizer calls are stopped after repeated failures.
+func (s *Symbolizer) BreakerOpen() bool { return s.breaker.State() != gobreaker.StateClosed }
 
 // DefaultFrameTypes are the frame types symbolized unless Config.FrameTypes says otherwise:
 // native, go, and none (producers of pprof-style data set no frame type).
@@ -448,16 +493,24 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 		defer cancel()
 	}
 	start := time.Now()
-	resp, err := s.cfg.Client.Symbolize(ctx, connect.NewRequest(req))
+	resp, err := s.breaker.Execute(func() (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
+		return s.cfg.Client.Symbolize(ctx, connect.NewRequest(req))
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		s.health.Fail(err)
+		return failAll(ReasonBreakerOpen)
+	}
 	if s.cfg.OnCall != nil {
 		s.cfg.OnCall(time.Since(start), err)
 	}
 	if err != nil {
+		s.health.Fail(err)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 			return failAll(ReasonDeadline)
 		}
 		return failAll(ReasonSymbolizerError)
 	}
+	s.health.OK()
 	if len(resp.Msg.GetModules()) != len(req.Modules) {
 		return failAll(ReasonBadResponse)
 	}

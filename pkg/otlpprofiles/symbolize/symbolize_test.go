@@ -1,11 +1,14 @@
 package symbolize_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +231,69 @@ func TestCallTimeout(t *testing.T) {
 	if rep.Unresolved[symbolize.ReasonDeadline] != 2 {
 		t.Fatalf("report %+v, want 2 unresolved for %s", rep, symbolize.ReasonDeadline)
 	}
+}
+
+// TestBreaker: a symbolizer that accepts calls and never answers costs the first requests
+// their deadline; after BreakerFailures of them, requests pass on at once, unsymbolized and
+// counted; once the symbolizer answers again, a probe closes the breaker and symbolization
+// resumes by itself. The logs tell the outage's start and end.
+func TestBreaker(t *testing.T) {
+	h := &symbolizetest.Synthetic{}
+	h.Hung.Store(true)
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, h), Timeout: 150 * time.Millisecond,
+		BreakerFailures: 3, BreakerOpen: 300 * time.Millisecond, CacheEntries: -1,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))})
+	for i := range 3 {
+		if rep := s.Process(t.Context(), request(0x51)); rep.Unresolved[symbolize.ReasonDeadline] != 1 {
+			t.Fatalf("call %d: report %+v, want the deadline", i, rep)
+		}
+	}
+	if !s.BreakerOpen() {
+		t.Fatal("breaker still closed after 3 calls that timed out")
+	}
+	calls := h.Calls.Load()
+	t0 := time.Now()
+	rep := s.Process(t.Context(), request(0x52))
+	if el := time.Since(t0); el > 100*time.Millisecond {
+		t.Errorf("with the breaker open a request took %v; it should pass at once", el)
+	}
+	if rep.Unresolved[symbolize.ReasonBreakerOpen] != 1 || h.Calls.Load() != calls {
+		t.Fatalf("report %+v and %d calls made while open, want breaker_open and none", rep, h.Calls.Load()-calls)
+	}
+
+	h.Hung.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if rep := s.Process(t.Context(), request(0x53)); rep.Symbolized == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("symbolization did not resume after the symbolizer recovered")
+		}
+	}
+	if s.BreakerOpen() {
+		t.Error("breaker still open after a successful probe")
+	}
+	logMu.Lock()
+	text := logs.String()
+	logMu.Unlock()
+	for _, want := range []string{"symbolizer degraded", "symbolizer calls stopped", "symbolizer calls resumed", "symbolizer recovered"} {
+		if strings.Count(text, want) != 1 {
+			t.Errorf("log has %q %d times, want once:\n%s", want, strings.Count(text, want), text)
+		}
+	}
+}
+
+type lockedWriter struct {
+	b  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

@@ -30,6 +30,9 @@ type Synthetic struct {
 	Calls, Addresses atomic.Int64
 	// Delay holds every answer back, or until the call's context ends.
 	Delay time.Duration
+	// Hung, while set, holds every answer until the call's context ends: a symbolizer that
+	// accepts calls and never answers.
+	Hung atomic.Bool
 
 	mu       sync.Mutex
 	maxAddrs int
@@ -56,6 +59,10 @@ func Frames(addr uint64) []frametable.Frame {
 // Symbolize implements the service.
 func (s *Synthetic) Symbolize(ctx context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
 	s.Calls.Add(1)
+	if s.Hung.Load() {
+		<-ctx.Done()
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
 	if s.Delay > 0 {
 		select {
 		case <-time.After(s.Delay):
