@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/profsym/profsym/pkg/degraded"
 )
 
 // Item is one accepted request, read-only once queued (several exporters share it).
@@ -65,6 +67,9 @@ type Queue struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// health tells a downstream outage in the log once when it starts, each minute while it
+	// lasts and when it ends, instead of once per retry.
+	health *degraded.Tracker
 }
 
 // New starts a queue with its workers.
@@ -78,7 +83,8 @@ func New(cfg Config, send Sender) *Queue {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Second
 	}
-	q := &Queue{cfg: cfg, send: send}
+	q := &Queue{cfg: cfg, send: send,
+		health: degraded.New("downstream "+cfg.Name, "acknowledged requests wait in the queue and are retried with backoff", time.Minute, slog.Default())}
 	q.cond = sync.NewCond(&q.mu)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	for range cfg.Workers {
@@ -148,6 +154,7 @@ func (q *Queue) deliver(it Item) {
 	for {
 		err := q.send(q.ctx, it)
 		if err == nil {
+			q.health.OK()
 			if q.cfg.Hooks.Sent != nil {
 				q.cfg.Hooks.Sent(it)
 			}
@@ -162,7 +169,8 @@ func (q *Queue) deliver(it Item) {
 			slog.Error("export rejected by downstream; request dropped", "exporter", q.cfg.Name, "samples", it.Samples, "err", err)
 			return
 		}
-		slog.Warn("export failed; retrying", "exporter", q.cfg.Name, "delay", delay, "err", err)
+		q.health.Fail(err)
+		slog.Debug("export failed; retrying", "exporter", q.cfg.Name, "delay", delay, "err", err)
 		select {
 		case <-q.ctx.Done():
 			if q.cfg.Hooks.Lost != nil {
