@@ -308,8 +308,12 @@ func (a *Agent) preload() int {
 			}
 		}
 	}
+	// A table of its own, without the file hook: a process running now offers its files for
+	// upload when it is sampled, as any process does, not all at start.
+	pre := procmaps.NewTable(a.cfg.ProcRoot, a.files, a.log)
+	pre.SetProcessHook(a.unwind.Update)
 	for _, pid := range pids {
-		a.procs.Process(pid)
+		pre.Process(pid)
 	}
 	return len(pids)
 }

@@ -88,6 +88,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	pending map[uint32]*procmaps.Process // nil value: forget the process
+	order   map[uint32]uint64            // when each pending pid was first asked for
+	seq     uint64
 	wake    chan struct{}
 
 	// Owned by Run's goroutine.
@@ -137,6 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		maps: cfg.Maps, log: log,
 		pending:   make(map[uint32]*procmaps.Process),
+		order:     make(map[uint32]uint64),
 		wake:      make(chan struct{}, 1),
 		files:     make(map[procmaps.FileKey]*fileEntry),
 		procFiles: make(map[uint32][]procmaps.FileKey),
@@ -192,14 +195,24 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 func (m *Manager) Update(p *procmaps.Process) {
 	m.mu.Lock()
 	m.pending[p.PID] = p
+	m.enqueue(p.PID)
 	m.mu.Unlock()
 	m.signal()
+}
+
+// enqueue remembers when pid was first asked for since the last drain; m.mu is held.
+func (m *Manager) enqueue(pid uint32) {
+	if _, ok := m.order[pid]; !ok {
+		m.seq++
+		m.order[pid] = m.seq
+	}
 }
 
 // Forget drops what the unwinder knows of an ended process.
 func (m *Manager) Forget(pid uint32) {
 	m.mu.Lock()
 	m.pending[pid] = nil
+	m.enqueue(pid)
 	m.mu.Unlock()
 	m.signal()
 }
@@ -231,12 +244,16 @@ func (m *Manager) drain() {
 	m.mu.Lock()
 	batch := m.pending
 	m.pending = make(map[uint32]*procmaps.Process, len(batch))
+	order := m.order
+	m.order = make(map[uint32]uint64, len(order))
 	m.mu.Unlock()
+	// Oldest request first: a process waits behind those that came before it, not behind
+	// every process with a lower pid.
 	pids := make([]uint32, 0, len(batch))
 	for pid := range batch {
 		pids = append(pids, pid)
 	}
-	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	sort.Slice(pids, func(i, j int) bool { return order[pids[i]] < order[pids[j]] })
 	for _, pid := range pids {
 		if p := batch[pid]; p != nil {
 			m.apply(p)
