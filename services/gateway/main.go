@@ -46,6 +46,7 @@ type cli struct {
 	ExportTimeout          time.Duration     `name:"export-timeout" default:"30s" env:"GATEWAY_EXPORT_TIMEOUT" help:"Deadline per OTLP export attempt."`
 	OutputDir              string            `name:"output-dir" env:"GATEWAY_OUTPUT_DIR" help:"Write every request as an OTLP protobuf file here."`
 	PprofDir               string            `name:"pprof-dir" env:"GATEWAY_PPROF_DIR" help:"Write every profile as a gzipped pprof file here."`
+	OutputKeepFiles        int               `name:"output-keep-files" env:"GATEWAY_OUTPUT_KEEP_FILES" help:"Keep at most this many files in each of --output-dir and --pprof-dir, deleting the oldest (0: keep all)."`
 	QueueBytes             int64             `name:"queue-bytes" default:"268435456" env:"GATEWAY_QUEUE_BYTES" help:"Bound of each exporter's queue; when full, senders get UNAVAILABLE / 503."`
 	ExportWorkers          int               `name:"export-workers" default:"2" env:"GATEWAY_EXPORT_WORKERS" help:"Concurrent sends per exporter."`
 	ShutdownTimeout        time.Duration     `name:"shutdown-timeout" default:"30s" env:"GATEWAY_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for queues to drain."`
@@ -74,7 +75,7 @@ func (c *cli) Run() error {
 		SymbolizeBatch: c.SymbolizeBatch, SymbolizeConcurrency: c.SymbolizeConcurrency, SymbolCacheEntries: c.SymbolCacheEntries,
 		OTLPGRPCEndpoint: c.OTLPGRPCEndpoint, OTLPHTTPEndpoint: c.OTLPHTTPEndpoint, OTLPHeaders: c.OTLPHeader,
 		OTLPInsecure: c.OTLPInsecure, OTLPCAFile: c.OTLPCAFile, OTLPInsecureSkipVerify: c.OTLPInsecureSkipVerify,
-		OTLPGzip: c.OTLPGzip, OTLPGzipLevel: c.OTLPGzipLevel, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir,
+		OTLPGzip: c.OTLPGzip, OTLPGzipLevel: c.OTLPGzipLevel, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir, OutputKeepFiles: c.OutputKeepFiles,
 		QueueBytes: c.QueueBytes, ExportWorkers: c.ExportWorkers,
 	})
 	if err != nil {

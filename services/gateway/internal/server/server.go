@@ -68,8 +68,10 @@ type Config struct {
 	ExportTimeout time.Duration
 	OutputDir     string
 	PprofDir      string
-	QueueBytes    int64
-	ExportWorkers int
+	// OutputKeepFiles bounds the files kept in each of OutputDir and PprofDir (0: all).
+	OutputKeepFiles int
+	QueueBytes      int64
+	ExportWorkers   int
 	// RetryMinBackoff and RetryMaxBackoff bound the delay between export attempts.
 	RetryMinBackoff, RetryMaxBackoff time.Duration
 }
@@ -169,6 +171,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.KeepFiles(cfg.OutputKeepFiles)
 		s.exporters = append(s.exporters, e)
 	}
 	if cfg.PprofDir != "" {
@@ -176,6 +179,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.KeepFiles(cfg.OutputKeepFiles)
 		s.exporters = append(s.exporters, e)
 	}
 	if len(s.exporters) == 0 {
