@@ -33,6 +33,11 @@ import (
 
 var overlays = []string{"dev", "production"}
 
+// collectorCapabilities is what the collector needs, sorted; docs/operations.md justifies each
+// and TestCollectorUnderManifestCapabilities runs the collector with exactly the set the
+// manifest grants.
+var collectorCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_PTRACE"}
+
 // served lists, per container, the port its health endpoints listen on and the paths it serves
 // there: the services' own defaults, which the manifests must point at.
 var served = map[string]struct {
@@ -47,7 +52,7 @@ var served = map[string]struct {
 // externalSecrets are created by the operator in production (docs/operations.md says how),
 // never committed.
 var externalSecrets = map[string][]string{
-	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca"},
+	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca", "collector-tls"},
 }
 
 type rendered struct {
@@ -127,6 +132,7 @@ func TestOverlays(t *testing.T) {
 
 type workload struct {
 	kind, name string
+	namespace  string
 	selector   map[string]string
 	pod        corev1.PodTemplateSpec
 }
@@ -136,11 +142,11 @@ func workloads(r rendered) []workload {
 	for _, o := range r.objs {
 		switch w := o.(type) {
 		case *appsv1.Deployment:
-			ws = append(ws, workload{"Deployment", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"Deployment", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		case *appsv1.DaemonSet:
-			ws = append(ws, workload{"DaemonSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"DaemonSet", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		case *appsv1.StatefulSet:
-			ws = append(ws, workload{"StatefulSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"StatefulSet", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		}
 	}
 	return ws
@@ -276,7 +282,7 @@ func checkPods(t *testing.T, overlay string, r rendered) {
 			}
 			sort.Strings(added)
 			if w.name == "collector" {
-				if want := []string{"BPF", "PERFMON", "SYS_PTRACE"}; !slices.Equal(added, want) {
+				if want := collectorCapabilities; !slices.Equal(added, want) {
 					t.Errorf("%s: capabilities %v, want exactly %v", id, added, want)
 				}
 				if !spec.HostPID {
@@ -474,6 +480,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if kube != nil {
+		kube.Stop()
+	}
 	// The verdict is already in code; a leftover directory only needs to be named.
 	if err := os.RemoveAll(binDir); err != nil {
 		fmt.Fprintf(os.Stderr, "remove test binaries: %v\n", err)
