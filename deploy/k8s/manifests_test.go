@@ -31,12 +31,16 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-var overlays = []string{"dev", "production"}
+var overlays = []string{"dev", "production", "upload-only"}
 
 // collectorCapabilities is what the collector needs, sorted; docs/operations.md justifies each
 // and TestCollectorUnderManifestCapabilities runs the collector with exactly the set the
 // manifest grants.
 var collectorCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_PTRACE"}
+
+// uploadOnlyCapabilities is what `collector --upload-only` needs: no sampling, no kernel
+// symbols, only other users' processes and files.
+var uploadOnlyCapabilities = []string{"DAC_READ_SEARCH", "SYS_PTRACE"}
 
 // served lists, per container, the port its health endpoints listen on and the paths it serves
 // there: the services' own defaults, which the manifests must point at.
@@ -281,8 +285,12 @@ func checkPods(t *testing.T, overlay string, r rendered) {
 				}
 			}
 			sort.Strings(added)
-			if w.name == "collector" {
-				if want := collectorCapabilities; !slices.Equal(added, want) {
+			if w.name == "collector" || w.name == "collector-upload" {
+				want := collectorCapabilities
+				if slices.Contains(c.Args, "--upload-only") {
+					want = uploadOnlyCapabilities
+				}
+				if !slices.Equal(added, want) {
 					t.Errorf("%s: capabilities %v, want exactly %v", id, added, want)
 				}
 				if !spec.HostPID {
