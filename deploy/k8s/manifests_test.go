@@ -74,22 +74,39 @@ func build(t *testing.T, overlay string) rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decode(t, "overlays/"+overlay, out)
+}
+
+// decode strict-decodes every document of a rendering (kustomize or helm output).
+func decode(t *testing.T, what string, out []byte) rendered {
+	t.Helper()
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var r rendered
-	for i, doc := range bytes.Split(out, []byte("\n---\n")) {
-		if len(bytes.TrimSpace(doc)) == 0 {
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+		if len(bytes.TrimSpace(stripComments([]byte(doc)))) == 0 {
 			continue
 		}
-		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		obj, gvk, err := decoder.Decode([]byte(doc), nil, nil)
 		if err != nil {
-			t.Fatalf("overlays/%s document %d does not strict-decode: %v\n%s", overlay, i, err, doc)
+			t.Fatalf("%s document %d does not strict-decode: %v\n%s", what, i, err, doc)
 		}
 		if gvk.Kind == "" {
-			t.Fatalf("overlays/%s document %d has no kind", overlay, i)
+			t.Fatalf("%s document %d has no kind", what, i)
 		}
 		r.objs = append(r.objs, obj)
 	}
 	return r
+}
+
+// stripComments drops YAML comment lines (helm prefixes every template with "# Source: ...").
+func stripComments(doc []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
 }
 
 // TestDockerfiles checks that every service has a multi-stage build on pinned bases that ends
@@ -390,10 +407,11 @@ func checkSecrets(t *testing.T, overlay string, r rendered) {
 // https --symbolizer-url at the gateway; a gateway with --tls-cert needs collectors that are not
 // told --gateway-insecure.
 func checkTLS(t *testing.T, r rendered) {
+	// By workload: the upload-only DaemonSet's container is a "collector" too.
 	args := map[string][]string{}
 	for _, w := range workloads(r) {
 		for _, c := range w.pod.Spec.Containers {
-			args[c.Name] = c.Args
+			args[w.name] = c.Args
 		}
 	}
 	has := func(svc, prefix string) string {
@@ -410,6 +428,9 @@ func checkTLS(t *testing.T, r rendered) {
 		}
 	}
 	gwTLS := has("gateway", "--tls-cert") != ""
+	if has("collector", "--gateway=") == "" {
+		return // no profiling collector (upload-only or off): nothing sends to the gateway
+	}
 	if insecure := has("collector", "--gateway-insecure") != ""; gwTLS == insecure {
 		t.Errorf("gateway TLS %v, but collector --gateway-insecure %v", gwTLS, insecure)
 	}

@@ -75,6 +75,7 @@ func newCluster(t *testing.T) *cluster {
 		minio: m, redis: rd,
 		secrets: map[string]map[string]string{
 			"profsym-upload-tokens": {"tokens": "test-upload-token\n"},
+			"profsym-upload-token":  {"token": "test-upload-token\n"},
 			"profsym-s3":            s3,
 			"minio-credentials":     s3,
 			"profsym-redis":         {"password": testRedisPassword},
