@@ -68,7 +68,9 @@ func newCluster(t *testing.T) *cluster {
 	for _, bucket := range []string{"profsym-debuginfo"} {
 		m.NewBucket(t, bucket)
 	}
+	// The production Redis wants a password (from the profsym-redis Secret); dev's has none.
 	rd := testsupport.StartRedisWithPassword(t, testRedisPassword)
+	devRedis := testsupport.StartRedis(t)
 	ca, pki := newPKI(t)
 	s3 := map[string]string{"access-key": m.AccessKey(), "secret-key": m.SecretKey()}
 	c := &cluster{
@@ -87,7 +89,7 @@ func newCluster(t *testing.T) *cluster {
 		replace: []string{
 			"minio:9000", m.Endpoint(),
 			"s3.eu-west-1.amazonaws.com", m.Endpoint(),
-			"redis://redis:6379/0", "redis://" + rd.Addr() + "/0",
+			"redis://redis:6379/0", devRedis.URL(),
 			"rediss://redis.example.internal:6380/0", "redis://" + rd.Addr() + "/0",
 		},
 		extraEnv: map[string][]string{
@@ -191,6 +193,12 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 		mountPaths = append(mountPaths, vm.MountPath)
 	}
 	slices.SortFunc(mountPaths, func(a, b string) int { return len(b) - len(a) })
+	// One pass: the temporary root is itself under /tmp, a mount path of its own.
+	var pairs []string
+	for _, mp := range mountPaths {
+		pairs = append(pairs, mp, mounts[mp])
+	}
+	mountRewriter := strings.NewReplacer(pairs...)
 
 	ports := map[int32]int{} // containerPort -> loopback port
 	for _, p := range ctr.Ports {
@@ -209,10 +217,7 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 			}
 			return m[1] + "127.0.0.1:" + strconv.Itoa(p)
 		}
-		for _, mp := range mountPaths {
-			s = strings.ReplaceAll(s, mp, mounts[mp])
-		}
-		return s
+		return mountRewriter.Replace(s)
 	}
 
 	env := map[string]string{}
@@ -276,14 +281,15 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 		t.Fatalf("%s: start %s: %v", ctr.Name, bin, err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	done := make(chan struct{})
+	go func() { exited <- cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-done
 		}
 	})
 
