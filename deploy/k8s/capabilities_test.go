@@ -62,6 +62,61 @@ int main(int argc, char **argv) {
 // readable only by its owner (mode 0700, another user's), running as that user, gets its build
 // ID (CAP_DAC_READ_SEARCH; CAP_SYS_PTRACE for /proc/<pid>/root and maps).
 func TestCollectorUnderManifestCapabilities(t *testing.T) {
+	caps := manifestCollectorCaps(t, build(t, "production").objs)
+	res := runCollectorUnder(t, caps)
+	if res.kernel == 0 {
+		t.Errorf("no kernel frames sampled: the test program's reads should put some on its stacks\n%s", res.logs)
+	} else if res.namedKernel == 0 {
+		t.Errorf("%d kernel frames, none named: /proc/kallsyms unreadable under %v (CAP_SYSLOG?)", res.kernel, caps)
+	}
+	if len(res.mappings) == 0 {
+		t.Errorf("no mapping of the private binary in the profiles\n%s", res.logs)
+	}
+	for _, a := range res.mappings {
+		if a[otlpattr.BuildIDGNU] != res.wantGNU {
+			t.Errorf("mapping of the 0700 binary owned by another user has GNU build ID %q, want %q: the collector cannot read it under %v (CAP_DAC_READ_SEARCH?)", a[otlpattr.BuildIDGNU], res.wantGNU, caps)
+		}
+	}
+	t.Logf("capabilities %v: %d kernel frames (%d named), %d mappings of the private binary", caps, res.kernel, res.namedKernel, len(res.mappings))
+}
+
+// TestCollectorCapabilityCheckHasTeeth runs the same collector without CAP_SYSLOG and
+// CAP_DAC_READ_SEARCH, the set the manifest once granted, and expects exactly the failures
+// the test above looks for: unnamed kernel frames, a private binary without its build ID.
+func TestCollectorCapabilityCheckHasTeeth(t *testing.T) {
+	var caps []string
+	for _, c := range manifestCollectorCaps(t, build(t, "production").objs) {
+		if c != "SYSLOG" && c != "DAC_READ_SEARCH" {
+			caps = append(caps, c)
+		}
+	}
+	res := runCollectorUnder(t, caps)
+	if res.kernel == 0 {
+		t.Fatalf("no kernel frames sampled; the comparison proves nothing\n%s", res.logs)
+	}
+	if res.namedKernel != 0 {
+		t.Errorf("%d of %d kernel frames named without CAP_SYSLOG: the kallsyms check cannot fail here", res.namedKernel, res.kernel)
+	}
+	for _, a := range res.mappings {
+		if a[otlpattr.BuildIDGNU] == res.wantGNU {
+			t.Errorf("the private binary's build ID was read without CAP_DAC_READ_SEARCH: the check cannot fail here")
+		}
+	}
+}
+
+type collectorRun struct {
+	kernel, namedKernel int
+	mappings            []map[string]string
+	wantGNU             string
+	logs                string
+}
+
+// runCollectorUnder runs the real collector as root with its capability sets (bounding,
+// permitted, effective, inheritable, ambient) reduced to exactly caps, as the container runtime
+// does, while a program readable only by its owner (mode 0700, another user's) runs as that
+// user, and returns what the collector reported about it.
+func runCollectorUnder(t *testing.T, caps []string) collectorRun {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the collector")
 	}
@@ -72,7 +127,6 @@ func TestCollectorUnderManifestCapabilities(t *testing.T) {
 	if err != nil {
 		requireOrSkip(t, "setpriv (util-linux)")
 	}
-	caps := manifestCollectorCaps(t, build(t, "production").objs)
 	var mask uint64
 	var names []string
 	for _, c := range caps {
@@ -153,28 +207,16 @@ func TestCollectorUnderManifestCapabilities(t *testing.T) {
 	if len(reqs) == 0 {
 		t.Fatalf("the collector wrote no profiles\n%s", logs.String())
 	}
-	var kernel, namedKernel int
-	var ids []map[string]string
+	var res collectorRun
+	res.wantGNU = want.GNU
+	res.logs = logs.String()
 	for _, p := range reqs {
 		k, nk, found := inspect(p, prog)
-		kernel += k
-		namedKernel += nk
-		ids = append(ids, found...)
+		res.kernel += k
+		res.namedKernel += nk
+		res.mappings = append(res.mappings, found...)
 	}
-	if kernel == 0 {
-		t.Errorf("no kernel frames sampled: the test program's reads should put some on its stacks\n%s", logs.String())
-	} else if namedKernel == 0 {
-		t.Errorf("%d kernel frames, none named: /proc/kallsyms unreadable under %v (CAP_SYSLOG?)", kernel, caps)
-	}
-	if len(ids) == 0 {
-		t.Errorf("no mapping of %s in the profiles\n%s", prog, logs.String())
-	}
-	for _, a := range ids {
-		if a[otlpattr.BuildIDGNU] != want.GNU {
-			t.Errorf("mapping of the 0700 binary owned by another user has GNU build ID %q, want %q: the collector cannot read it under %v (CAP_DAC_READ_SEARCH?)", a[otlpattr.BuildIDGNU], want.GNU, caps)
-		}
-	}
-	t.Logf("capabilities %v: %d kernel frames (%d named), %d mappings of the private binary", caps, kernel, namedKernel, len(ids))
+	return res
 }
 
 func manifestCollectorCaps(t *testing.T, objs []runtime.Object) []string {
