@@ -1,6 +1,7 @@
 package k8s_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func helmTemplate(t *testing.T, helm, values string) rendered {
 	out, err := exec.CommandContext(t.Context(), helm, args...).Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr)

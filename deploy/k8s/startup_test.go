@@ -267,7 +267,7 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 	}
 
 	bin := serviceBinary(t, ctr.Name)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Dir = root
 	// A container's environment is its env and nothing of the node's, except where the test
 	// needs PATH-free tools: none do.
@@ -318,7 +318,11 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 			t.Fatalf("%s (%s/%s) exited before it was ready: %v\nargs: %q\noutput:\n%s", ctr.Name, w.kind, w.name, err, args, out.String())
 		default:
 		}
-		resp, err := hc.Get(url)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

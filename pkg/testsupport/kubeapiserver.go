@@ -155,7 +155,8 @@ func (k *KubeAPIServer) start(bin, name string, args ...string) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, args...)
+	// It outlives any one test's context: Stop ends it.
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Dir = k.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childSysProcAttr()
