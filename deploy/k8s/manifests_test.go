@@ -31,7 +31,16 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-var overlays = []string{"dev", "production"}
+var overlays = []string{"dev", "production", "upload-only"}
+
+// collectorCapabilities is what the collector needs, sorted; docs/operations.md justifies each
+// and TestCollectorUnderManifestCapabilities runs the collector with exactly the set the
+// manifest grants.
+var collectorCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_PTRACE"}
+
+// uploadOnlyCapabilities is what `collector --upload-only` needs: no sampling, no kernel
+// symbols, only other users' processes and files.
+var uploadOnlyCapabilities = []string{"DAC_READ_SEARCH", "SYS_PTRACE"}
 
 // served lists, per container, the port its health endpoints listen on and the paths it serves
 // there: the services' own defaults, which the manifests must point at.
@@ -47,7 +56,7 @@ var served = map[string]struct {
 // externalSecrets are created by the operator in production (docs/operations.md says how),
 // never committed.
 var externalSecrets = map[string][]string{
-	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca"},
+	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca", "collector-tls"},
 }
 
 type rendered struct {
@@ -65,22 +74,39 @@ func build(t *testing.T, overlay string) rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decode(t, "overlays/"+overlay, out)
+}
+
+// decode strict-decodes every document of a rendering (kustomize or helm output).
+func decode(t *testing.T, what string, out []byte) rendered {
+	t.Helper()
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var r rendered
-	for i, doc := range bytes.Split(out, []byte("\n---\n")) {
-		if len(bytes.TrimSpace(doc)) == 0 {
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+		if len(bytes.TrimSpace(stripComments([]byte(doc)))) == 0 {
 			continue
 		}
-		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		obj, gvk, err := decoder.Decode([]byte(doc), nil, nil)
 		if err != nil {
-			t.Fatalf("overlays/%s document %d does not strict-decode: %v\n%s", overlay, i, err, doc)
+			t.Fatalf("%s document %d does not strict-decode: %v\n%s", what, i, err, doc)
 		}
 		if gvk.Kind == "" {
-			t.Fatalf("overlays/%s document %d has no kind", overlay, i)
+			t.Fatalf("%s document %d has no kind", what, i)
 		}
 		r.objs = append(r.objs, obj)
 	}
 	return r
+}
+
+// stripComments drops YAML comment lines (helm prefixes every template with "# Source: ...").
+func stripComments(doc []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
 }
 
 // TestDockerfiles checks that every service has a multi-stage build on pinned bases that ends
@@ -127,6 +153,7 @@ func TestOverlays(t *testing.T) {
 
 type workload struct {
 	kind, name string
+	namespace  string
 	selector   map[string]string
 	pod        corev1.PodTemplateSpec
 }
@@ -136,11 +163,11 @@ func workloads(r rendered) []workload {
 	for _, o := range r.objs {
 		switch w := o.(type) {
 		case *appsv1.Deployment:
-			ws = append(ws, workload{"Deployment", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"Deployment", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		case *appsv1.DaemonSet:
-			ws = append(ws, workload{"DaemonSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"DaemonSet", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		case *appsv1.StatefulSet:
-			ws = append(ws, workload{"StatefulSet", w.Name, w.Spec.Selector.MatchLabels, w.Spec.Template})
+			ws = append(ws, workload{"StatefulSet", w.Name, w.Namespace, w.Spec.Selector.MatchLabels, w.Spec.Template})
 		}
 	}
 	return ws
@@ -275,8 +302,12 @@ func checkPods(t *testing.T, overlay string, r rendered) {
 				}
 			}
 			sort.Strings(added)
-			if w.name == "collector" {
-				if want := []string{"BPF", "PERFMON", "SYS_PTRACE"}; !slices.Equal(added, want) {
+			if w.name == "collector" || w.name == "collector-upload" {
+				want := collectorCapabilities
+				if slices.Contains(c.Args, "--upload-only") {
+					want = uploadOnlyCapabilities
+				}
+				if !slices.Equal(added, want) {
 					t.Errorf("%s: capabilities %v, want exactly %v", id, added, want)
 				}
 				if !spec.HostPID {
@@ -376,10 +407,11 @@ func checkSecrets(t *testing.T, overlay string, r rendered) {
 // https --symbolizer-url at the gateway; a gateway with --tls-cert needs collectors that are not
 // told --gateway-insecure.
 func checkTLS(t *testing.T, r rendered) {
+	// By workload: the upload-only DaemonSet's container is a "collector" too.
 	args := map[string][]string{}
 	for _, w := range workloads(r) {
 		for _, c := range w.pod.Spec.Containers {
-			args[c.Name] = c.Args
+			args[w.name] = c.Args
 		}
 	}
 	has := func(svc, prefix string) string {
@@ -396,6 +428,9 @@ func checkTLS(t *testing.T, r rendered) {
 		}
 	}
 	gwTLS := has("gateway", "--tls-cert") != ""
+	if has("collector", "--gateway=") == "" {
+		return // no profiling collector (upload-only or off): nothing sends to the gateway
+	}
 	if insecure := has("collector", "--gateway-insecure") != ""; gwTLS == insecure {
 		t.Errorf("gateway TLS %v, but collector --gateway-insecure %v", gwTLS, insecure)
 	}
@@ -474,6 +509,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if kube != nil {
+		kube.Stop()
+	}
 	// The verdict is already in code; a leftover directory only needs to be named.
 	if err := os.RemoveAll(binDir); err != nil {
 		fmt.Fprintf(os.Stderr, "remove test binaries: %v\n", err)

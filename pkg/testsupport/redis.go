@@ -21,6 +21,18 @@ type Redis struct {
 // answers PING. The server is stopped when the test ends.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	return startRedis(t, "")
+}
+
+// StartRedisWithPassword starts redis-server like StartRedis, requiring password from every
+// client (requirepass), as a managed production Redis does.
+func StartRedisWithPassword(t testing.TB, password string) *Redis {
+	t.Helper()
+	return startRedis(t, password)
+}
+
+func startRedis(t testing.TB, password string) *Redis {
+	t.Helper()
 	bin := lookBinary(t, "redis-server", aptHint("redis-server"))
 	dir := t.TempDir()
 	spec := launchSpec{
@@ -28,17 +40,21 @@ func StartRedis(t testing.TB) *Redis {
 		bin:   bin,
 		ports: 1,
 		args: func(ports []int) []string {
-			return []string{
+			args := []string{
 				"--bind", "127.0.0.1",
 				"--port", strconv.Itoa(ports[0]),
 				"--save", "",
 				"--appendonly", "no",
 				"--dir", dir,
 			}
+			if password != "" {
+				args = append(args, "--requirepass", password)
+			}
+			return args
 		},
 		env:   childEnv(nil),
 		dir:   dir,
-		ready: func(ctx context.Context, ports []int) error { return redisPing(ctx, redisAddr(ports[0])) },
+		ready: func(ctx context.Context, ports []int) error { return redisPing(ctx, redisAddr(ports[0]), password) },
 	}
 	r := &Redis{t: t, srv: newServer(t, spec, dir)}
 	took, err := r.srv.start()
@@ -86,7 +102,7 @@ func redisAddr(port int) string {
 
 // redisPing speaks just enough RESP to know the server accepts commands;
 // a listening socket alone is not enough while Redis loads.
-func redisPing(ctx context.Context, addr string) (err error) {
+func redisPing(ctx context.Context, addr, password string) (err error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -102,10 +118,25 @@ func redisPing(ctx context.Context, addr string) (err error) {
 			return err
 		}
 	}
+	rd := bufio.NewReaderSize(conn, 256)
+	if password != "" {
+		// The inline protocol splits on spaces: a password with one would need RESP arrays,
+		// which tests do not use.
+		if _, err := conn.Write([]byte("AUTH " + password + "\r\n")); err != nil {
+			return fmt.Errorf("send AUTH: %w", err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read AUTH reply: %w", err)
+		}
+		if reply := strings.TrimSpace(line); reply != "+OK" {
+			return fmt.Errorf("AUTH answered %q", reply)
+		}
+	}
 	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
 		return fmt.Errorf("send PING: %w", err)
 	}
-	line, err := bufio.NewReaderSize(conn, 256).ReadString('\n')
+	line, err := rd.ReadString('\n')
 	if err != nil {
 		return fmt.Errorf("read PING reply: %w", err)
 	}

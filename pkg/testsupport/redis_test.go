@@ -103,7 +103,7 @@ func TestPortRaceRetries(t *testing.T) {
 		env: childEnv(nil),
 		dir: dir,
 		ready: func(ctx context.Context, ports []int) error {
-			return redisPing(ctx, redisAddr(usedPort))
+			return redisPing(ctx, redisAddr(usedPort), "")
 		},
 	}
 	srv := newServer(t, spec, dir)
@@ -116,5 +116,17 @@ func TestPortRaceRetries(t *testing.T) {
 	}
 	if attempts != 2 {
 		t.Fatalf("start made %d attempts, want 2", attempts)
+	}
+}
+
+// A Redis started with a password refuses clients without it, as the production Redis the
+// deploy tests stand in for does.
+func TestRedisWithPassword(t *testing.T) {
+	r := StartRedisWithPassword(t, "test-redis-password")
+	if err := redisPing(t.Context(), r.Addr(), "test-redis-password"); err != nil {
+		t.Fatalf("PING with the password: %v", err)
+	}
+	if err := redisPing(t.Context(), r.Addr(), ""); err == nil {
+		t.Fatal("PING without the password was answered")
 	}
 }

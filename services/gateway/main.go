@@ -25,6 +25,7 @@ type cli struct {
 	AdminPprof      bool   `name:"admin-pprof" env:"GATEWAY_ADMIN_PPROF" help:"Also serve Go runtime profiles at /debug/pprof/ on the admin address (keep that address private)."`
 	TLSCert         string `name:"tls-cert" env:"GATEWAY_TLS_CERT" type:"existingfile" help:"PEM certificate: the receivers serve TLS (with --tls-key)."`
 	TLSKey          string `name:"tls-key" env:"GATEWAY_TLS_KEY" type:"existingfile" help:"PEM private key of --tls-cert."`
+	TLSClientCA     string `name:"tls-client-ca" env:"GATEWAY_TLS_CLIENT_CA" type:"existingfile" help:"PEM CA bundle: the receivers accept only clients with a certificate it signed (mutual TLS; needs --tls-cert)."`
 	MaxRequestBytes int64  `name:"max-request-bytes" default:"16777216" env:"GATEWAY_MAX_REQUEST_BYTES" help:"Largest request accepted, compressed and decompressed."`
 
 	SymbolizerURL        string        `name:"symbolizer-url" default:"http://127.0.0.1:7070" env:"GATEWAY_SYMBOLIZER_URL" help:"Base URL of the symbolizer's Connect API; empty disables symbolization (data passes through)."`
@@ -45,6 +46,7 @@ type cli struct {
 	ExportTimeout          time.Duration     `name:"export-timeout" default:"30s" env:"GATEWAY_EXPORT_TIMEOUT" help:"Deadline per OTLP export attempt."`
 	OutputDir              string            `name:"output-dir" env:"GATEWAY_OUTPUT_DIR" help:"Write every request as an OTLP protobuf file here."`
 	PprofDir               string            `name:"pprof-dir" env:"GATEWAY_PPROF_DIR" help:"Write every profile as a gzipped pprof file here."`
+	OutputKeepFiles        int               `name:"output-keep-files" env:"GATEWAY_OUTPUT_KEEP_FILES" help:"Keep at most this many files in each of --output-dir and --pprof-dir, deleting the oldest (0: keep all)."`
 	QueueBytes             int64             `name:"queue-bytes" default:"268435456" env:"GATEWAY_QUEUE_BYTES" help:"Bound of each exporter's queue; when full, senders get UNAVAILABLE / 503."`
 	ExportWorkers          int               `name:"export-workers" default:"2" env:"GATEWAY_EXPORT_WORKERS" help:"Concurrent sends per exporter."`
 	ShutdownTimeout        time.Duration     `name:"shutdown-timeout" default:"30s" env:"GATEWAY_SHUTDOWN_TIMEOUT" help:"How long shutdown waits for queues to drain."`
@@ -68,12 +70,12 @@ func (c *cli) Run() error {
 	}
 	srv, err := server.New(server.Config{
 		GRPCListen: c.GRPCListen, HTTPListen: c.HTTPListen, AdminListen: c.AdminListen, AdminPprof: c.AdminPprof,
-		TLSCert: c.TLSCert, TLSKey: c.TLSKey, MaxRequestBytes: c.MaxRequestBytes,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA, MaxRequestBytes: c.MaxRequestBytes,
 		SymbolizerURL: c.SymbolizerURL, SymbolizerToken: token, SymbolizeTimeout: c.SymbolizeTimeout,
 		SymbolizeBatch: c.SymbolizeBatch, SymbolizeConcurrency: c.SymbolizeConcurrency, SymbolCacheEntries: c.SymbolCacheEntries,
 		OTLPGRPCEndpoint: c.OTLPGRPCEndpoint, OTLPHTTPEndpoint: c.OTLPHTTPEndpoint, OTLPHeaders: c.OTLPHeader,
 		OTLPInsecure: c.OTLPInsecure, OTLPCAFile: c.OTLPCAFile, OTLPInsecureSkipVerify: c.OTLPInsecureSkipVerify,
-		OTLPGzip: c.OTLPGzip, OTLPGzipLevel: c.OTLPGzipLevel, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir,
+		OTLPGzip: c.OTLPGzip, OTLPGzipLevel: c.OTLPGzipLevel, ExportTimeout: c.ExportTimeout, OutputDir: c.OutputDir, PprofDir: c.PprofDir, OutputKeepFiles: c.OutputKeepFiles,
 		QueueBytes: c.QueueBytes, ExportWorkers: c.ExportWorkers,
 	})
 	if err != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,11 +51,46 @@ func writeAtomic(dir, name string, write func(f *os.File) error) error {
 	return nil
 }
 
+// retention deletes the oldest output files of a directory beyond a count, so a volume that
+// only gets written to (a development gateway's emptyDir) never fills. Names start with the
+// write time in nanoseconds, fixed width, so name order is age order.
+type retention struct {
+	mu     sync.Mutex
+	keep   int
+	prefix string
+}
+
+func (r *retention) prune(dir string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keep <= 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s for retention: %w", dir, err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), r.prefix) {
+			names = append(names, e.Name())
+		}
+	}
+	var errs []error
+	for _, name := range names[:max(0, len(names)-r.keep)] {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("retention: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // File writes every request as one OTLP ExportProfilesServiceRequest protobuf file named
 // profiles-<unix nanos>-<sequence>.otlp.pb.
 type File struct {
 	dir string
 	seq atomic.Uint64
+	ret retention
 }
 
 // NewFile creates dir if needed.
@@ -60,8 +98,11 @@ func NewFile(dir string) (*File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output dir: %w", err)
 	}
-	return &File{dir: dir}, nil
+	return &File{dir: dir, ret: retention{prefix: "profiles-"}}, nil
 }
+
+// KeepFiles makes the exporter delete the oldest files beyond n after each write; 0 keeps all.
+func (e *File) KeepFiles(n int) { e.ret.keep = n }
 
 func (e *File) Name() string { return "file" }
 
@@ -71,12 +112,20 @@ func (e *File) Export(_ context.Context, pd pprofile.Profiles) error {
 		return queue.Permanent(err)
 	}
 	name := fmt.Sprintf("profiles-%d-%06d.otlp.pb", time.Now().UnixNano(), e.seq.Add(1))
-	return writeAtomic(e.dir, name, func(f *os.File) error {
+	if err := writeAtomic(e.dir, name, func(f *os.File) error {
 		if _, err := f.Write(body); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	// The request is written: a failed deletion of old files must not make the queue send it
+	// again.
+	if err := e.ret.prune(e.dir); err != nil {
+		slog.Warn("output retention", "exporter", e.Name(), "err", err)
+	}
+	return nil
 }
 
 func (e *File) Close() error { return nil }
@@ -86,6 +135,7 @@ func (e *File) Close() error { return nil }
 type Pprof struct {
 	dir string
 	seq atomic.Uint64
+	ret retention
 }
 
 // NewPprof creates dir if needed.
@@ -93,8 +143,11 @@ func NewPprof(dir string) (*Pprof, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pprof dir: %w", err)
 	}
-	return &Pprof{dir: dir}, nil
+	return &Pprof{dir: dir, ret: retention{prefix: "profile-"}}, nil
 }
+
+// KeepFiles makes the exporter delete the oldest files beyond n after each write; 0 keeps all.
+func (e *Pprof) KeepFiles(n int) { e.ret.keep = n }
 
 func (e *Pprof) Name() string { return "pprof" }
 
@@ -117,6 +170,9 @@ func (e *Pprof) Export(_ context.Context, pd pprofile.Profiles) error {
 				}
 			}
 		}
+	}
+	if err := e.ret.prune(e.dir); err != nil {
+		slog.Warn("output retention", "exporter", e.Name(), "err", err)
 	}
 	return nil
 }

@@ -5,12 +5,14 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,9 @@ type Config struct {
 	AdminPprof bool
 	// TLSCert and TLSKey, when both set, make both receivers serve TLS.
 	TLSCert, TLSKey string
+	// TLSClientCA, a PEM bundle, makes both receivers require a client certificate signed by
+	// one of its CAs (mutual TLS): without it anyone who reaches the port may send profiles.
+	TLSClientCA     string
 	MaxRequestBytes int64
 
 	// SymbolizerURL is the symbolizer's base URL; empty disables symbolization.
@@ -61,8 +66,10 @@ type Config struct {
 	ExportTimeout time.Duration
 	OutputDir     string
 	PprofDir      string
-	QueueBytes    int64
-	ExportWorkers int
+	// OutputKeepFiles bounds the files kept in each of OutputDir and PprofDir (0: all).
+	OutputKeepFiles int
+	QueueBytes      int64
+	ExportWorkers   int
 	// RetryMinBackoff and RetryMaxBackoff bound the delay between export attempts.
 	RetryMinBackoff, RetryMaxBackoff time.Duration
 }
@@ -150,6 +157,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.KeepFiles(cfg.OutputKeepFiles)
 		s.exporters = append(s.exporters, e)
 	}
 	if cfg.PprofDir != "" {
@@ -157,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.KeepFiles(cfg.OutputKeepFiles)
 		s.exporters = append(s.exporters, e)
 	}
 	if len(s.exporters) == 0 {
@@ -236,6 +245,20 @@ func (s *Server) Start() error {
 			return fmt.Errorf("load TLS certificate: %w", err)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if s.cfg.TLSClientCA != "" {
+			pem, err := os.ReadFile(s.cfg.TLSClientCA)
+			if err != nil {
+				return fmt.Errorf("read client CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("client CA %s: no PEM certificate in it", s.cfg.TLSClientCA)
+			}
+			tlsCfg.ClientCAs = pool
+			tlsCfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	} else if s.cfg.TLSClientCA != "" {
+		return errors.New("a client CA needs TLS on the receivers: set --tls-cert and --tls-key too")
 	}
 	// A bind does not block, so there is nothing for a context to cancel.
 	var lc net.ListenConfig

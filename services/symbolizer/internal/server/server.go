@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -68,7 +69,8 @@ type Config struct {
 	Tokens       []string      `name:"upload-token" env:"SYMBOLIZER_UPLOAD_TOKENS" help:"A bearer token accepted for writes (repeatable)."`
 	RequireRead  bool          `name:"require-read-token" env:"SYMBOLIZER_REQUIRE_READ_TOKEN" help:"Require a token for reads too (Symbolize, Get, List, debuginfod paths)."`
 
-	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none."`
+	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none. Put no password here when others can read the command line: use --redis-password-file."`
+	RedisPassword   string        `name:"redis-password-file" env:"SYMBOLIZER_REDIS_PASSWORD_FILE" type:"path" help:"File holding the Redis password; it replaces any password in --redis-url (kept off the command line, which every process sharing the PID namespace can read)."`
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
@@ -151,6 +153,28 @@ func readSecret(value, file, what string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// withRedisPassword puts the password read from file into the URL's user info, where every
+// go-redis URL parser (single node, Cluster, Sentinel) takes it from.
+func withRedisPassword(rawURL, file string) (string, error) {
+	if file == "" {
+		return rawURL, nil
+	}
+	password, err := readSecret("", file, "Redis password")
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("--redis-url: %w", err)
+	}
+	user := ""
+	if u.User != nil {
+		user = u.User.Username()
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String(), nil
+}
+
 // New builds every part from the configuration.
 func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: c, log: log, Metrics: metrics.New()}
@@ -210,7 +234,11 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
 	if c.RedisURL != "" {
 		resultcache.SetRedisLogger(log)
-		client, err := resultcache.NewRedisClient(c.RedisURL)
+		redisURL, err := withRedisPassword(c.RedisURL, c.RedisPassword)
+		if err != nil {
+			return nil, err
+		}
+		client, err := resultcache.NewRedisClient(redisURL)
 		if err != nil {
 			return nil, err
 		}

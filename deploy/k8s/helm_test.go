@@ -1,0 +1,140 @@
+package k8s_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const chart = "../helm/profsym"
+
+// chartValues are the value sets the chart is tested with: its defaults and the files in ci/.
+var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml"}
+
+// helmBinary finds the pinned helm .ci/install-deps installs.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PROFSYM_HELM"); p != "" {
+		return p
+	}
+	dir := os.Getenv("PROFSYM_TOOLS")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "profsym", "bin")
+	}
+	if p := filepath.Join(dir, "helm"); isFile(p) {
+		return p
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	requireOrSkip(t, "helm (GOBIN=$HOME/.cache/profsym/bin go install helm.sh/helm/v3/cmd/helm@v3.21.4)")
+	return ""
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func helmTemplate(t *testing.T, helm, values string) rendered {
+	t.Helper()
+	args := []string{"template", "profsym", chart}
+	if values != "" {
+		args = append(args, "-f", filepath.Join(chart, values))
+	}
+	out, err := exec.CommandContext(t.Context(), helm, args...).Output()
+	if err != nil {
+		var stderr string
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return decode(t, "helm template "+values, out)
+}
+
+func chartName(values string) string {
+	if values == "" {
+		return "defaults"
+	}
+	return strings.TrimSuffix(filepath.Base(values), "-values.yaml")
+}
+
+// TestHelmChart lints the chart and holds its renderings to the rules the kustomize overlays
+// follow (the same checks, one source of truth for what both promise).
+func TestHelmChart(t *testing.T) {
+	helm := helmBinary(t)
+	for _, v := range chartValues {
+		args := []string{"lint", "--strict", chart}
+		if v != "" {
+			args = append(args, "-f", filepath.Join(chart, v))
+		}
+		if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, v := range chartValues {
+		t.Run(chartName(v), func(t *testing.T) {
+			r := helmTemplate(t, helm, v)
+			checkSelectors(t, r)
+			checkPods(t, "helm", r)
+			checkRBAC(t, r)
+			checkTLS(t, r)
+			checkFlags(t, r)
+			for _, p := range secretsOnArgv(r.objs) {
+				t.Error(p)
+			}
+			for _, p := range namespaceLevels(r.objs) {
+				t.Error(p)
+			}
+			for _, p := range redisEgress(r.objs, nil) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// The chart refuses values that would deploy a gateway that exits or a Redis password on the
+// command line, at template time.
+func TestHelmChartRefusesBrokenValues(t *testing.T) {
+	helm := helmBinary(t)
+	for name, set := range map[string][]string{
+		"no exporter":       {"gateway.files.enabled=false"},
+		"password in URL":   {"symbolizer.redis.mode=external", "symbolizer.redis.url=redis://:secret@redis:6379/0"},
+		"unknown collector": {"collector.mode=sometimes"},
+	} {
+		args := []string{"template", "profsym", chart}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err == nil {
+			t.Errorf("%s: helm template succeeded\n%s", name, out)
+		}
+	}
+}
+
+func TestHelmChartServerSideDryRun(t *testing.T) {
+	helm := helmBinary(t)
+	c := apiServer(t)
+	for _, v := range chartValues {
+		t.Run(chartName(v), func(t *testing.T) {
+			serverDryRun(t, c, helmTemplate(t, helm, v).objs)
+		})
+	}
+}
+
+func TestHelmChartContainersStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts MinIO, Redis and every service")
+	}
+	helm := helmBinary(t)
+	for _, v := range chartValues {
+		t.Run(chartName(v), func(t *testing.T) {
+			startAll(t, helmTemplate(t, helm, v).objs)
+		})
+	}
+}
