@@ -192,9 +192,10 @@ func writeRustElem(b *strings.Builder, rest string) {
 	}
 }
 
-// rustCodePoint decodes "u<lower hex>" into a printable code point.
+// rustCodePoint decodes "u<lower hex>" into a printable ASCII character. Code points past
+// ASCII stay escaped, as GNU c++filt and LLVM leave them (rustc-demangle would decode them).
 func rustCodePoint(esc string) (rune, bool) {
-	if len(esc) < 2 || len(esc) > 9 || esc[0] != 'u' {
+	if len(esc) < 2 || len(esc) > 3 || esc[0] != 'u' {
 		return 0, false
 	}
 	var v rune
@@ -209,7 +210,7 @@ func rustCodePoint(esc string) (rune, bool) {
 			return 0, false
 		}
 	}
-	if v > unicode.MaxRune || v >= 0xd800 && v < 0xe000 || unicode.IsControl(v) {
+	if v >= 0x80 || unicode.IsControl(v) {
 		return 0, false
 	}
 	return v, true
