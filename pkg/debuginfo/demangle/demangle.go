@@ -9,7 +9,8 @@
 // Deliberate differences from LLVM 14 (testdata/cases.tsv lists each case with its reason):
 //   - Legacy Rust names (_ZN...17h<hash>E): LLVM demangles them as plain Itanium names and
 //     leaves rustc's escapes in ("_$LT$T$u20$as$u20$core..any..Any$GT$"); we decode them as
-//     rustc's own demangler does ("<T as core::any::Any>") and keep the hash as LLVM does.
+//     rustc's own demangler does ("<T as core::any::Any>") and keep the hash as LLVM does;
+//     escapes of code points past ASCII stay in, as GNU c++filt and LLVM leave them.
 //   - Names LLVM 14 cannot demangle or prints wrongly (GCC transactional-memory clones
 //     "_ZGTt...", a destructor of an ABI-tagged class printed as "~()", parameters of generic
 //     lambdas printed as "auto") get the correct demangling.
