@@ -39,6 +39,10 @@ type Options struct {
 	Limits elfx.Limits
 	// Workers bounds the goroutines used to parse DWARF; zero means GOMAXPROCS.
 	Workers int
+	// SupplementaryFile is the supplementary DWARF file (dwz's common file, named by
+	// .gnu_debugaltlink or .debug_sup) to use instead of searching for it: callers that keep
+	// files by build ID fetch it by Info.Supplementary.ID. It must carry that ID.
+	SupplementaryFile string
 }
 
 // Binary is an opened ELF file with its companions. Its index is built once, on first use,
@@ -51,6 +55,9 @@ type Binary struct {
 	ids     buildid.IDs
 	debug   *elfx.File // separate debug file, if any
 	dbgFile *os.File
+	sup     *elfx.File // supplementary DWARF file, if the DWARF names one and it was found
+	supFile *os.File
+	supErr  error // why the supplementary file the DWARF names is missing
 	info    Info
 
 	once sync.Once
@@ -93,7 +100,26 @@ type Info struct {
 	// Warnings are problems with a source that was skipped (a corrupt section, say); the index
 	// was built from what remained.
 	Warnings []string `json:"warnings,omitempty"`
+	// Supplementary describes the supplementary DWARF file the DWARF refers to, if any.
+	Supplementary *SupplementaryInfo `json:"supplementary,omitempty"`
 }
+
+// SupplementaryInfo is the supplementary DWARF file of a binary or its debug file (made by
+// dwz -m, as Debian's and Fedora's debug packages ship them).
+type SupplementaryInfo struct {
+	debugfile.SupLink
+	// Path and FoundBy ("option", "link-path", "build-id") say where it was found; Missing
+	// is true when it was not, and the DWARF was then not read (DWARFError says so).
+	Path    string `json:"path,omitempty"`
+	FoundBy string `json:"found_by,omitempty"`
+	Missing bool   `json:"missing,omitempty"`
+}
+
+// ErrSupplementaryMissing is wrapped by the DWARF error (Info.DWARFError, the warnings, and
+// Index's error when no other source answered) of a binary whose DWARF refers to a
+// supplementary file that was neither given (Options.SupplementaryFile) nor found. The
+// message names the file's ID, by which a store finds it.
+var ErrSupplementaryMissing = errors.New("supplementary DWARF file missing")
 
 // ErrNotELF is wrapped when the file is not an ELF object at all.
 var ErrNotELF = errors.New("not an ELF file")
@@ -130,7 +156,72 @@ func Open(path string, opts Options) (*Binary, error) {
 	if err := b.findDebugFile(); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	if err := b.findSupplementary(); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
 	return b, nil
+}
+
+// dwarfFile is the file whose DWARF the index reads: the separate debug file, else the
+// binary; nil when neither has DWARF.
+func (b *Binary) dwarfFile() (*elfx.File, string) {
+	if b.debug != nil && b.debug.HasDWARF() {
+		return b.debug, b.info.DebugFile
+	}
+	if b.elf.HasDWARF() {
+		return b.elf, b.path
+	}
+	return nil, ""
+}
+
+// findSupplementary opens the supplementary file the DWARF names, if it names one. A file
+// that is not found is no error here: the DWARF is then skipped with an error naming the
+// file's ID (supErr), and the other sources still answer.
+func (b *Binary) findSupplementary() error {
+	f, path := b.dwarfFile()
+	if f == nil {
+		return nil
+	}
+	link, ok, err := debugfile.ReadSupLink(f)
+	if err != nil {
+		b.supErr = fmt.Errorf("%s: %w", path, err)
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	si := &SupplementaryInfo{SupLink: link}
+	b.info.Supplementary = si
+	supPath, how := b.opts.SupplementaryFile, "option"
+	if supPath == "" {
+		supPath, how, err = debugfile.FindSupplementary(link, path, b.opts.DebugDirs)
+		if err != nil {
+			si.Missing = true
+			b.supErr = fmt.Errorf("%w: DWARF of %s: %w", ErrSupplementaryMissing, path, err)
+			return nil
+		}
+	}
+	sf, err := os.Open(supPath)
+	if err != nil {
+		return fmt.Errorf("open supplementary file: %w", err)
+	}
+	st, err := sf.Stat()
+	if err != nil {
+		sf.Close()
+		return fmt.Errorf("stat %s: %w", supPath, err)
+	}
+	sup, err := elfx.Open(sf, st.Size(), b.opts.Limits)
+	if err != nil {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s: %w: %w", supPath, ErrNotELF, err)
+	}
+	if id, err := debugfile.SupplementaryID(sup); err != nil || id != link.ID {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s has ID %q, %s names %s (%v)", supPath, id, path, link.ID, err)
+	}
+	b.sup, b.supFile = sup, sf
+	si.Path, si.FoundBy = supPath, how
+	return nil
 }
 
 func (b *Binary) findDebugFile() error {
@@ -250,6 +341,10 @@ func (b *Binary) Info() Info {
 // Close releases the files. An index already built stays usable.
 func (b *Binary) Close() error {
 	var errs []error
+	if b.supFile != nil {
+		errs = append(errs, b.supFile.Close())
+		b.supFile = nil
+	}
 	if b.dbgFile != nil {
 		errs = append(errs, b.dbgFile.Close())
 		b.dbgFile = nil
@@ -334,7 +429,23 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 				b.info.DWARFError = err.Error()
 				continue
 			}
-			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, dwarfsym.Options{Workers: b.opts.Workers})
+			opts := dwarfsym.Options{Workers: b.opts.Workers}
+			if df, _ := b.dwarfFile(); f == df {
+				if b.supErr != nil {
+					warn("dwarf", b.supErr)
+					b.info.DWARFError = b.supErr.Error()
+					continue
+				}
+				if b.sup != nil {
+					if opts.Supplementary, err = b.sup.DWARFSections(); err != nil {
+						err = fmt.Errorf("supplementary file: %w", err)
+						warn("dwarf", err)
+						b.info.DWARFError = err.Error()
+						continue
+					}
+				}
+			}
+			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, opts)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()

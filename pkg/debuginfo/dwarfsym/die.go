@@ -2,6 +2,7 @@ package dwarfsym
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -212,7 +213,8 @@ const (
 	clsNone uint8 = iota
 	clsAddr
 	clsConst
-	clsRef // u is an absolute .debug_info offset
+	clsRef    // u is an absolute .debug_info offset
+	clsRefSup // u is an absolute offset in the supplementary file's .debug_info
 	clsSecOff
 	clsString
 	clsRnglistx
@@ -222,7 +224,15 @@ const (
 type dieSecs struct {
 	info, abbrev, str, lineStr, strOffsets, addr, ranges, rnglists []byte
 	order                                                          binary.ByteOrder
+	// supStr is the supplementary file's .debug_str, which DW_FORM_GNU_strp_alt and
+	// DW_FORM_strp_sup point into; nil when there is none.
+	supStr []byte
+	hasSup bool
 }
+
+// ErrNoSupplementary: the DWARF points into a supplementary file (dwz's .gnu_debugaltlink or
+// DWARF 5's .debug_sup) that Options.Supplementary does not provide.
+var ErrNoSupplementary = errors.New("DWARF refers to a supplementary file that was not provided")
 
 // readAttr reads one attribute value of form form at r. Values the caller does not want
 // (want false) are skipped without building strings.
@@ -253,10 +263,20 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		v.u = r.uN(1)
 	case fData2, fRef2:
 		v.u = r.uN(2)
-	case fData4, fRef4, fRefSup4:
+	case fData4, fRef4:
 		v.u = r.uN(4)
-	case fData8, fRef8, fRefSig8, fRefSup8:
+	case fData8, fRef8, fRefSig8:
 		v.u = r.uN(8)
+	case fRefSup4, fRefSup8, fGNURefAlt:
+		n := u.offSize
+		switch form {
+		case fRefSup4:
+			n = 4
+		case fRefSup8:
+			n = 8
+		}
+		v.u, v.class = r.uN(n), clsRefSup
+		return v, r.err
 	case fData16:
 		r.skip(16)
 	case fSdata:
@@ -278,10 +298,16 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		}
 	case fStrp, fLineStrp, fStrpSup, fGNUStrpAlt:
 		off := r.uN(u.offSize)
-		if want && (form == fStrp || form == fLineStrp) {
+		if want {
 			sec := s.str
-			if form == fLineStrp {
+			switch form {
+			case fLineStrp:
 				sec = s.lineStr
+			case fStrpSup, fGNUStrpAlt:
+				if !s.hasSup {
+					return v, fmt.Errorf("string at %#x of the supplementary file: %w", off, ErrNoSupplementary)
+				}
+				sec = s.supStr
 			}
 			str, err := cstrAt(sec, off)
 			if err != nil {
@@ -321,10 +347,6 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 	case fSecOffset:
 		v.u, v.class = r.uN(u.offSize), clsSecOff
 		return v, r.err
-	case fGNURefAlt:
-		r.uN(u.offSize)
-		v.class = clsUnsupported
-		return v, r.err
 	case fBlock1:
 		r.skip(r.uN(1))
 	case fBlock2:
@@ -360,7 +382,7 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		case form == fRef1 || form == fRef2 || form == fRef4 || form == fRef8 || form == fRefUdata:
 			v.u += u.hdr.off
 			v.class = clsRef
-		case form == fRefSig8 || form == fRefSup4 || form == fRefSup8 || form == fStrpSup || form == fGNUStrpAlt:
+		case form == fRefSig8:
 			v.class = clsUnsupported
 		default:
 			v.class = clsConst
