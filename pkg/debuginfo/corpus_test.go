@@ -72,6 +72,23 @@ func compression(c string) func(debuginfo.Info) error {
 	}
 }
 
+// supplementary requires the DWARF to have been read with its supplementary file, found by
+// the link's path.
+func supplementary(section string) func(debuginfo.Info) error {
+	return func(i debuginfo.Info) error {
+		s := i.Supplementary
+		switch {
+		case s == nil:
+			return fmt.Errorf("no supplementary file named")
+		case s.Missing || i.DWARFError != "":
+			return fmt.Errorf("supplementary file %q (ID %s) not read: %s", s.Name, s.ID, i.DWARFError)
+		case s.Section != section || s.FoundBy != "link-path":
+			return fmt.Errorf("supplementary file named in %s, found by %q; want %s, by its path", s.Section, s.FoundBy, section)
+		}
+		return nil
+	}
+}
+
 func miniDebugInfo(i debuginfo.Info) error {
 	if !i.MiniDebugInfo || i.DWARF {
 		return fmt.Errorf("minidebuginfo %v, dwarf %v: want MiniDebugInfo and no DWARF", i.MiniDebugInfo, i.DWARF)
@@ -125,6 +142,13 @@ func corpusCases() []corpusCase {
 		corpusCase{name: "c-clang-O2-dw5-pie.stripped-link", ref: "c-clang-O2-dw5-pie", refWhy: splitWhy, check: foundBy("debuglink")})
 	for _, b := range []string{"cxx-gcc-O2-dw5-pie", "c-clang-O2-dw4-nopie"} {
 		cs = append(cs, corpusCase{name: b + ".minidebug", ref: b + ".symtab-ref", refWhy: miniWhy, mode: llvmcompare.ModeSymbols, check: miniDebugInfo})
+	}
+	const dwzWhy = "dwz'ed debug file: llvm-symbolizer 14 does not read supplementary files (it prints ?? for the functions dwz moved); it answers on the twin before strip and dwz"
+	for _, d := range []struct{ bin, section string }{
+		{"cxx-gcc-O2-dw4-nopie", ".gnu_debugaltlink"}, {"cxx-gcc-O3-dw4-pie", ".gnu_debugaltlink"},
+		{"cxx-gcc-O2-dw5-pie", ".debug_sup"}, {"cxx-gcc-O3-dw5-nopie", ".debug_sup"},
+	} {
+		cs = append(cs, corpusCase{name: d.bin + ".stripped-dwz", ref: d.bin, refWhy: dwzWhy, debugDirs: []string{"debug-dwz"}, check: supplementary(d.section)})
 	}
 	return cs
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// .gnu_debugaltlink or .debug_sup) to use instead of searching for it: callers that keep
 	// files by build ID fetch it by Info.Supplementary.ID. It must carry that ID.
 	SupplementaryFile string
+	// DWARFPackage is the DWARF package (.dwp) of a -gsplit-dwarf build to use instead of
+	// the one beside the binary (<binary>.dwp, where llvm-symbolizer looks).
+	DWARFPackage string
 }
 
 // Binary is an opened ELF file with its companions. Its index is built once, on first use,
@@ -102,6 +105,8 @@ type Info struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Supplementary describes the supplementary DWARF file the DWARF refers to, if any.
 	Supplementary *SupplementaryInfo `json:"supplementary,omitempty"`
+	// DWARFPackage is the .dwp the functions of a -gsplit-dwarf build were read from.
+	DWARFPackage string `json:"dwarf_package,omitempty"`
 }
 
 // SupplementaryInfo is the supplementary DWARF file of a binary or its debug file (made by
@@ -445,11 +450,20 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					}
 				}
 			}
+			if opts.Package, err = b.dwarfPackage(f); err != nil {
+				// The skeleton units still give their line tables.
+				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf package: %v", err))
+			}
 			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, opts)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
 				continue
+			}
+			if st.SkeletonsWithoutPackage > 0 {
+				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
+					"split DWARF: %d skeleton units without their DWARF package (%s.dwp): functions from the symbol table, no inlined frames",
+					st.SkeletonsWithoutPackage, b.path))
 			}
 			b.info.DWARFError = ""
 			b.info.DWARFVersion = st.Version
@@ -498,6 +512,66 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		return nil, fmt.Errorf("%s: no usable debug information: %w", b.path, hardErr)
 	}
 	return ix, nil
+}
+
+// dwarfPackage opens the DWARF package of f's skeleton units: Options.DWARFPackage, else
+// <binary>.dwp, else <debug file>.dwp. Nil without error when f has no skeleton units or no
+// package exists.
+func (b *Binary) dwarfPackage(f *elfx.File) (*dwarfsym.Package, error) {
+	if !hasSkeletonUnits(f) {
+		return nil, nil
+	}
+	cands := []string{b.opts.DWARFPackage}
+	if b.opts.DWARFPackage == "" {
+		cands = []string{b.path + ".dwp"}
+		if b.info.DebugFile != "" {
+			cands = append(cands, b.info.DebugFile+".dwp")
+		}
+	}
+	for _, p := range cands {
+		if _, err := os.Stat(p); err != nil {
+			if b.opts.DWARFPackage != "" {
+				return nil, fmt.Errorf("open DWARF package: %w", err)
+			}
+			continue
+		}
+		pf, closer, err := elfx.OpenPath(p, b.opts.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		secs, err := pf.DWARFSectionsOf(dwarfsym.PackageSectionNames...)
+		order := byteOrder(pf.ELF())
+		// The sections are read into memory; the file is no longer needed.
+		if cerr := closer.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		pkg, err := dwarfsym.NewPackage(secs, order)
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		b.info.DWARFPackage = p
+		return pkg, nil
+	}
+	return nil, nil
+}
+
+// hasSkeletonUnits reports whether f's DWARF has skeleton units (DWARF 5 -gsplit-dwarf),
+// from the first unit header: compilers split every unit of a build or none.
+func hasSkeletonUnits(f *elfx.File) bool {
+	s := f.Section(".debug_info")
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 {
+		return s != nil && s.Flags&elf.SHF_COMPRESSED != 0
+	}
+	var hdr [12]byte
+	if _, err := f.ReaderAt().ReadAt(hdr[:], int64(s.Offset)); err != nil {
+		return false
+	}
+	order := byteOrder(f.ELF())
+	// unit_length (4), version (2), unit_type (1) in 32-bit DWARF 5.
+	return order.Uint32(hdr[:]) < 0xfffffff0 && order.Uint16(hdr[4:]) == 5 && hdr[6] == 0x04
 }
 
 // goDWARFLines adds the DWARF line table of a Go binary that carries DWARF, and reports whether

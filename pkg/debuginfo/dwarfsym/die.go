@@ -14,8 +14,12 @@ import (
 // attributes by form and decodes only what function nodes need, without allocating.
 
 const (
-	tagCompileUnit       = 0x11
-	tagPartialUnit       = 0x3c
+	tagCompileUnit  = 0x11
+	tagPartialUnit  = 0x3c
+	tagSkeletonUnit = 0x4a
+
+	utSkeleton           = 0x04
+	utSplitCompile       = 0x05
 	tagSubprogram        = 0x2e
 	tagInlinedSubroutine = 0x1d
 
@@ -463,6 +467,20 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 	start := r.off
 	for pass := 0; pass < 2; pass++ {
 		r.off = start
+		if pass == 1 && h.unitType == utSplitCompile {
+			// A split unit's bases are implicit: its parts of .debug_str_offsets and
+			// .debug_rnglists in the package each start with their header.
+			hdr := uint64(8)
+			if h.dwarf64 {
+				hdr = 16
+			}
+			if u.strOffsetsBase == 0 {
+				u.strOffsetsBase = hdr
+			}
+			if u.rnglistsBase == 0 {
+				u.rnglistsBase = hdr + 4
+			}
+		}
 		for _, sp := range a.attrs {
 			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase) ||
 				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList)

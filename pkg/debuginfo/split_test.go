@@ -1,0 +1,99 @@
+package debuginfo_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+)
+
+// TestSplitDWARFPackage builds a -gsplit-dwarf program (DWARF 5: skeleton units in the
+// executable, functions and inlined instances in .dwo files), packs the .dwo files into
+// <binary>.dwp with llvm-dwp (binutils' dwp 2.40 crashes on DWARF 5) and removes them, so
+// that the package is the only place the functions are. Every address of every function must
+// resolve as llvm-symbolizer resolves it from the same package. Without the package, the
+// skeletons' line tables still answer and a warning says what is missing.
+func TestSplitDWARFPackage(t *testing.T) {
+	elfxtest.Need(t, "g++", "llvm-dwp", "llvm-symbolizer")
+	dir := t.TempDir()
+	for name, text := range dwzSources {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "a")
+	obj := filepath.Join(dir, "a.o")
+	elfxtest.Run(t, "g++", "-O2", "-gdwarf-5", "-gsplit-dwarf", "-c", "-o", obj, filepath.Join(dir, "a.cc"))
+	elfxtest.Run(t, "g++", "-o", bin, obj)
+	elfxtest.Run(t, "llvm-dwp", "-e", bin, "-o", bin+".dwp")
+	dwos, err := filepath.Glob(filepath.Join(dir, "*.dwo"))
+	if err != nil || len(dwos) == 0 {
+		t.Fatalf("no .dwo files (%v)", err)
+	}
+	for _, d := range dwos {
+		if err := os.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.DWARFPackage != bin+".dwp" || info.DWARFError != "" || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf("package %q, DWARF error %q, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFError, ix.Fidelity(), info.Warnings)
+	}
+	fns, err := llvmcompare.FunctionSymbols(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []uint64
+	for _, f := range fns {
+		for a := f.Addr; a < f.Addr+f.Size; a++ {
+			addrs = append(addrs, a)
+		}
+	}
+	ours := make([][]llvmcompare.Frame, len(addrs))
+	inlined := 0
+	for i, a := range addrs {
+		fr := ix.Lookup(a)
+		if len(fr) > 1 {
+			inlined++
+		}
+		for _, f := range fr {
+			ours[i] = append(ours[i], frameOf(f))
+		}
+	}
+	ref, err := llvmcompare.Tool{}.Symbolize(t.Context(), bin, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := llvmcompare.Compare(addrs, ours, ref, llvmcompare.ModeFull, llvmcompare.Known...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rep.Unexplained(); len(u) > 0 || inlined == 0 {
+		t.Fatalf("%d of %d addresses differ from llvm-symbolizer (%d with inlined frames), first %+v", len(u), len(addrs), inlined, u[:min(len(u), 3)])
+	}
+	t.Logf("%d addresses (%d with inlined frames) agree with llvm-symbolizer reading the same .dwp", len(addrs), inlined)
+
+	if err := os.Rename(bin+".dwp", bin+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "without their DWARF package") {
+		t.Errorf("without the package: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{DWARFPackage: bin + ".moved"})
+	if err != nil || info.DWARFPackage != bin+".moved" || ix.Fidelity() != index.FidelityFullInlines {
+		t.Errorf("package given: %v, package %q, fidelity %v", err, info.DWARFPackage, ix.Fidelity())
+	}
+}
