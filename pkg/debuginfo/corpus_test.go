@@ -89,6 +89,15 @@ func supplementary(section string) func(debuginfo.Info) error {
 	}
 }
 
+// dwarfPackage requires the functions to have been read from the DWARF package beside the
+// binary.
+func dwarfPackage(i debuginfo.Info) error {
+	if i.DWARFPackage == "" || i.DWARFError != "" {
+		return fmt.Errorf("DWARF package %q, DWARF error %q, warnings %q", i.DWARFPackage, i.DWARFError, i.Warnings)
+	}
+	return nil
+}
+
 func miniDebugInfo(i debuginfo.Info) error {
 	if !i.MiniDebugInfo || i.DWARF {
 		return fmt.Errorf("minidebuginfo %v, dwarf %v: want MiniDebugInfo and no DWARF", i.MiniDebugInfo, i.DWARF)
@@ -125,6 +134,10 @@ func corpusCases() []corpusCase {
 		corpusCase{name: "rust-v0"},
 		corpusCase{name: "rust-legacy"},
 		corpusCase{name: "zstd-deb"},
+		// -gsplit-dwarf: llvm-symbolizer reads NAME.dwp beside the binary, as we do.
+		corpusCase{name: "cxx-gcc-O2-dw5-split", check: dwarfPackage},
+		corpusCase{name: "c-gcc-O3-dw5-split", ref: "c-gcc-O3-dw5-nopie", check: dwarfPackage,
+			refWhy: "llvm-symbolizer 14 drops the inlined frames of this package's kernels.c unit (it prints only the outermost function); it answers on the twin built without -gsplit-dwarf, whose code is identical"},
 	)
 	const zstdWhy = "llvm-symbolizer 14 cannot read zstd-compressed sections; it answers on the uncompressed twin"
 	const splitWhy = "stripped: llvm-symbolizer answers on the unstripped twin (same DWARF as the split debug file)"
