@@ -1,5 +1,6 @@
 // Package debuginfo is profsym's symbolization engine: it opens an ELF file (and the separate
-// debug file that goes with it), picks the best sources it has (DWARF, Go pclntab, symbol
+// debug file that goes with it, the supplementary file dwz made for that one, or the DWARF
+// package of a -gsplit-dwarf build), picks the best sources it has (DWARF, Go pclntab, symbol
 // tables, MiniDebugInfo) and builds one index that resolves ELF virtual addresses to frames.
 //
 // The parsers live in subpackages by concern: elfx (hostile-input ELF reading), buildid,

@@ -14,14 +14,15 @@ import (
 // attributes by form and decodes only what function nodes need, without allocating.
 
 const (
-	tagCompileUnit  = 0x11
-	tagPartialUnit  = 0x3c
-	tagSkeletonUnit = 0x4a
-
-	utSkeleton           = 0x04
-	utSplitCompile       = 0x05
+	tagCompileUnit       = 0x11
+	tagPartialUnit       = 0x3c
+	tagSkeletonUnit      = 0x4a
 	tagSubprogram        = 0x2e
 	tagInlinedSubroutine = 0x1d
+
+	// DWARF 5 unit types (DW_UT_*) of -gsplit-dwarf builds.
+	utSkeleton     = 0x04
+	utSplitCompile = 0x05
 
 	atName           = 0x03
 	atStmtList       = 0x10
