@@ -463,7 +463,8 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			}
 			if st.SkeletonsWithoutPackage > 0 {
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
-					"split DWARF: %d skeleton units without their DWARF package (%s.dwp): functions from the symbol table, no inlined frames",
+					"split DWARF: %d skeleton units whose functions were not read (DWARF 5 needs the DWARF package %s.dwp; "+
+						"DWARF 4 GNU split units are not read): functions from the symbol table, no inlined frames",
 					st.SkeletonsWithoutPackage, b.path))
 			}
 			b.info.DWARFError = ""

@@ -89,11 +89,24 @@ func TestSplitDWARFPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "without their DWARF package") {
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "skeleton units whose functions were not read") {
 		t.Errorf("without the package: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
 	}
 	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{DWARFPackage: bin + ".moved"})
 	if err != nil || info.DWARFPackage != bin+".moved" || ix.Fidelity() != index.FidelityFullInlines {
 		t.Errorf("package given: %v, package %q, fidelity %v", err, info.DWARFPackage, ix.Fidelity())
+	}
+
+	// DWARF 4 split units (GNU's extension, packed by binutils' dwp) are not read: the
+	// skeletons' lines answer and the warning says so.
+	v4 := filepath.Join(dir, "a4")
+	elfxtest.Run(t, "g++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", v4+".o", filepath.Join(dir, "a.cc"))
+	elfxtest.Run(t, "g++", "-o", v4, v4+".o")
+	ix, info, err = debuginfo.OpenIndex(v4, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "DWARF 4 GNU split units are not read") {
+		t.Errorf("DWARF 4 split: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
 	}
 }

@@ -42,6 +42,7 @@ const (
 	atAddrBase       = 0x73
 	atRnglistsBase   = 0x74
 	atMIPSLinkage    = 0x2007
+	atGNUDwoName     = 0x2130 // DWARF 4 -gsplit-dwarf skeleton (GNU extension)
 )
 
 const (
@@ -201,6 +202,7 @@ type unitCtx struct {
 	compDir        string
 	stmtList       int64 // -1 when the unit has no line table
 	name           string
+	gnuSkeleton    bool // a DWARF 4 GNU skeleton: its functions are in a .dwo file
 	tag            uint64
 	rootOff        uint64 // offset of the first child entry
 	rootChildren   bool
@@ -484,7 +486,7 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 		}
 		for _, sp := range a.attrs {
 			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase) ||
-				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList)
+				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atGNUDwoName)
 			v, err := s.readAttr(r, u, sp.form, sp.implicit, want)
 			if err != nil {
 				return nil, fmt.Errorf("root entry: %w", err)
@@ -511,6 +513,8 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 				if v.class == clsSecOff || v.class == clsConst {
 					u.stmtList = int64(v.u)
 				}
+			case atGNUDwoName:
+				u.gnuSkeleton = true
 			}
 		}
 	}

@@ -517,6 +517,11 @@ func (dc *decoder) decodeUnit(i int) error {
 			return err
 		}
 	}
+	if u.gnuSkeleton && !u.rootChildren && !dc.linesOnly {
+		// DWARF 4 split units (GNU's pre-standard packages, index version 2) are not read.
+		dc.res.noPkg = 1
+		return nil
+	}
 	if u.tag == tagSkeletonUnit && !dc.linesOnly {
 		if dc.pkg == nil {
 			dc.res.noPkg = 1
