@@ -221,9 +221,14 @@ func (b *Binary) findSupplementary() error {
 		sf.Close()
 		return fmt.Errorf("supplementary file %s: %w: %w", supPath, ErrNotELF, err)
 	}
-	if id, err := debugfile.SupplementaryID(sup); err != nil || id != link.ID {
+	id, err := debugfile.SupplementaryID(sup)
+	if err != nil {
 		sf.Close()
-		return fmt.Errorf("supplementary file %s has ID %q, %s names %s (%v)", supPath, id, path, link.ID, err)
+		return fmt.Errorf("supplementary file %s: %w", supPath, err)
+	}
+	if id != link.ID {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s has ID %q, %s names %s", supPath, id, path, link.ID)
 	}
 	b.sup, b.supFile = sup, sf
 	si.Path, si.FoundBy = supPath, how

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -394,7 +395,7 @@ func mangledNames(path string) ([]string, error) {
 	set := map[string]bool{}
 	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
 		syms, err := read()
-		if err != nil && err != elf.ErrNoSymbols {
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 			return nil, err
 		}
 		for _, s := range syms {

@@ -64,8 +64,6 @@ func TestLoadPackage(t *testing.T) {
 	}
 }
 
-var fuzzPackageSections = []string{"info.dwo", "abbrev.dwo", "str.dwo", "str_offsets.dwo", "rnglists.dwo", "cu_index"}
-
 func FuzzLoadPackage(f *testing.F) {
 	dir := f.TempDir()
 	for _, cc := range []string{"gcc", "clang"} {

@@ -80,8 +80,6 @@ func TestLoadSupplementary(t *testing.T) {
 	}
 }
 
-var fuzzSupSections = []string{"info", "abbrev", "str"}
-
 func FuzzLoadSupplementary(f *testing.F) {
 	dir := f.TempDir()
 	for _, c := range []struct {
