@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -456,7 +457,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					}
 				}
 			}
-			if opts.Package, err = b.dwarfPackage(f); err != nil {
+			if opts.Package, err = b.dwarfPackage(f, secs); err != nil {
 				// The skeleton units still give their line tables.
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf package: %v", err))
 			}
@@ -522,9 +523,10 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 }
 
 // dwarfPackage opens the DWARF package of f's skeleton units: Options.DWARFPackage, else
-// <binary>.dwp, else <debug file>.dwp. Nil without error when f has no skeleton units or no
-// package exists.
-func (b *Binary) dwarfPackage(f *elfx.File) (*dwarfsym.Package, error) {
+// <binary>.dwp, else <debug file>.dwp, else the .dwo files the skeletons name (where the
+// compiler wrote them, or beside the binary), as llvm-symbolizer looks for them. Nil without
+// error when f has no skeleton units or none of these exists.
+func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
 	if !hasSkeletonUnits(f) {
 		return nil, nil
 	}
@@ -562,7 +564,73 @@ func (b *Binary) dwarfPackage(f *elfx.File) (*dwarfsym.Package, error) {
 		b.info.DWARFPackage = p
 		return pkg, nil
 	}
-	return nil, nil
+	if b.opts.DWARFPackage != "" {
+		return nil, nil
+	}
+	return b.dwoFiles(f, secs)
+}
+
+// maxDWOFiles bounds the .dwo files one binary may make the engine open.
+const maxDWOFiles = 1 << 16
+
+// dwoFiles makes a Package of the .dwo files f's skeleton units name; units whose file is
+// missing stay without functions (Load counts them).
+func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
+	units, err := dwarfsym.SplitUnits(secs, byteOrder(f.ELF()))
+	if err != nil || len(units) == 0 {
+		return nil, err
+	}
+	if len(units) > maxDWOFiles {
+		return nil, fmt.Errorf("%d split units, at most %d .dwo files are read", len(units), maxDWOFiles)
+	}
+	var objs []map[string][]byte
+	var dirs []string
+	for _, u := range units {
+		cands := []string{u.DWOName, filepath.Join(filepath.Dir(b.path), filepath.Base(u.DWOName))}
+		if !filepath.IsAbs(u.DWOName) {
+			cands[0] = filepath.Join(u.CompDir, u.DWOName)
+		}
+		for _, p := range cands {
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			df, closer, err := elfx.OpenPath(p, b.opts.Limits)
+			if err != nil {
+				return nil, fmt.Errorf("dwo %s: %w", p, err)
+			}
+			s, err := df.DWARFSectionsOf(dwarfsym.PackageSectionNames...)
+			if cerr := closer.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("dwo %s: %w", p, err)
+			}
+			objs = append(objs, s)
+			dirs = append(dirs, filepath.Dir(p))
+			break
+		}
+	}
+	if len(objs) == 0 {
+		return nil, nil
+	}
+	pkg, err := dwarfsym.NewPackageFromObjects(objs, byteOrder(f.ELF()))
+	if err != nil {
+		return nil, err
+	}
+	b.info.DWARFPackage = fmt.Sprintf("%d .dwo files in %s", len(objs), strings.Join(uniq(dirs), ", "))
+	return pkg, nil
+}
+
+func uniq(ss []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // hasSkeletonUnits reports whether f's DWARF has skeleton units (DWARF 5 -gsplit-dwarf),

@@ -42,6 +42,7 @@ const (
 	atAddrBase       = 0x73
 	atRnglistsBase   = 0x74
 	atMIPSLinkage    = 0x2007
+	atDwoName        = 0x76
 	atGNUDwoName     = 0x2130 // DWARF 4 -gsplit-dwarf skeleton (GNU extension)
 )
 
@@ -202,7 +203,8 @@ type unitCtx struct {
 	compDir        string
 	stmtList       int64 // -1 when the unit has no line table
 	name           string
-	gnuSkeleton    bool // a DWARF 4 GNU skeleton: its functions are in a .dwo file
+	gnuSkeleton    bool   // a DWARF 4 GNU skeleton: its functions are in a .dwo file
+	dwoName        string // the .dwo file of a DWARF 5 skeleton unit
 	tag            uint64
 	rootOff        uint64 // offset of the first child entry
 	rootChildren   bool
@@ -486,7 +488,7 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 		}
 		for _, sp := range a.attrs {
 			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase) ||
-				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atGNUDwoName)
+				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atGNUDwoName || sp.attr == atDwoName)
 			v, err := s.readAttr(r, u, sp.form, sp.implicit, want)
 			if err != nil {
 				return nil, fmt.Errorf("root entry: %w", err)
@@ -515,6 +517,8 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 				}
 			case atGNUDwoName:
 				u.gnuSkeleton = true
+			case atDwoName:
+				u.dwoName = v.s
 			}
 		}
 	}

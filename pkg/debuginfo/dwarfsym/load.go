@@ -30,7 +30,8 @@ type Options struct {
 	LinesOnly bool
 	// Package is the DWARF package (.dwp) of a -gsplit-dwarf build, whose skeleton units
 	// leave their functions and inlined instances to it. Nil when there is none: only the
-	// skeletons' line tables are read (Stats.SkeletonsWithoutPackage counts them).
+	// skeletons' line tables are read (Stats.SkeletonsWithoutPackage counts them, and the
+	// units the package lacks).
 	Package *Package
 	// Supplementary holds the DWARF sections (same keys as Load's) of the supplementary file
 	// the sections refer to: the file named by .gnu_debugaltlink (dwz -m) or .debug_sup
@@ -523,7 +524,9 @@ func (dc *decoder) decodeUnit(i int) error {
 		return nil
 	}
 	if u.tag == tagSkeletonUnit && !dc.linesOnly {
-		if dc.pkg == nil {
+		// A unit whose split unit is missing (no package, or a .dwo file not found)
+		// keeps its line table; Load counts it rather than fail the others.
+		if _, ok := dc.pkg.unit(u.hdr.dwoID); !ok {
 			dc.res.noPkg = 1
 			return nil
 		}

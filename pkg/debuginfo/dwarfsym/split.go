@@ -22,9 +22,10 @@ type Package struct {
 }
 
 // contribution is where one unit's parts lie in the package's sections: offset and size in
-// each, by DW_SECT kind.
+// each, by DW_SECT kind. secs, when set, are the sections of the unit's own .dwo file.
 type contribution struct {
 	off, size [sectMax]uint64
+	secs      map[string][]byte
 }
 
 // DW_SECT kinds of DWARF 5 unit indexes (section 7.3.5.3).
@@ -105,7 +106,7 @@ func NewPackage(secs map[string][]byte, order binary.ByteOrder) (*Package, error
 // part returns the slice of the package section key that unit c owns, by kind; nil when the
 // unit has none there.
 func (p *Package) part(c contribution, key string, kind int) ([]byte, error) {
-	sec := p.secs[key]
+	sec := p.sections(c)[key]
 	if c.size[kind] == 0 {
 		return nil, nil
 	}
@@ -116,16 +117,85 @@ func (p *Package) part(c contribution, key string, kind int) ([]byte, error) {
 	return sec[off : off+size], nil
 }
 
+// unit returns the contribution of the unit with DWO ID id; p may be nil.
+func (p *Package) unit(id uint64) (contribution, bool) {
+	if p == nil {
+		return contribution{}, false
+	}
+	c, ok := p.units[id]
+	return c, ok
+}
+
+func (p *Package) sections(c contribution) map[string][]byte {
+	if c.secs != nil {
+		return c.secs
+	}
+	return p.secs
+}
+
+// A SplitUnit is a skeleton unit's reference to its split unit: the DWO ID and the .dwo file
+// the compiler wrote it to (DW_AT_dwo_name, relative to DW_AT_comp_dir unless absolute).
+type SplitUnit struct {
+	DWOID   uint64
+	CompDir string
+	DWOName string
+}
+
+// SplitUnits lists the skeleton units of DWARF sections (keys as in Load), so that a caller
+// without the DWARF package can find the .dwo files.
+func SplitUnits(secs map[string][]byte, order binary.ByteOrder) ([]SplitUnit, error) {
+	units, err := scanUnits(secs["info"], order)
+	if err != nil {
+		return nil, fmt.Errorf("dwarfsym: %w", err)
+	}
+	s := &dieSecs{info: secs["info"], abbrev: secs["abbrev"], str: secs["str"], lineStr: secs["line_str"],
+		strOffsets: secs["str_offsets"], addr: secs["addr"], order: order}
+	cache := map[uint64]*abbrevTable{}
+	var out []SplitUnit
+	for _, h := range units {
+		if h.unitType != utSkeleton {
+			continue
+		}
+		u, err := s.openUnit(h, cache)
+		if err != nil {
+			return nil, fmt.Errorf("dwarfsym: unit at offset %#x: %w", h.off, err)
+		}
+		out = append(out, SplitUnit{DWOID: h.dwoID, CompDir: u.compDir, DWOName: u.dwoName})
+	}
+	return out, nil
+}
+
+// NewPackageFromObjects makes a Package of .dwo files (each one's sections, keyed as in
+// PackageSectionNames without cu_index): what Load reads when the .dwo files were not packed.
+func NewPackageFromObjects(objs []map[string][]byte, order binary.ByteOrder) (*Package, error) {
+	p := &Package{units: make(map[uint64]contribution, len(objs))}
+	for i, secs := range objs {
+		units, err := scanUnits(secs["info.dwo"], order)
+		if err != nil {
+			return nil, fmt.Errorf("dwo %d: %w", i, err)
+		}
+		if len(units) != 1 || units[0].unitType != utSplitCompile {
+			return nil, fmt.Errorf("dwo %d: %d units, want one split compilation unit", i, len(units))
+		}
+		c := contribution{secs: secs}
+		for kind, key := range map[int]string{sectInfo: "info.dwo", sectAbbrev: "abbrev.dwo", sectStrOffsets: "str_offsets.dwo", sectRnglists: "rnglists.dwo"} {
+			c.size[kind] = uint64(len(secs[key]))
+		}
+		p.units[units[0].dwoID] = c
+	}
+	return p, nil
+}
+
 // splitUnit decodes the split unit of skeleton unit u from the package into the unit result
 // dc is filling, with the skeleton's line table (files), addresses and base: a split unit
 // names files by the skeleton's line table and addresses by index into the executable's
 // .debug_addr.
 func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
-	c, ok := dc.pkg.units[u.hdr.dwoID]
+	c, ok := dc.pkg.unit(u.hdr.dwoID)
 	if !ok {
 		return fmt.Errorf("skeleton unit %q: DWO ID %#x is not in the DWARF package", u.name, u.hdr.dwoID)
 	}
-	secs := map[string][]byte{"str": dc.pkg.secs["str.dwo"], "addr": dc.sec["addr"]}
+	secs := map[string][]byte{"str": dc.pkg.sections(c)["str.dwo"], "addr": dc.sec["addr"]}
 	for _, p := range []struct {
 		key, dwo string
 		kind     int

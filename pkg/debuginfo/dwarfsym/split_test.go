@@ -3,6 +3,7 @@ package dwarfsym
 import (
 	"encoding/binary"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -54,6 +55,39 @@ func TestLoadPackage(t *testing.T) {
 					t.Fatalf("%s at %#x:\n got  %+v\n want %+v (without -gsplit-dwarf)", cc, a, g, w)
 				}
 				n++
+			}
+		}
+		// The same from the unpacked .dwo files, which gcc writes beside the output as
+		// OUTPUT-SOURCE.dwo (clang 14, compiling and linking in one step, leaves them with
+		// its temporary objects).
+		dwos, err := filepath.Glob(bin + "-*.dwo")
+		if cc != "gcc" {
+			dwos = nil
+		} else if err != nil || len(dwos) != len(srcs) {
+			t.Fatalf("%s: .dwo files %v (%v)", cc, dwos, err)
+		}
+		var objs []map[string][]byte
+		for _, d := range dwos {
+			secs, f, _ := elfSections(t, d)
+			f.Close()
+			objs = append(objs, secs)
+		}
+		fromObjs, err := NewPackageFromObjects(objs, binary.LittleEndian)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got2 *index.Index
+		if len(objs) > 0 {
+			got2, _ = loadIndex(t, bin, Options{Package: fromObjs})
+		}
+		for _, fn := range funcs {
+			if got2 == nil {
+				break
+			}
+			for a := fn.addr; a < fn.end; a++ {
+				if g, w := got2.Lookup(a), want.Lookup(a); !reflect.DeepEqual(g, w) {
+					t.Fatalf("%s from .dwo files at %#x:\n got  %+v\n want %+v", cc, a, g, w)
+				}
 			}
 		}
 		lines, lst := loadIndex(t, bin, Options{})
