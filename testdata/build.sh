@@ -6,7 +6,7 @@
 # (its sources), and written under a temporary name first so an interrupted run
 # never leaves a half-written binary behind. At most two compiler jobs run at once.
 #
-# Needs: gcc/g++, clang/clang++ and ld.lld (LLVM 14), binutils objcopy/nm, xz, go, rustc,
+# Needs: gcc/g++, clang/clang++, ld.lld and llvm-dwp (LLVM 14), binutils objcopy/nm, xz, dwz, go, rustc,
 # apt-get + dpkg-source (dpkg-dev) and network access to Debian's apt mirror for the Debian
 # package (fetched once, then reused from testdata/build/debian).
 #
@@ -31,7 +31,7 @@ DEB_PKG=libzstd
 DEB_VERSION=1.5.4+dfsg2-5
 DEB_DIR=libzstd-1.5.4+dfsg2
 
-mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link" "$out/tmp"
+mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link" "$out/debug-dwz" "$out/tmp"
 
 log() { printf 'testdata/build.sh: %s\n' "$*" >&2; }
 
@@ -39,8 +39,8 @@ log() { printf 'testdata/build.sh: %s\n' "$*" >&2; }
 # other edits leave existing outputs alone, so adding a variant does not rebuild the rest.
 CORPUS_VERSION=1
 if [[ $(cat "$out/.corpus-version" 2>/dev/null) != "$CORPUS_VERSION" ]]; then
-	rm -rf "$out/bin" "$out/debug-buildid" "$out/debug-link"
-	mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link"
+	rm -rf "$out/bin" "$out/debug-buildid" "$out/debug-link" "$out/debug-dwz"
+	mkdir -p "$out/bin" "$out/debug-buildid" "$out/debug-link" "$out/debug-dwz"
 	echo "$CORPUS_VERSION" >"$out/.corpus-version"
 fi
 
@@ -135,6 +135,24 @@ spawn compile cxx-clang-O2-nodebug cxx clang++ -O2 -fPIE -pie
 spawn compile cxx-gcc-O2-lto cxx g++ -O2 -g -flto=1 -fPIE -pie
 spawn compile c-gcc-O2-lto c gcc -O2 -g -flto=1 -fno-pie -no-pie
 spawn compile cxx-clang-O2-lto cxx clang++ -O2 -g -flto -fuse-ld=lld -fPIE -pie
+
+# -gsplit-dwarf (DWARF 5): skeleton units in the executable, functions and inlined instances in
+# .dwo files, packed by llvm-dwp into NAME.dwp beside it, where llvm-symbolizer looks (binutils'
+# dwp 2.40 crashes on DWARF 5). The .dwo files are removed, so the package is the only copy.
+split_compile() {
+	local name=$1 lang=$2 cc=$3 target=$out/bin/$1
+	shift 3
+	local deps
+	if [[ $lang == c ]]; then deps=("${c_deps[@]}"); else deps=("${cxx_deps[@]}"); fi
+	uptodate "$target" "${deps[@]}" && [[ -e $target.dwp ]] && return 0
+	rm -f "$out/bin/$name".tmp-*.dwo
+	compile "$name" "$lang" "$cc" -gsplit-dwarf "$@"
+	llvm-dwp -e "$target" -o "$target.dwp.tmp"
+	rm -f "$out/bin/$name".tmp-*.dwo "$out/bin/$name"-*.dwo
+	mv -f "$target.dwp.tmp" "$target.dwp"
+}
+spawn split_compile cxx-gcc-O2-dw5-split cxx g++ -O2 -gdwarf-5 -fPIE -pie
+spawn split_compile c-gcc-O3-dw5-split c gcc -O3 -gdwarf-5 -fno-pie -no-pie
 
 build_go() {
 	local target=$out/bin/$1
@@ -280,6 +298,35 @@ minidebug_variant() {
 	rm -rf "$tmp"
 }
 
+# dwz, as Debian's and Fedora's debug packages are made: two stripped executables whose debug
+# files (in the build-ID layout) went through dwz -m together, which moved the DWARF they share
+# (the standard library's types and inline functions) into one supplementary file,
+# debug-dwz/.dwz/TAG.debug, that both name by a path relative to themselves as Fedora's do:
+# in .gnu_debugaltlink, or with DWARF5=1 in DWARF 5's .debug_sup (dwz -5).
+dwz_variant() {
+	local tag=$1 dw5=$2 a=$3 b=$4
+	local tmp=$out/tmp/dwz-$tag n id
+	uptodate "$out/bin/$a.stripped-dwz" "$out/bin/$a" && uptodate "$out/bin/$b.stripped-dwz" "$out/bin/$b" &&
+		[[ -e $out/debug-dwz/.dwz/$tag.debug ]] && return 0
+	log "dwz $tag: $a $b"
+	rm -rf "$tmp"
+	mkdir -p "$tmp" "$out/debug-dwz/.dwz"
+	for n in "$a" "$b"; do
+		objcopy --only-keep-debug "$out/bin/$n" "$tmp/$n.debug"
+		objcopy --strip-all "$out/bin/$n" "$tmp/$n.stripped"
+	done
+	dwz ${dw5:+-5} -m "$tmp/$tag.debug" -M "../../.dwz/$tag.debug" "$tmp/$a.debug" "$tmp/$b.debug"
+	mv -f "$tmp/$tag.debug" "$out/debug-dwz/.dwz/$tag.debug"
+	for n in "$a" "$b"; do
+		id=$(build_id "$out/bin/$n")
+		[[ -n $id ]] || { log "$n has no build ID"; return 1; }
+		mkdir -p "$out/debug-dwz/.build-id/${id:0:2}"
+		mv -f "$tmp/$n.debug" "$out/debug-dwz/.build-id/${id:0:2}/${id:2}.debug"
+		mv -f "$tmp/$n.stripped" "$out/bin/$n.stripped-dwz"
+	done
+	rm -rf "$tmp"
+}
+
 spawn zstd_variant cxx-gcc-O2-dw5-pie
 spawn zstd_variant c-clang-O3-dw4-pie
 spawn zstd_variant zstd-deb
@@ -290,5 +337,8 @@ spawn debuglink_variant c-clang-O2-dw5-pie local
 spawn minidebug_variant cxx-gcc-O2-dw5-pie
 spawn minidebug_variant c-clang-O2-dw4-nopie
 drain
+# One at a time: each pair's dwz run holds both debug files' DWARF in memory.
+dwz_variant cxx-gcc-dw4 "" cxx-gcc-O2-dw4-nopie cxx-gcc-O3-dw4-pie
+dwz_variant cxx-gcc-dw5 1 cxx-gcc-O2-dw5-pie cxx-gcc-O3-dw5-nopie
 rmdir "$out/tmp" 2>/dev/null || true
 log "corpus ready in $out/bin"

@@ -72,6 +72,32 @@ func compression(c string) func(debuginfo.Info) error {
 	}
 }
 
+// supplementary requires the DWARF to have been read with its supplementary file, found by
+// the link's path.
+func supplementary(section string) func(debuginfo.Info) error {
+	return func(i debuginfo.Info) error {
+		s := i.Supplementary
+		switch {
+		case s == nil:
+			return fmt.Errorf("no supplementary file named")
+		case s.Missing || i.DWARFError != "":
+			return fmt.Errorf("supplementary file %q (ID %s) not read: %s", s.Name, s.ID, i.DWARFError)
+		case s.Section != section || s.FoundBy != "link-path":
+			return fmt.Errorf("supplementary file named in %s, found by %q; want %s, by its path", s.Section, s.FoundBy, section)
+		}
+		return nil
+	}
+}
+
+// dwarfPackage requires the functions to have been read from the DWARF package beside the
+// binary.
+func dwarfPackage(i debuginfo.Info) error {
+	if i.DWARFPackage == "" || i.DWARFError != "" {
+		return fmt.Errorf("DWARF package %q, DWARF error %q, warnings %q", i.DWARFPackage, i.DWARFError, i.Warnings)
+	}
+	return nil
+}
+
 func miniDebugInfo(i debuginfo.Info) error {
 	if !i.MiniDebugInfo || i.DWARF {
 		return fmt.Errorf("minidebuginfo %v, dwarf %v: want MiniDebugInfo and no DWARF", i.MiniDebugInfo, i.DWARF)
@@ -108,6 +134,10 @@ func corpusCases() []corpusCase {
 		corpusCase{name: "rust-v0"},
 		corpusCase{name: "rust-legacy"},
 		corpusCase{name: "zstd-deb"},
+		// -gsplit-dwarf: llvm-symbolizer reads NAME.dwp beside the binary, as we do.
+		corpusCase{name: "cxx-gcc-O2-dw5-split", check: dwarfPackage},
+		corpusCase{name: "c-gcc-O3-dw5-split", ref: "c-gcc-O3-dw5-nopie", check: dwarfPackage,
+			refWhy: "llvm-symbolizer 14 drops the inlined frames of this package's kernels.c unit (it prints only the outermost function); it answers on the twin built without -gsplit-dwarf, whose code is identical"},
 	)
 	const zstdWhy = "llvm-symbolizer 14 cannot read zstd-compressed sections; it answers on the uncompressed twin"
 	const splitWhy = "stripped: llvm-symbolizer answers on the unstripped twin (same DWARF as the split debug file)"
@@ -125,6 +155,13 @@ func corpusCases() []corpusCase {
 		corpusCase{name: "c-clang-O2-dw5-pie.stripped-link", ref: "c-clang-O2-dw5-pie", refWhy: splitWhy, check: foundBy("debuglink")})
 	for _, b := range []string{"cxx-gcc-O2-dw5-pie", "c-clang-O2-dw4-nopie"} {
 		cs = append(cs, corpusCase{name: b + ".minidebug", ref: b + ".symtab-ref", refWhy: miniWhy, mode: llvmcompare.ModeSymbols, check: miniDebugInfo})
+	}
+	const dwzWhy = "dwz'ed debug file: llvm-symbolizer 14 does not read supplementary files (it prints ?? for the functions dwz moved); it answers on the twin before strip and dwz"
+	for _, d := range []struct{ bin, section string }{
+		{"cxx-gcc-O2-dw4-nopie", ".gnu_debugaltlink"}, {"cxx-gcc-O3-dw4-pie", ".gnu_debugaltlink"},
+		{"cxx-gcc-O2-dw5-pie", ".debug_sup"}, {"cxx-gcc-O3-dw5-nopie", ".debug_sup"},
+	} {
+		cs = append(cs, corpusCase{name: d.bin + ".stripped-dwz", ref: d.bin, refWhy: dwzWhy, debugDirs: []string{"debug-dwz"}, check: supplementary(d.section)})
 	}
 	return cs
 }

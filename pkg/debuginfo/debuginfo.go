@@ -1,5 +1,6 @@
 // Package debuginfo is profsym's symbolization engine: it opens an ELF file (and the separate
-// debug file that goes with it), picks the best sources it has (DWARF, Go pclntab, symbol
+// debug file that goes with it, the supplementary file dwz made for that one, or the DWARF
+// package of a -gsplit-dwarf build), picks the best sources it has (DWARF, Go pclntab, symbol
 // tables, MiniDebugInfo) and builds one index that resolves ELF virtual addresses to frames.
 //
 // The parsers live in subpackages by concern: elfx (hostile-input ELF reading), buildid,
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +41,13 @@ type Options struct {
 	Limits elfx.Limits
 	// Workers bounds the goroutines used to parse DWARF; zero means GOMAXPROCS.
 	Workers int
+	// SupplementaryFile is the supplementary DWARF file (dwz's common file, named by
+	// .gnu_debugaltlink or .debug_sup) to use instead of searching for it: callers that keep
+	// files by build ID fetch it by Info.Supplementary.ID. It must carry that ID.
+	SupplementaryFile string
+	// DWARFPackage is the DWARF package (.dwp) of a -gsplit-dwarf build to use instead of
+	// the one beside the binary (<binary>.dwp, where llvm-symbolizer looks).
+	DWARFPackage string
 }
 
 // Binary is an opened ELF file with its companions. Its index is built once, on first use,
@@ -51,6 +60,9 @@ type Binary struct {
 	ids     buildid.IDs
 	debug   *elfx.File // separate debug file, if any
 	dbgFile *os.File
+	sup     *elfx.File // supplementary DWARF file, if the DWARF names one and it was found
+	supFile *os.File
+	supErr  error // why the supplementary file the DWARF names is missing
 	info    Info
 
 	once sync.Once
@@ -93,7 +105,28 @@ type Info struct {
 	// Warnings are problems with a source that was skipped (a corrupt section, say); the index
 	// was built from what remained.
 	Warnings []string `json:"warnings,omitempty"`
+	// Supplementary describes the supplementary DWARF file the DWARF refers to, if any.
+	Supplementary *SupplementaryInfo `json:"supplementary,omitempty"`
+	// DWARFPackage is the .dwp the functions of a -gsplit-dwarf build were read from.
+	DWARFPackage string `json:"dwarf_package,omitempty"`
 }
+
+// SupplementaryInfo is the supplementary DWARF file of a binary or its debug file (made by
+// dwz -m, as Debian's and Fedora's debug packages ship them).
+type SupplementaryInfo struct {
+	debugfile.SupLink
+	// Path and FoundBy ("option", "link-path", "build-id") say where it was found; Missing
+	// is true when it was not, and the DWARF was then not read (DWARFError says so).
+	Path    string `json:"path,omitempty"`
+	FoundBy string `json:"found_by,omitempty"`
+	Missing bool   `json:"missing,omitempty"`
+}
+
+// ErrSupplementaryMissing is wrapped by the DWARF error (Info.DWARFError, the warnings, and
+// Index's error when no other source answered) of a binary whose DWARF refers to a
+// supplementary file that was neither given (Options.SupplementaryFile) nor found. The
+// message names the file's ID, by which a store finds it.
+var ErrSupplementaryMissing = errors.New("supplementary DWARF file missing")
 
 // ErrNotELF is wrapped when the file is not an ELF object at all.
 var ErrNotELF = errors.New("not an ELF file")
@@ -130,7 +163,77 @@ func Open(path string, opts Options) (*Binary, error) {
 	if err := b.findDebugFile(); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	if err := b.findSupplementary(); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
 	return b, nil
+}
+
+// dwarfFile is the file whose DWARF the index reads: the separate debug file, else the
+// binary; nil when neither has DWARF.
+func (b *Binary) dwarfFile() (*elfx.File, string) {
+	if b.debug != nil && b.debug.HasDWARF() {
+		return b.debug, b.info.DebugFile
+	}
+	if b.elf.HasDWARF() {
+		return b.elf, b.path
+	}
+	return nil, ""
+}
+
+// findSupplementary opens the supplementary file the DWARF names, if it names one. A file
+// that is not found is no error here: the DWARF is then skipped with an error naming the
+// file's ID (supErr), and the other sources still answer.
+func (b *Binary) findSupplementary() error {
+	f, path := b.dwarfFile()
+	if f == nil {
+		return nil
+	}
+	link, ok, err := debugfile.ReadSupLink(f)
+	if err != nil {
+		b.supErr = fmt.Errorf("%s: %w", path, err)
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	si := &SupplementaryInfo{SupLink: link}
+	b.info.Supplementary = si
+	supPath, how := b.opts.SupplementaryFile, "option"
+	if supPath == "" {
+		supPath, how, err = debugfile.FindSupplementary(link, path, b.opts.DebugDirs)
+		if err != nil {
+			si.Missing = true
+			b.supErr = fmt.Errorf("%w: DWARF of %s: %w", ErrSupplementaryMissing, path, err)
+			return nil
+		}
+	}
+	sf, err := os.Open(supPath)
+	if err != nil {
+		return fmt.Errorf("open supplementary file: %w", err)
+	}
+	st, err := sf.Stat()
+	if err != nil {
+		sf.Close()
+		return fmt.Errorf("stat %s: %w", supPath, err)
+	}
+	sup, err := elfx.Open(sf, st.Size(), b.opts.Limits)
+	if err != nil {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s: %w: %w", supPath, ErrNotELF, err)
+	}
+	id, err := debugfile.SupplementaryID(sup)
+	if err != nil {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s: %w", supPath, err)
+	}
+	if id != link.ID {
+		sf.Close()
+		return fmt.Errorf("supplementary file %s has ID %q, %s names %s", supPath, id, path, link.ID)
+	}
+	b.sup, b.supFile = sup, sf
+	si.Path, si.FoundBy = supPath, how
+	return nil
 }
 
 func (b *Binary) findDebugFile() error {
@@ -250,6 +353,10 @@ func (b *Binary) Info() Info {
 // Close releases the files. An index already built stays usable.
 func (b *Binary) Close() error {
 	var errs []error
+	if b.supFile != nil {
+		errs = append(errs, b.supFile.Close())
+		b.supFile = nil
+	}
 	if b.dbgFile != nil {
 		errs = append(errs, b.dbgFile.Close())
 		b.dbgFile = nil
@@ -334,11 +441,37 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 				b.info.DWARFError = err.Error()
 				continue
 			}
-			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, dwarfsym.Options{Workers: b.opts.Workers})
+			opts := dwarfsym.Options{Workers: b.opts.Workers}
+			if df, _ := b.dwarfFile(); f == df {
+				if b.supErr != nil {
+					warn("dwarf", b.supErr)
+					b.info.DWARFError = b.supErr.Error()
+					continue
+				}
+				if b.sup != nil {
+					if opts.Supplementary, err = b.sup.DWARFSections(); err != nil {
+						err = fmt.Errorf("supplementary file: %w", err)
+						warn("dwarf", err)
+						b.info.DWARFError = err.Error()
+						continue
+					}
+				}
+			}
+			if opts.Package, err = b.dwarfPackage(f, secs); err != nil {
+				// The skeleton units still give their line tables.
+				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf package: %v", err))
+			}
+			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, opts)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
 				continue
+			}
+			if st.SkeletonsWithoutPackage > 0 {
+				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
+					"split DWARF: %d skeleton units whose functions were not read (DWARF 5 needs the DWARF package %s.dwp; "+
+						"DWARF 4 GNU split units are not read): functions from the symbol table, no inlined frames",
+					st.SkeletonsWithoutPackage, b.path))
 			}
 			b.info.DWARFError = ""
 			b.info.DWARFVersion = st.Version
@@ -387,6 +520,133 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		return nil, fmt.Errorf("%s: no usable debug information: %w", b.path, hardErr)
 	}
 	return ix, nil
+}
+
+// dwarfPackage opens the DWARF package of f's skeleton units: Options.DWARFPackage, else
+// <binary>.dwp, else <debug file>.dwp, else the .dwo files the skeletons name (where the
+// compiler wrote them, or beside the binary), as llvm-symbolizer looks for them. Nil without
+// error when f has no skeleton units or none of these exists.
+func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
+	if !hasSkeletonUnits(f) {
+		return nil, nil
+	}
+	cands := []string{b.opts.DWARFPackage}
+	if b.opts.DWARFPackage == "" {
+		cands = []string{b.path + ".dwp"}
+		if b.info.DebugFile != "" {
+			cands = append(cands, b.info.DebugFile+".dwp")
+		}
+	}
+	for _, p := range cands {
+		if _, err := os.Stat(p); err != nil {
+			if b.opts.DWARFPackage != "" {
+				return nil, fmt.Errorf("open DWARF package: %w", err)
+			}
+			continue
+		}
+		pf, closer, err := elfx.OpenPath(p, b.opts.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		secs, err := pf.DWARFSectionsOf(dwarfsym.PackageSectionNames...)
+		order := byteOrder(pf.ELF())
+		// The sections are read into memory; the file is no longer needed.
+		if cerr := closer.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		pkg, err := dwarfsym.NewPackage(secs, order)
+		if err != nil {
+			return nil, fmt.Errorf("DWARF package %s: %w", p, err)
+		}
+		b.info.DWARFPackage = p
+		return pkg, nil
+	}
+	if b.opts.DWARFPackage != "" {
+		return nil, nil
+	}
+	return b.dwoFiles(f, secs)
+}
+
+// maxDWOFiles bounds the .dwo files one binary may make the engine open.
+const maxDWOFiles = 1 << 16
+
+// dwoFiles makes a Package of the .dwo files f's skeleton units name; units whose file is
+// missing stay without functions (Load counts them).
+func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
+	units, err := dwarfsym.SplitUnits(secs, byteOrder(f.ELF()))
+	if err != nil || len(units) == 0 {
+		return nil, err
+	}
+	if len(units) > maxDWOFiles {
+		return nil, fmt.Errorf("%d split units, at most %d .dwo files are read", len(units), maxDWOFiles)
+	}
+	var objs []map[string][]byte
+	var dirs []string
+	for _, u := range units {
+		cands := []string{u.DWOName, filepath.Join(filepath.Dir(b.path), filepath.Base(u.DWOName))}
+		if !filepath.IsAbs(u.DWOName) {
+			cands[0] = filepath.Join(u.CompDir, u.DWOName)
+		}
+		for _, p := range cands {
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			df, closer, err := elfx.OpenPath(p, b.opts.Limits)
+			if err != nil {
+				return nil, fmt.Errorf("dwo %s: %w", p, err)
+			}
+			s, err := df.DWARFSectionsOf(dwarfsym.PackageSectionNames...)
+			if cerr := closer.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("dwo %s: %w", p, err)
+			}
+			objs = append(objs, s)
+			dirs = append(dirs, filepath.Dir(p))
+			break
+		}
+	}
+	if len(objs) == 0 {
+		return nil, nil
+	}
+	pkg, err := dwarfsym.NewPackageFromObjects(objs, byteOrder(f.ELF()))
+	if err != nil {
+		return nil, err
+	}
+	b.info.DWARFPackage = fmt.Sprintf("%d .dwo files in %s", len(objs), strings.Join(uniq(dirs), ", "))
+	return pkg, nil
+}
+
+func uniq(ss []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// hasSkeletonUnits reports whether f's DWARF has skeleton units (DWARF 5 -gsplit-dwarf),
+// from the first unit header: compilers split every unit of a build or none.
+func hasSkeletonUnits(f *elfx.File) bool {
+	s := f.Section(".debug_info")
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 {
+		return s != nil && s.Flags&elf.SHF_COMPRESSED != 0
+	}
+	var hdr [12]byte
+	if _, err := f.ReaderAt().ReadAt(hdr[:], int64(s.Offset)); err != nil {
+		return false
+	}
+	order := byteOrder(f.ELF())
+	// unit_length (4), version (2), unit_type (1) in 32-bit DWARF 5.
+	return order.Uint32(hdr[:]) < 0xfffffff0 && order.Uint16(hdr[4:]) == 5 && hdr[6] == 0x04
 }
 
 // goDWARFLines adds the DWARF line table of a Go binary that carries DWARF, and reports whether

@@ -9,7 +9,8 @@
 // Deliberate differences from LLVM 14 (testdata/cases.tsv lists each case with its reason):
 //   - Legacy Rust names (_ZN...17h<hash>E): LLVM demangles them as plain Itanium names and
 //     leaves rustc's escapes in ("_$LT$T$u20$as$u20$core..any..Any$GT$"); we decode them as
-//     rustc's own demangler does ("<T as core::any::Any>") and keep the hash as LLVM does.
+//     rustc's own demangler does ("<T as core::any::Any>") and keep the hash as LLVM does;
+//     escapes of code points past ASCII stay in, as GNU c++filt and LLVM leave them.
 //   - Names LLVM 14 cannot demangle or prints wrongly (GCC transactional-memory clones
 //     "_ZGTt...", a destructor of an ABI-tagged class printed as "~()", parameters of generic
 //     lambdas printed as "auto") get the correct demangling.
@@ -192,9 +193,10 @@ func writeRustElem(b *strings.Builder, rest string) {
 	}
 }
 
-// rustCodePoint decodes "u<lower hex>" into a printable code point.
+// rustCodePoint decodes "u<lower hex>" into a printable ASCII character. Code points past
+// ASCII stay escaped, as GNU c++filt and LLVM leave them (rustc-demangle would decode them).
 func rustCodePoint(esc string) (rune, bool) {
-	if len(esc) < 2 || len(esc) > 9 || esc[0] != 'u' {
+	if len(esc) < 2 || len(esc) > 3 || esc[0] != 'u' {
 		return 0, false
 	}
 	var v rune
@@ -209,7 +211,7 @@ func rustCodePoint(esc string) (rune, bool) {
 			return 0, false
 		}
 	}
-	if v > unicode.MaxRune || v >= 0xd800 && v < 0xe000 || unicode.IsControl(v) {
+	if v >= 0x80 || unicode.IsControl(v) {
 		return 0, false
 	}
 	return v, true

@@ -2,6 +2,7 @@ package dwarfsym
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -15,8 +16,13 @@ import (
 const (
 	tagCompileUnit       = 0x11
 	tagPartialUnit       = 0x3c
+	tagSkeletonUnit      = 0x4a
 	tagSubprogram        = 0x2e
 	tagInlinedSubroutine = 0x1d
+
+	// DWARF 5 unit types (DW_UT_*) of -gsplit-dwarf builds.
+	utSkeleton     = 0x04
+	utSplitCompile = 0x05
 
 	atName           = 0x03
 	atStmtList       = 0x10
@@ -36,6 +42,8 @@ const (
 	atAddrBase       = 0x73
 	atRnglistsBase   = 0x74
 	atMIPSLinkage    = 0x2007
+	atDwoName        = 0x76
+	atGNUDwoName     = 0x2130 // DWARF 4 -gsplit-dwarf skeleton (GNU extension)
 )
 
 const (
@@ -195,6 +203,8 @@ type unitCtx struct {
 	compDir        string
 	stmtList       int64 // -1 when the unit has no line table
 	name           string
+	gnuSkeleton    bool   // a DWARF 4 GNU skeleton: its functions are in a .dwo file
+	dwoName        string // the .dwo file of a DWARF 5 skeleton unit
 	tag            uint64
 	rootOff        uint64 // offset of the first child entry
 	rootChildren   bool
@@ -212,7 +222,8 @@ const (
 	clsNone uint8 = iota
 	clsAddr
 	clsConst
-	clsRef // u is an absolute .debug_info offset
+	clsRef    // u is an absolute .debug_info offset
+	clsRefSup // u is an absolute offset in the supplementary file's .debug_info
 	clsSecOff
 	clsString
 	clsRnglistx
@@ -222,7 +233,15 @@ const (
 type dieSecs struct {
 	info, abbrev, str, lineStr, strOffsets, addr, ranges, rnglists []byte
 	order                                                          binary.ByteOrder
+	// supStr is the supplementary file's .debug_str, which DW_FORM_GNU_strp_alt and
+	// DW_FORM_strp_sup point into; nil when there is none.
+	supStr []byte
+	hasSup bool
 }
+
+// ErrNoSupplementary: the DWARF points into a supplementary file (dwz's .gnu_debugaltlink or
+// DWARF 5's .debug_sup) that Options.Supplementary does not provide.
+var ErrNoSupplementary = errors.New("DWARF refers to a supplementary file that was not provided")
 
 // readAttr reads one attribute value of form form at r. Values the caller does not want
 // (want false) are skipped without building strings.
@@ -253,10 +272,20 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		v.u = r.uN(1)
 	case fData2, fRef2:
 		v.u = r.uN(2)
-	case fData4, fRef4, fRefSup4:
+	case fData4, fRef4:
 		v.u = r.uN(4)
-	case fData8, fRef8, fRefSig8, fRefSup8:
+	case fData8, fRef8, fRefSig8:
 		v.u = r.uN(8)
+	case fRefSup4, fRefSup8, fGNURefAlt:
+		n := u.offSize
+		switch form {
+		case fRefSup4:
+			n = 4
+		case fRefSup8:
+			n = 8
+		}
+		v.u, v.class = r.uN(n), clsRefSup
+		return v, r.err
 	case fData16:
 		r.skip(16)
 	case fSdata:
@@ -278,10 +307,16 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		}
 	case fStrp, fLineStrp, fStrpSup, fGNUStrpAlt:
 		off := r.uN(u.offSize)
-		if want && (form == fStrp || form == fLineStrp) {
+		if want {
 			sec := s.str
-			if form == fLineStrp {
+			switch form {
+			case fLineStrp:
 				sec = s.lineStr
+			case fStrpSup, fGNUStrpAlt:
+				if !s.hasSup {
+					return v, fmt.Errorf("string at %#x of the supplementary file: %w", off, ErrNoSupplementary)
+				}
+				sec = s.supStr
 			}
 			str, err := cstrAt(sec, off)
 			if err != nil {
@@ -321,10 +356,6 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 	case fSecOffset:
 		v.u, v.class = r.uN(u.offSize), clsSecOff
 		return v, r.err
-	case fGNURefAlt:
-		r.uN(u.offSize)
-		v.class = clsUnsupported
-		return v, r.err
 	case fBlock1:
 		r.skip(r.uN(1))
 	case fBlock2:
@@ -360,7 +391,7 @@ func (s *dieSecs) readAttr(r *secReader, u *unitCtx, form uint64, implicit int64
 		case form == fRef1 || form == fRef2 || form == fRef4 || form == fRef8 || form == fRefUdata:
 			v.u += u.hdr.off
 			v.class = clsRef
-		case form == fRefSig8 || form == fRefSup4 || form == fRefSup8 || form == fStrpSup || form == fGNUStrpAlt:
+		case form == fRefSig8:
 			v.class = clsUnsupported
 		default:
 			v.class = clsConst
@@ -441,9 +472,23 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 	start := r.off
 	for pass := 0; pass < 2; pass++ {
 		r.off = start
+		if pass == 1 && h.unitType == utSplitCompile {
+			// A split unit's bases are implicit: its parts of .debug_str_offsets and
+			// .debug_rnglists in the package each start with their header.
+			hdr := uint64(8)
+			if h.dwarf64 {
+				hdr = 16
+			}
+			if u.strOffsetsBase == 0 {
+				u.strOffsetsBase = hdr
+			}
+			if u.rnglistsBase == 0 {
+				u.rnglistsBase = hdr + 4
+			}
+		}
 		for _, sp := range a.attrs {
 			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase) ||
-				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList)
+				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atGNUDwoName || sp.attr == atDwoName)
 			v, err := s.readAttr(r, u, sp.form, sp.implicit, want)
 			if err != nil {
 				return nil, fmt.Errorf("root entry: %w", err)
@@ -470,6 +515,10 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 				if v.class == clsSecOff || v.class == clsConst {
 					u.stmtList = int64(v.u)
 				}
+			case atGNUDwoName:
+				u.gnuSkeleton = true
+			case atDwoName:
+				u.dwoName = v.s
 			}
 		}
 	}

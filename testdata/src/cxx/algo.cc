@@ -1,5 +1,6 @@
 // STL-heavy code: algorithms, containers, lambdas and many template instantiations.
 #include <cctype>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -93,6 +94,24 @@ std::string run_text(const std::string& text) {
   std::ostringstream out;
   for (const auto& [w, n] : freq) out << w << ':' << n << ' ';
   return out.str();
+}
+
+// std::call_once with lambdas: libstdc++ runs each through a closure nested in the template
+// arguments of once_flag::_Prepare_execution's constructor, whose mangled names repeat
+// call_once's template parameters by substitution.
+struct Tally {
+  long n = 0;
+  __attribute__((noinline)) void bump(int by) { n += by; }
+};
+
+long run_once(int seed) {
+  static std::once_flag plain, with_args, member;
+  static long value;
+  static Tally tally;
+  std::call_once(plain, [&] { value = seed * 3L; });
+  std::call_once(with_args, [](int a, long b) { value += a * b; }, seed, 7L);
+  std::call_once(member, &Tally::bump, &tally, seed);
+  return value + tally.n;
 }
 
 double run_matrices(uint32_t seed) {

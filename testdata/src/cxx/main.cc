@@ -26,9 +26,10 @@ int main(int argc, char** argv) {
   for (unsigned i = 0; i < n; i++) ints[i] = static_cast<int>((seed * (i + 1)) % 1000) - 500;
   long alg = timed("algorithms", [&] { return corpus::run_algorithms(ints); });
   double mat = timed("matrices", [&] { return corpus::run_matrices(seed); });
+  long once = timed("once", [&] { return corpus::run_once(static_cast<int>(seed)); });
   std::string text = timed("text", [&] {
     return corpus::run_text(argc > 3 ? argv[3] : "The quick brown fox jumps over the lazy dog the end");
   });
-  std::cout << shapes.front()->name() << ' ' << area << ' ' << alg << ' ' << mat << ' ' << text << '\n';
+  std::cout << shapes.front()->name() << ' ' << area << ' ' << alg << ' ' << mat << ' ' << once << ' ' << text << '\n';
   return 0;
 }

@@ -108,6 +108,7 @@ T matrix_power_trace(Matrix<T, N> a, unsigned p) {
 
 double run_matrices(uint32_t seed);
 long run_algorithms(const std::vector<int>& in);
+long run_once(int seed);
 std::string run_text(const std::string& text);
 
 }  // namespace corpus

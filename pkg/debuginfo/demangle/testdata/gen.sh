@@ -6,7 +6,8 @@
 # prints. The one deliberate exception: legacy Rust names (_ZN...17h<hash>E), which LLVM
 # demangles as plain Itanium names and so leaves rustc's escapes ($LT$, $u20$, ..) in the
 # output; for those we print what rustc's own demangler (rustc-demangle, which the Rust
-# sysroot ships) prints, keeping the hash as LLVM does. GCC transactional-memory clones,
+# sysroot ships) prints, keeping the hash as LLVM does, except for identifiers past ASCII,
+# whose escapes GNU c++filt and LLVM both leave in. GCC transactional-memory clones,
 # which LLVM 14 cannot demangle, get the form GNU c++filt prints. src/decisions.tsv lists
 # the remaining cases where we print something else than LLVM 14, each with its reason.
 #
@@ -54,7 +55,8 @@ sed -E 's/^(_ZN.*17h[0-9a-f]+E)\..*$/\1/' "$tmp/syms" | "$tmp/rustc-demangle" >"
 sed -E 's/^_ZGTt/_Z/' "$tmp/syms" | "$cxxfilt" >"$tmp/llvm-tm"
 
 legacy='^_ZN.*17h[0-9a-f]+E([.].*)?$'
-paste "$tmp/syms" "$tmp/llvm" "$tmp/rust" "$tmp/llvm-tm" | awk -F'\t' -v legacy="$legacy" -v decisions="$src/decisions.tsv" '
+nonascii='[$]u([89a-f][0-9a-f]|[0-9a-f][0-9a-f][0-9a-f]+)[$]'
+paste "$tmp/syms" "$tmp/llvm" "$tmp/rust" "$tmp/llvm-tm" | awk -F'\t' -v legacy="$legacy" -v nonascii="$nonascii" -v decisions="$src/decisions.tsv" '
 BEGIN {
 	OFS = "\t"
 	while ((getline line < decisions) > 0) {
@@ -68,6 +70,8 @@ BEGIN {
 	want = ""; reason = ""
 	if ($1 in dwant) {
 		want = dwant[$1]; reason = dreason[$1]
+	} else if ($1 ~ legacy && $1 ~ nonascii) {
+		# Identifiers past ASCII: GNU c++filt and LLVM both leave their escapes in; so do we.
 	} else if ($1 ~ legacy && ($2 ~ /\$/ || $2 ~ /\.\./)) {
 		want = $3
 		if (match($1, /17h[0-9a-f]+E[.]/)) want = want " (" substr($1, RSTART + RLENGTH - 1) ")"

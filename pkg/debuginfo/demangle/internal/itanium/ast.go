@@ -3015,7 +3015,17 @@ func (u *Unary) print(ps *printState) {
 			case op.Name == `operator"" `:
 				wantParens = false
 			case op.Name == "&":
+				// profsym: LLVM 14 prints the operand of a prefix operator in
+				// parentheses; GNU c++filt does too where the operand is a function
+				// with its parameters ("&(A::f() const)"), which is where the two
+				// agree.
 				wantParens = false
+				if t, ok := expr.(*Typed); ok {
+					switch t.Type.(type) {
+					case *FunctionType, *MethodWithQualifiers:
+						wantParens = true
+					}
+				}
 			case op.Name == "delete" || op.Name == "delete[]":
 				wantParens = false
 			case op.Name == "alignof ":

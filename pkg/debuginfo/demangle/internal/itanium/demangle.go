@@ -319,6 +319,7 @@ func doDemangle(name string, options ...Option) (ret AST, err error) {
 	}
 
 	st := &state{str: name, verbose: verbose, abiTags: abiTags}
+	st.paramScopes = st.paramScopesBuf[:0]
 	a := st.encoding(params, notForLocalName)
 
 	// Accept a clone suffix.
@@ -343,6 +344,12 @@ type state struct {
 	off       int           // offset of str within original string
 	subs      substitutions // substitutions
 	templates []*Template   // templates being processed
+
+	// Templates whose function parameters have been parsed (profsym): a template
+	// parameter bound to one of them names that encoding's argument wherever a
+	// substitution repeats it.
+	paramScopes    []*Template
+	paramScopesBuf [4]*Template // most names have at most a few encodings
 
 	// The number of entries in templates when we started parsing
 	// a lambda, plus 1 so that 0 means not parsing a lambda.
@@ -508,6 +515,7 @@ func (st *state) encoding(params bool, local forLocalNameType) AST {
 	template := findTemplate(a)
 	var oldLambdaTemplateLevel int
 	if template != nil {
+		st.paramScopes = append(st.paramScopes, template)
 		st.templates = append(st.templates, template)
 		oldLambdaTemplateLevel = st.lambdaTemplateLevel
 		st.lambdaTemplateLevel = 0
@@ -2474,6 +2482,20 @@ func (st *state) templateParam() AST {
 	return &TemplateParam{Index: n, Template: template}
 }
 
+// isParamScope reports whether t is the template of an encoding whose function
+// parameters have been parsed.
+func (st *state) isParamScope(t *Template) bool {
+	if t == nil {
+		return false
+	}
+	for _, p := range st.paramScopes {
+		if p == t {
+			return true
+		}
+	}
+	return false
+}
+
 // setTemplate sets the Template field of any TemplateParam's in a.
 // This handles the forward referencing template parameters found in
 // cast operators.
@@ -2483,7 +2505,9 @@ func (st *state) setTemplate(a AST, tmpl *Template) {
 		switch a := a.(type) {
 		case *TemplateParam:
 			if a.Template != nil {
-				if tmpl != nil {
+				// profsym: a parameter of an earlier encoding, repeated by a
+				// substitution, is already bound and stays so.
+				if tmpl != nil && !st.isParamScope(a.Template) {
 					st.fail("duplicate template parameters")
 				}
 				return false
@@ -3687,6 +3711,15 @@ func (st *state) substitution(forPrefix bool) AST {
 				oldLambdaTemplateLevel = oldLambdaTemplateLevel[:len(oldLambdaTemplateLevel)-1]
 				return nil
 			case *TemplateParam:
+				// profsym: a parameter of a nested encoding (the function of a
+				// local name among template arguments, such as call_once's lambda
+				// in std::once_flag::_Prepare_execution's) keeps its binding when
+				// a substitution repeats it outside that encoding, as in LLVM and
+				// libiberty; rebinding it to the enclosing template printed the
+				// enclosing template's argument in its place.
+				if st.lambdaTemplateLevel == 0 && st.isParamScope(a.Template) {
+					return &TemplateParam{Index: a.Index, Template: a.Template}
+				}
 				index = a.Index
 			case *LambdaAuto:
 				// A lambda auto parameter is represented

@@ -8,6 +8,10 @@
 //   - Rust v0 decimalNumber: a leading '0' is the whole number, so an empty identifier can
 //     be followed by one that starts with its length (nested closures, "...00s_0").
 //   - Rust v0 backrefs: expansions per name are bounded.
+//   - A template parameter of an encoding keeps its binding where a substitution repeats
+//     it outside that encoding (LLVM and libiberty do; libstdc++'s call_once lambdas in
+//     once_flag::_Prepare_execution printed the enclosing template's argument), and the
+//     LLVM-style operand of & is parenthesized when it is a function with its parameters.
 //   - The upstream test cases that encoded the old substitution numbering are left out, as
 //     is the 5 MB LLVM case file; testdata/rust.test is shipped as rust-check.txt, since the
 //     repository ignores *.test files.

@@ -1,0 +1,231 @@
+package dwarfsym
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Split DWARF (-gsplit-dwarf): the executable keeps a skeleton unit per compilation unit (its
+// ranges, line table, .debug_addr and a DWO ID) and the functions and inlined instances move
+// to .dwo files, which dwp or llvm-dwp packs into one .dwp beside the executable. A DWARF
+// package is read here: its .debug_cu_index says which part of each .dwo section belongs to
+// which DWO ID.
+
+// PackageSectionNames are the sections of a DWARF package that Load reads, by key (the
+// section name without ".debug_").
+var PackageSectionNames = []string{"info.dwo", "abbrev.dwo", "str.dwo", "str_offsets.dwo", "rnglists.dwo", "cu_index"}
+
+// A Package is a parsed DWARF package (.dwp), ready for Load.
+type Package struct {
+	secs  map[string][]byte
+	units map[uint64]contribution // by DWO ID
+}
+
+// contribution is where one unit's parts lie in the package's sections: offset and size in
+// each, by DW_SECT kind. secs, when set, are the sections of the unit's own .dwo file.
+type contribution struct {
+	off, size [sectMax]uint64
+	secs      map[string][]byte
+}
+
+// DW_SECT kinds of DWARF 5 unit indexes (section 7.3.5.3).
+const (
+	sectInfo       = 1
+	sectAbbrev     = 3
+	sectLine       = 4
+	sectLoclists   = 5
+	sectStrOffsets = 6
+	sectMacro      = 7
+	sectRnglists   = 8
+	sectMax        = 9
+)
+
+// maxIndexUnits bounds the units an index may declare before any is read.
+const maxIndexUnits = 1 << 22
+
+// NewPackage parses the sections of a DWARF package (keys as in PackageSectionNames). Only
+// DWARF 5 packages (index version 5) are read: GNU's pre-standard version 2 (DWARF 4
+// -gsplit-dwarf) is refused with an error that says so.
+func NewPackage(secs map[string][]byte, order binary.ByteOrder) (*Package, error) {
+	idx := secs["cu_index"]
+	if len(idx) < 16 {
+		return nil, fmt.Errorf("dwp: .debug_cu_index of %d bytes", len(idx))
+	}
+	r := &secReader{data: idx, order: order}
+	version := r.u16()
+	r.u16() // padding
+	nSect, nUnits, nSlots := uint64(r.u32()), uint64(r.u32()), uint64(r.u32())
+	if version != 5 {
+		return nil, fmt.Errorf("dwp: unit index version %d: only DWARF 5 packages are read", version)
+	}
+	if nSect == 0 || nSect > 64 || nUnits > maxIndexUnits || nSlots > 2*maxIndexUnits || nUnits > nSlots {
+		return nil, fmt.Errorf("dwp: unit index of %d sections, %d units, %d slots", nSect, nUnits, nSlots)
+	}
+	need := 16 + nSlots*12 + nSect*4 + nUnits*nSect*8
+	if need > uint64(len(idx)) {
+		return nil, fmt.Errorf("dwp: unit index needs %d bytes, has %d", need, len(idx))
+	}
+	sigs := make([]uint64, nSlots)
+	for i := range sigs {
+		sigs[i] = r.u64()
+	}
+	rows := make([]uint32, nSlots)
+	for i := range rows {
+		rows[i] = r.u32()
+	}
+	kinds := make([]uint32, nSect)
+	for i := range kinds {
+		kinds[i] = r.u32()
+		if kinds[i] == 0 || kinds[i] >= sectMax || kinds[i] == 2 {
+			return nil, fmt.Errorf("dwp: unit index names section kind %d", kinds[i])
+		}
+	}
+	offs, sizes := r.off, r.off+int(nUnits*nSect*4)
+	p := &Package{secs: secs, units: make(map[uint64]contribution, nUnits)}
+	for i, row := range rows {
+		if row == 0 {
+			continue
+		}
+		if uint64(row) > nUnits {
+			return nil, fmt.Errorf("dwp: slot %d names row %d of %d", i, row, nUnits)
+		}
+		var c contribution
+		for k, kind := range kinds {
+			at := (uint64(row)-1)*nSect*4 + uint64(k)*4
+			c.off[kind] = uint64(order.Uint32(idx[offs+int(at):]))
+			c.size[kind] = uint64(order.Uint32(idx[sizes+int(at):]))
+		}
+		p.units[sigs[i]] = c
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("dwp: unit index: %w", r.err)
+	}
+	return p, nil
+}
+
+// part returns the slice of the package section key that unit c owns, by kind; nil when the
+// unit has none there.
+func (p *Package) part(c contribution, key string, kind int) ([]byte, error) {
+	sec := p.sections(c)[key]
+	if c.size[kind] == 0 {
+		return nil, nil
+	}
+	off, size := c.off[kind], c.size[kind]
+	if off > uint64(len(sec)) || size > uint64(len(sec))-off {
+		return nil, fmt.Errorf("dwp: .debug_%s part [%#x, +%#x) beyond %d bytes", key, off, size, len(sec))
+	}
+	return sec[off : off+size], nil
+}
+
+// unit returns the contribution of the unit with DWO ID id; p may be nil.
+func (p *Package) unit(id uint64) (contribution, bool) {
+	if p == nil {
+		return contribution{}, false
+	}
+	c, ok := p.units[id]
+	return c, ok
+}
+
+func (p *Package) sections(c contribution) map[string][]byte {
+	if c.secs != nil {
+		return c.secs
+	}
+	return p.secs
+}
+
+// A SplitUnit is a skeleton unit's reference to its split unit: the DWO ID and the .dwo file
+// the compiler wrote it to (DW_AT_dwo_name, relative to DW_AT_comp_dir unless absolute).
+type SplitUnit struct {
+	DWOID   uint64
+	CompDir string
+	DWOName string
+}
+
+// SplitUnits lists the skeleton units of DWARF sections (keys as in Load), so that a caller
+// without the DWARF package can find the .dwo files.
+func SplitUnits(secs map[string][]byte, order binary.ByteOrder) ([]SplitUnit, error) {
+	units, err := scanUnits(secs["info"], order)
+	if err != nil {
+		return nil, fmt.Errorf("dwarfsym: %w", err)
+	}
+	s := &dieSecs{info: secs["info"], abbrev: secs["abbrev"], str: secs["str"], lineStr: secs["line_str"],
+		strOffsets: secs["str_offsets"], addr: secs["addr"], order: order}
+	cache := map[uint64]*abbrevTable{}
+	var out []SplitUnit
+	for _, h := range units {
+		if h.unitType != utSkeleton {
+			continue
+		}
+		u, err := s.openUnit(h, cache)
+		if err != nil {
+			return nil, fmt.Errorf("dwarfsym: unit at offset %#x: %w", h.off, err)
+		}
+		out = append(out, SplitUnit{DWOID: h.dwoID, CompDir: u.compDir, DWOName: u.dwoName})
+	}
+	return out, nil
+}
+
+// NewPackageFromObjects makes a Package of .dwo files (each one's sections, keyed as in
+// PackageSectionNames without cu_index): what Load reads when the .dwo files were not packed.
+func NewPackageFromObjects(objs []map[string][]byte, order binary.ByteOrder) (*Package, error) {
+	p := &Package{units: make(map[uint64]contribution, len(objs))}
+	for i, secs := range objs {
+		units, err := scanUnits(secs["info.dwo"], order)
+		if err != nil {
+			return nil, fmt.Errorf("dwo %d: %w", i, err)
+		}
+		if len(units) != 1 || units[0].unitType != utSplitCompile {
+			return nil, fmt.Errorf("dwo %d: %d units, want one split compilation unit", i, len(units))
+		}
+		c := contribution{secs: secs}
+		for kind, key := range map[int]string{sectInfo: "info.dwo", sectAbbrev: "abbrev.dwo", sectStrOffsets: "str_offsets.dwo", sectRnglists: "rnglists.dwo"} {
+			c.size[kind] = uint64(len(secs[key]))
+		}
+		p.units[units[0].dwoID] = c
+	}
+	return p, nil
+}
+
+// splitUnit decodes the split unit of skeleton unit u from the package into the unit result
+// dc is filling, with the skeleton's line table (files), addresses and base: a split unit
+// names files by the skeleton's line table and addresses by index into the executable's
+// .debug_addr.
+func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
+	c, ok := dc.pkg.unit(u.hdr.dwoID)
+	if !ok {
+		return fmt.Errorf("skeleton unit %q: DWO ID %#x is not in the DWARF package", u.name, u.hdr.dwoID)
+	}
+	secs := map[string][]byte{"str": dc.pkg.sections(c)["str.dwo"], "addr": dc.sec["addr"]}
+	for _, p := range []struct {
+		key, dwo string
+		kind     int
+	}{{"info", "info.dwo", sectInfo}, {"abbrev", "abbrev.dwo", sectAbbrev}, {"str_offsets", "str_offsets.dwo", sectStrOffsets}, {"rnglists", "rnglists.dwo", sectRnglists}} {
+		b, err := dc.pkg.part(c, p.dwo, p.kind)
+		if err != nil {
+			return err
+		}
+		secs[p.key] = b
+	}
+	units, err := scanUnits(secs["info"], dc.s.order)
+	if err != nil {
+		return fmt.Errorf("split unit of DWO ID %#x: %w", u.hdr.dwoID, err)
+	}
+	if len(units) != 1 || units[0].dwoID != u.hdr.dwoID {
+		return fmt.Errorf("split unit of DWO ID %#x: the package's part holds %d units, not that one", u.hdr.dwoID, len(units))
+	}
+	sub := newDecoder(secs, dc.s.order, units, dc.shared)
+	sub.res, sub.strIdx, sub.display = dc.res, dc.strIdx, dc.display
+	su, err := sub.unitCtx(0)
+	if err != nil {
+		return fmt.Errorf("split unit of DWO ID %#x: %w", u.hdr.dwoID, err)
+	}
+	// Its addresses are indexes into the skeleton's part of .debug_addr.
+	su.addrBase = u.addrBase
+	if su.base == 0 {
+		su.base = u.base
+	}
+	if !su.rootChildren {
+		return nil
+	}
+	return sub.walk(su, files)
+}

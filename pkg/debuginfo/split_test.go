@@ -1,0 +1,133 @@
+package debuginfo_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+)
+
+// TestSplitDWARFPackage builds a -gsplit-dwarf program (DWARF 5: skeleton units in the
+// executable, functions and inlined instances in .dwo files), packs the .dwo files into
+// <binary>.dwp with llvm-dwp (binutils' dwp 2.40 crashes on DWARF 5) and removes them, so
+// that the package is the only place the functions are. Every address of every function must
+// resolve as llvm-symbolizer resolves it from the same package. Without the package, the
+// skeletons' line tables still answer and a warning says what is missing.
+func TestSplitDWARFPackage(t *testing.T) {
+	elfxtest.Need(t, "g++", "llvm-dwp", "llvm-symbolizer")
+	dir := t.TempDir()
+	for name, text := range dwzSources {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "a")
+	obj := filepath.Join(dir, "a.o")
+	elfxtest.Run(t, "g++", "-O2", "-gdwarf-5", "-gsplit-dwarf", "-c", "-o", obj, filepath.Join(dir, "a.cc"))
+	elfxtest.Run(t, "g++", "-o", bin, obj)
+
+	// The .dwo files where the compiler wrote them, unpacked.
+	ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.DWARFPackage, ".dwo files") || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf(".dwo files: package %q, fidelity %v, warnings %q", info.DWARFPackage, ix.Fidelity(), info.Warnings)
+	}
+	n := agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading the .dwo files", n)
+
+	elfxtest.Run(t, "llvm-dwp", "-e", bin, "-o", bin+".dwp")
+	dwos, err := filepath.Glob(filepath.Join(dir, "*.dwo"))
+	if err != nil || len(dwos) == 0 {
+		t.Fatalf("no .dwo files (%v)", err)
+	}
+	for _, d := range dwos {
+		if err := os.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.DWARFPackage != bin+".dwp" || info.DWARFError != "" || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf("package %q, DWARF error %q, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFError, ix.Fidelity(), info.Warnings)
+	}
+	n = agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading the same .dwp", n)
+
+	if err := os.Rename(bin+".dwp", bin+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "skeleton units whose functions were not read") {
+		t.Errorf("without the package: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{DWARFPackage: bin + ".moved"})
+	if err != nil || info.DWARFPackage != bin+".moved" || ix.Fidelity() != index.FidelityFullInlines {
+		t.Errorf("package given: %v, package %q, fidelity %v", err, info.DWARFPackage, ix.Fidelity())
+	}
+
+	// DWARF 4 split units (GNU's extension, packed by binutils' dwp) are not read: the
+	// skeletons' lines answer and the warning says so.
+	v4 := filepath.Join(dir, "a4")
+	elfxtest.Run(t, "g++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", v4+".o", filepath.Join(dir, "a.cc"))
+	elfxtest.Run(t, "g++", "-o", v4, v4+".o")
+	ix, info, err = debuginfo.OpenIndex(v4, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "DWARF 4 GNU split units are not read") {
+		t.Errorf("DWARF 4 split: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
+	}
+}
+
+// agreesWithLLVM requires every address of every function of bin to resolve in ix as
+// llvm-symbolizer resolves it, with inlined frames somewhere; it returns the number of
+// addresses.
+func agreesWithLLVM(t *testing.T, bin string, ix *index.Index) int {
+	t.Helper()
+	fns, err := llvmcompare.FunctionSymbols(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []uint64
+	for _, f := range fns {
+		for a := f.Addr; a < f.Addr+f.Size; a++ {
+			addrs = append(addrs, a)
+		}
+	}
+	ours := make([][]llvmcompare.Frame, len(addrs))
+	inlined := 0
+	for i, a := range addrs {
+		fr := ix.Lookup(a)
+		if len(fr) > 1 {
+			inlined++
+		}
+		for _, f := range fr {
+			ours[i] = append(ours[i], frameOf(f))
+		}
+	}
+	ref, err := llvmcompare.Tool{}.Symbolize(t.Context(), bin, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := llvmcompare.Compare(addrs, ours, ref, llvmcompare.ModeFull, llvmcompare.Known...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rep.Unexplained(); len(u) > 0 || inlined == 0 {
+		t.Fatalf("%d of %d addresses differ from llvm-symbolizer (%d with inlined frames), first %+v", len(u), len(addrs), inlined, u[:min(len(u), 3)])
+	}
+	return len(addrs)
+}
