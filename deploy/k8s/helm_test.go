@@ -12,7 +12,7 @@ import (
 const chart = "../helm/profsym"
 
 // chartValues are the value sets the chart is tested with: its defaults and the files in ci/.
-var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml"}
+var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml", "ci/in-cluster-values.yaml"}
 
 // helmBinary finds the pinned helm .ci/install-deps installs.
 func helmBinary(t *testing.T) string {
@@ -103,9 +103,11 @@ func TestHelmChart(t *testing.T) {
 func TestHelmChartRefusesBrokenValues(t *testing.T) {
 	helm := helmBinary(t)
 	for name, set := range map[string][]string{
-		"no exporter":       {"gateway.files.enabled=false"},
-		"password in URL":   {"symbolizer.redis.mode=external", "symbolizer.redis.url=redis://:secret@redis:6379/0"},
-		"unknown collector": {"collector.mode=sometimes"},
+		"no exporter":                      {"gateway.files.enabled=false"},
+		"password in URL":                  {"symbolizer.redis.mode=external", "symbolizer.redis.url=redis://:secret@redis:6379/0"},
+		"unknown collector":                {"collector.mode=sometimes"},
+		"one RWO volume, many symbolizers": {"symbolizer.storage.persistence.enabled=true"},
+		"unknown Redis mode":               {"symbolizer.redis.mode=sometimes"},
 	} {
 		args := []string{"template", "profsym", chart}
 		for _, s := range set {

@@ -90,6 +90,7 @@ func newCluster(t *testing.T) *cluster {
 			"minio:9000", m.Endpoint(),
 			"s3.eu-west-1.amazonaws.com", m.Endpoint(),
 			"redis://redis:6379/0", devRedis.URL(),
+			"redis://profsym-redis:6379/0", devRedis.URL(),
 			"rediss://redis.example.internal:6380/0", "redis://" + rd.Addr() + "/0",
 		},
 		extraEnv: map[string][]string{
