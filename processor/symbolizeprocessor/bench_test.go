@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.opentelemetry.io/collector/processor/xprocessor"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize/symbolizetest"
@@ -34,7 +33,7 @@ func BenchmarkConsumeCached(b *testing.B) {
 	set := processortest.NewNopSettings(Type)
 	set.TelemetrySettings = componenttest.NewNopTelemetrySettings()
 	next := consumertest.NewNop()
-	proc, err := NewFactory().(xprocessor.Factory).CreateProfiles(b.Context(), set, cfg, next)
+	proc, err := NewFactory().CreateProfiles(b.Context(), set, cfg, next)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +75,7 @@ func BenchmarkConsumeCached500(b *testing.B) {
 	cfg.Endpoint = symbolizetest.Start(b, h)
 	set := processortest.NewNopSettings(Type)
 	set.TelemetrySettings = componenttest.NewNopTelemetrySettings()
-	proc, err := NewFactory().(xprocessor.Factory).CreateProfiles(b.Context(), set, cfg, consumertest.NewNop())
+	proc, err := NewFactory().CreateProfiles(b.Context(), set, cfg, consumertest.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -296,7 +296,7 @@ func waitListening(t *testing.T, addr string, timeout time.Duration) {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		cancel()
 		if err == nil {
-			c.Close()
+			_ = c.Close()
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -52,7 +52,7 @@ func start(t *testing.T, cfg *Config) *started {
 	set := processortest.NewNopSettings(Type)
 	set.TelemetrySettings = s.tel.NewTelemetrySettings()
 	var err error
-	s.proc, err = NewFactory().(xprocessor.Factory).CreateProfiles(t.Context(), set, cfg, s.sink)
+	s.proc, err = NewFactory().CreateProfiles(t.Context(), set, cfg, s.sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestFactory(t *testing.T) {
 	if f.Type().String() != "symbolize" {
 		t.Fatalf("type %s", f.Type())
 	}
-	if f.(xprocessor.Factory).ProfilesStability() != component.StabilityLevelDevelopment {
+	if f.ProfilesStability() != component.StabilityLevelDevelopment {
 		t.Fatal("profiles stability")
 	}
 	// The default lacks only the endpoint, which has no sensible default.
@@ -235,7 +235,7 @@ func TestPassesThroughWhenSymbolizerIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	goneAddr := gone.Addr().String()
-	gone.Close()
+	_ = gone.Close()
 
 	const deadline = 400 * time.Millisecond
 	for _, tc := range []struct {

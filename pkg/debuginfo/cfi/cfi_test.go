@@ -57,7 +57,7 @@ func runParseCases(t *testing.T, cases []parseCase) {
 			if (tb.Skipped == 0) != (tb.SkipReason == nil) {
 				t.Errorf("Skipped %d with reason %v", tb.Skipped, tb.SkipReason)
 			}
-			if !reflect.DeepEqual(tb.Rows, tc.want) && !(len(tb.Rows) == 0 && len(tc.want) == 0) {
+			if !reflect.DeepEqual(tb.Rows, tc.want) && (len(tb.Rows) != 0 || len(tc.want) != 0) {
 				t.Errorf("rows:\n%s\nwant:\n%s", rowsString(tb.Rows), rowsString(tc.want))
 			}
 			checkInvariants(t, tb)
@@ -171,7 +171,7 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaOffsetExtendedSF, uleb(16), sleb(2)))
 			},
 			want: []Row{rsp(0x1000, 8), rsp(0x1001, 8).fp(-24), rsp(0x1002, 8).fp(-32), rsp(0x1003, 8).fp(40),
-				Row{PC: 0x1004, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
+				{PC: 0x1004, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
 		},
 		{
 			name: "restore and restore_extended return to the CIE's rules",
@@ -185,9 +185,9 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaUndefined, uleb(regRBP)),
 					advance(1), cat(cfaRestoreExtended, uleb(regRBP)), cat(cfaRestoreExtended, uleb(16)))
 			},
-			want: []Row{rsp(0x1000, 8).fp(-24), Row{PC: 0x1001, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
-				Row{PC: 0x1002, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
-				Row{PC: 0x1003, CFA: CFARSP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
+			want: []Row{rsp(0x1000, 8).fp(-24), {PC: 0x1001, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1002, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1003, CFA: CFARSP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
 				rsp(0x1004, 8).fp(-24), end(0x1010)},
 		},
 		{

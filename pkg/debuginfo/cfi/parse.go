@@ -282,8 +282,9 @@ func (p *parser) readFDE(e entry) error {
 	}
 	c := p.cieList[ci]
 	if c.err != nil {
+		// The CIE's error is counted with the FDEs it skips; the other entries go on.
 		p.skip(e.start, c.err)
-		return nil
+		return nil //nolint:nilerr // recorded by skip, not fatal to the section
 	}
 	r := reader{data: p.data, pos: e.body, end: e.end}
 	var start, length uint64

@@ -47,7 +47,7 @@ var (
 // An FDE without instructions prints no rows; it gets its CIE's initial row at its start.
 func readelfFrames(t testing.TB, path string) map[string][]readelfFDE {
 	t.Helper()
-	cmd := exec.Command("readelf", "--wide", "--debug-dump=frames-interp", path)
+	cmd := exec.CommandContext(t.Context(), "readelf", "--wide", "--debug-dump=frames-interp", path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -502,7 +502,7 @@ func gccBuild(t *testing.T, dir, name string, flags ...string) (lib, exe string)
 	lib = filepath.Join(dir, "lib"+name+".so")
 	exe = filepath.Join(dir, name)
 	run := func(args ...string) {
-		cmd := exec.Command("gcc", args...)
+		cmd := exec.CommandContext(t.Context(), "gcc", args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("gcc %v: %v\n%s", args, err, out)
 		}
@@ -632,7 +632,7 @@ func TestReadelfCompilers(t *testing.T) {
 			}
 			exe := filepath.Join(dir, b.name)
 			args := append(append([]string{}, b.flags...), "-o", exe, src)
-			if out, err := exec.Command(b.compiler, args...).CombinedOutput(); err != nil {
+			if out, err := exec.CommandContext(t.Context(), b.compiler, args...).CombinedOutput(); err != nil {
 				t.Fatalf("%s %v: %v\n%s", b.compiler, args, err, out)
 			}
 			diffFile(t, exe)
@@ -655,7 +655,7 @@ func TestReadelfGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(dir, "gohello")
-	cmd := exec.Command("go", "build", "-o", exe, src)
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", exe, src)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -699,7 +699,7 @@ func TestReadelfDebugFrameOnly(t *testing.T) {
 			flags := append([]string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-exceptions"}, b.flags...)
 			_, exe := gccBuild(t, dir, b.name, flags...)
 			only := filepath.Join(dir, b.name+"-only")
-			if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
+			if out, err := exec.CommandContext(t.Context(), "objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", exe, only).CombinedOutput(); err != nil {
 				t.Fatalf("objcopy: %v\n%s", err, out)
 			}
 			f, err := elf.Open(only)

@@ -60,7 +60,7 @@ func program(t *testing.T, dir string, n int) string {
 	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, c).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "gcc", "-O2", "-o", bin, c).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
@@ -219,7 +219,7 @@ func TestManagerKinds(t *testing.T) {
 	c := program(t, dir, 3)
 	// A file with no CFI: frame pointers. objcopy removes the sections.
 	nocfi := filepath.Join(dir, "nocfi")
-	if out, err := exec.Command("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", "--remove-section=.debug_frame", c, nocfi).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", "--remove-section=.debug_frame", c, nocfi).CombinedOutput(); err != nil {
 		t.Fatalf("objcopy: %v\n%s", err, out)
 	}
 	garbage := filepath.Join(dir, "garbage")
@@ -231,7 +231,7 @@ func TestManagerKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	goFile := filepath.Join(dir, "go")
-	if out, err := exec.Command("cp", c, goFile).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "cp", c, goFile).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v\n%s", err, out)
 	}
 	goMap := mapping(t, goFile, 0x800000)
