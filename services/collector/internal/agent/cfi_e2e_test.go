@@ -299,7 +299,7 @@ func TestCFIUnwinding(t *testing.T) {
 			}
 			tl.total += count
 			var names []string
-			user := 0
+			user, unmapped := 0, 0
 			for _, f := range frames {
 				if f.kernel {
 					if c == dd {
@@ -311,7 +311,7 @@ func TestCFIUnwinding(t *testing.T) {
 				if f.file == "" {
 					// The kernel's [vdso] is code outside every file mapping, not garbage.
 					if v := vdso[c]; f.addr < v.Start || f.addr >= v.End {
-						tl.unmapped += count
+						unmapped += count
 					}
 					names = append(names, "?")
 					continue
@@ -319,7 +319,11 @@ func TestCFIUnwinding(t *testing.T) {
 				names = append(names, sym.functions(t, f.file, f.addr)...)
 			}
 			if user == 1 {
+				// The sampled address alone (the process was not known yet): it is the
+				// interrupted program counter, not an unwound frame, so it cannot be garbage.
 				tl.leafOnly += count
+			} else {
+				tl.unmapped += unmapped
 			}
 			if containsChain(names, c.chain) {
 				tl.whole += count
