@@ -150,7 +150,7 @@ func TestSymbolizeBudgetBusy(t *testing.T) {
 		first <- code
 	}()
 	// Wait until the first request holds its reservation.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !r.srv.admission.busy() {
 		if time.Now().After(deadline) {
 			t.Fatal("the first request never reserved its budget")
@@ -167,6 +167,14 @@ func TestSymbolizeBudgetBusy(t *testing.T) {
 	}
 	pw.CloseWithError(errors.New("client gone"))
 	<-first
+	// The handler returns its reservation when it ends, which can be just after the client
+	// has its answer.
+	for r.srv.admission.busy() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request's reservation was never returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// The reservation is returned: the same request now gets through admission.
 	_, err = client.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: "ab", Addresses: []uint64{1}}}}))
 	if err != nil {
