@@ -179,7 +179,7 @@ func runCollectorUnder(t *testing.T, caps []string) collectorRun {
 	collector := exec.CommandContext(t.Context(), setpriv, "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set, "--",
 		bin, "--output-file="+out, "--pid="+strconv.Itoa(victim.Process.Pid), "--frequency=199", "--interval=2s",
 		"--metrics-addr=127.0.0.1:"+strconv.Itoa(testsupport.FreePort(t)), "--k8s-node-name=test-node")
-	var logs syncBuffer
+	var logs testsupport.Buffer
 	collector.Stdout, collector.Stderr = &logs, &logs
 	if err := collector.Start(); err != nil {
 		t.Fatal(err)

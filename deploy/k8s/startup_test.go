@@ -1,7 +1,6 @@
 package k8s_test
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -20,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -276,7 +274,7 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testsupport.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: start %s: %v", ctr.Name, bin, err)
@@ -351,23 +349,6 @@ func serviceBinary(t *testing.T, service string) string {
 	binMu.Lock()
 	defer binMu.Unlock()
 	return bins[service]
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newPKI makes a CA and returns its PEM with a function that issues a certificate (for the

@@ -1,14 +1,12 @@
 package symbolize_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize/symbolizetest"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 func copyOf(pd pprofile.Profiles) pprofile.Profiles {
@@ -240,11 +239,10 @@ func TestCallTimeout(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	h := &symbolizetest.Synthetic{}
 	h.Hung.Store(true)
-	var logs bytes.Buffer
-	var logMu sync.Mutex
+	var logs testsupport.Buffer
 	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, h), Timeout: 150 * time.Millisecond,
 		BreakerFailures: 3, BreakerOpen: 300 * time.Millisecond, CacheEntries: -1,
-		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 3 {
 		if rep := s.Process(t.Context(), request(0x51)); rep.Unresolved[symbolize.ReasonDeadline] != 1 {
 			t.Fatalf("call %d: report %+v, want the deadline", i, rep)
@@ -277,23 +275,10 @@ func TestBreaker(t *testing.T) {
 	if s.BreakerOpen() {
 		t.Error("breaker still open after a successful probe")
 	}
-	logMu.Lock()
 	text := logs.String()
-	logMu.Unlock()
 	for _, want := range []string{"symbolizer degraded", "symbolizer calls stopped", "symbolizer calls resumed", "symbolizer recovered"} {
 		if strings.Count(text, want) != 1 {
 			t.Errorf("log has %q %d times, want once:\n%s", want, strings.Count(text, want), text)
 		}
 	}
-}
-
-type lockedWriter struct {
-	b  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }

@@ -25,7 +25,6 @@ import (
 // Synthetic answers Symbolize: address%5==0 resolves to nothing, GNU build IDs starting with
 // "f" are not found, and everything else gets the 1 to 3 inline frames of Frames.
 type Synthetic struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
 	// Calls and Addresses count the calls answered and the addresses they carried.
 	Calls, Addresses atomic.Int64
 	// Delay holds every answer back, or until the call's context ends.
@@ -118,3 +117,5 @@ func Client(t testing.TB, h *Synthetic) symbolizerv1connect.SymbolizerServiceCli
 	t.Helper()
 	return symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, Start(t, h), connect.WithCodec(symbolizecodec.Codec{}))
 }
+
+var _ symbolizerv1connect.SymbolizerServiceHandler = (*Synthetic)(nil)

@@ -1,7 +1,6 @@
 package resultcache
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -76,7 +75,7 @@ func get(t *testing.T, c *Cache, keys []Key) ([]string, []bool) {
 func TestRedisOutageAndRecovery(t *testing.T) {
 	r, client := startRedis(t)
 	m := newCountMetrics()
-	var logs syncBuffer
+	var logs testsupport.Buffer
 	c := New(Options{Redis: client, Timeout: 100 * time.Millisecond, Backoff: 100 * time.Millisecond, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer c.Close()
@@ -142,24 +141,6 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	if !strings.Contains(text, "level=INFO") || !strings.Contains(text, "redis recovered") {
 		t.Errorf("recovery not logged:\n%s", text)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger that writes from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The Redis layout is what the package documentation promises: one hash per 1 MiB of
