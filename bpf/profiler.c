@@ -283,37 +283,49 @@ static __always_inline __u64 wakeup_flag(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
+// sampled reports whether the current task's sample is wanted: not the idle task (a CPU
+// with nothing to run is not a profile sample), and within the pid and cgroup filters.
+static __always_inline bool sampled(__u32 tgid)
+{
+	if (tgid == 0)
+		return false;
+	if (!wanted(tgid)) {
+		count(PSYM_COUNTER_FILTERED);
+		return false;
+	}
+	return true;
+}
+
+// fill_header writes what every stack record carries besides its user stack.
+static __always_inline void fill_header(struct bpf_perf_event_data *ctx, struct psym_stack_event *e,
+					__u64 id, __u32 unwinder)
+{
+	e->kind = PSYM_EVENT_STACK;
+	e->tgid = id >> 32;
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->tid = (__u32)id;
+	e->cpu = bpf_get_smp_processor_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	e->user_sp_word = 0;
+	e->unwinder = unwinder;
+	e->unwind_end = PSYM_END_NONE;
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u32 tid = (__u32)id;
-
-	// The idle task: a CPU with nothing to run is not a profile sample.
-	if (tgid == 0)
+	if (!sampled(id >> 32))
 		return 0;
-	if (!wanted(tgid)) {
-		count(PSYM_COUNTER_FILTERED);
-		return 0;
-	}
 
 	struct psym_stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(PSYM_COUNTER_LOST);
 		return 0;
 	}
-	e->kind = PSYM_EVENT_STACK;
-	e->tgid = tgid;
-	e->ktime_ns = bpf_ktime_get_ns();
-	e->tid = tid;
-	e->cpu = bpf_get_smp_processor_id();
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
 	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-	e->user_sp_word = 0;
-	e->unwinder = PSYM_UNWINDER_FP;
-	e->unwind_end = PSYM_END_NONE;
 	if (e->ustack_len > 0) {
 		// The user registers, also when the sample interrupted the kernel.
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
@@ -504,29 +516,14 @@ int profile_cpu_cfi(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	__u32 tid = (__u32)id;
-
-	if (tgid == 0)
+	if (!sampled(tgid))
 		return 0;
-	if (!wanted(tgid)) {
-		count(PSYM_COUNTER_FILTERED);
-		return 0;
-	}
 	__u32 zero = 0;
 	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!s)
 		return 0;
 	struct psym_stack_event *e = &s->event;
-	e->kind = PSYM_EVENT_STACK;
-	e->tgid = tgid;
-	e->ktime_ns = bpf_ktime_get_ns();
-	e->tid = tid;
-	e->cpu = bpf_get_smp_processor_id();
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
-	e->user_sp_word = 0;
-	e->unwinder = PSYM_UNWINDER_CFI;
-	e->unwind_end = PSYM_END_NONE;
+	fill_header(ctx, e, id, PSYM_UNWINDER_CFI);
 	e->ustack_len = 0;
 
 	struct task_struct *task = bpf_get_current_task_btf();
