@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,6 +194,25 @@ func (s *symbolizer) functions(t *testing.T, path string, addr uint64) []string 
 	return names
 }
 
+// requestLog keeps a copy of every encoded request an agent reports.
+type requestLog struct {
+	mu  sync.Mutex
+	raw [][]byte
+}
+
+func (l *requestLog) add(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.raw = append(l.raw, append([]byte(nil), b...))
+}
+
+// all returns the requests reported so far.
+func (l *requestLog) all() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.raw)
+}
+
 // samplesPerPID counts the samples of each process.pid in encoded requests.
 func samplesPerPID(t *testing.T, raw [][]byte) map[int64]int {
 	out := map[int64]int{}
@@ -279,18 +299,13 @@ func TestCollectorEndToEnd(t *testing.T) {
 	expCtx, expCancel := context.WithCancel(context.Background())
 	go exp.Run(expCtx)
 
-	var rawMu sync.Mutex
-	var raw [][]byte
+	var reqs requestLog
 	reg := prometheus.NewRegistry()
 	a, err := New(Config{
 		FrequencyHz: 99, Interval: time.Second, PIDs: pids,
 		HostAttributes: map[string]string{otlpattr.HostName: "test-node"},
-		Sinks: []func([]byte){exp.Enqueue, func(b []byte) {
-			rawMu.Lock()
-			raw = append(raw, append([]byte(nil), b...))
-			rawMu.Unlock()
-		}},
-		Registerer: reg,
+		Sinks:          []func([]byte){exp.Enqueue, reqs.add},
+		Registerer:     reg,
 	}, nil)
 	if err != nil {
 		t.Fatalf("agent: %v", err)
@@ -304,9 +319,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	started := time.Now()
 	for {
 		time.Sleep(500 * time.Millisecond)
-		rawMu.Lock()
-		counts := samplesPerPID(t, raw)
-		rawMu.Unlock()
+		counts := samplesPerPID(t, reqs.all())
 		enough := true
 		for _, w := range wls {
 			if counts[int64(w.cmd.Process.Pid)] < 25 {
@@ -330,7 +343,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	if len(received) == 0 {
 		t.Fatal("the sink received nothing")
 	}
-	rawMu.Lock()
+	raw := reqs.all()
 	// Delivery is at least once: a retry after a lost answer may repeat a request.
 	if len(received) < len(raw) {
 		t.Errorf("built %d requests, sink received %d", len(raw), len(received))
@@ -341,7 +354,6 @@ func TestCollectorEndToEnd(t *testing.T) {
 			t.Fatalf("request %d does not decode: %v", i, err)
 		}
 	}
-	rawMu.Unlock()
 
 	wantIDs := map[string]buildid.IDs{}
 	for _, w := range wls {

@@ -231,16 +231,11 @@ func TestCFIUnwinding(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // let the dynamic loader map the libraries
 
-	var rawMu sync.Mutex
-	var raw [][]byte
+	var reqs requestLog
 	reg := prometheus.NewRegistry()
 	a, err := New(Config{
 		FrequencyHz: 99, Interval: time.Second, PIDs: pids, Unwinder: bpfprog.UnwindCFI,
-		Sinks: []func([]byte){func(b []byte) {
-			rawMu.Lock()
-			raw = append(raw, append([]byte(nil), b...))
-			rawMu.Unlock()
-		}},
+		Sinks:      []func([]byte){reqs.add},
 		Registerer: reg,
 	}, nil)
 	if err != nil {
@@ -254,9 +249,7 @@ func TestCFIUnwinding(t *testing.T) {
 	started := time.Now()
 	for time.Since(started) < 45*time.Second {
 		time.Sleep(time.Second)
-		rawMu.Lock()
-		counts := samplesPerPID(t, raw)
-		rawMu.Unlock()
+		counts := samplesPerPID(t, reqs.all())
 		enough := true
 		for _, c := range cases {
 			if counts[int64(c.cmd.Process.Pid)] < 150 {
@@ -283,9 +276,7 @@ func TestCFIUnwinding(t *testing.T) {
 	tallies := map[*cfiCase]*tally{}
 	examples := map[*cfiCase]string{}
 	kernelFrames := 0
-	rawMu.Lock()
-	defer rawMu.Unlock()
-	for _, b := range raw {
+	for _, b := range reqs.all() {
 		req := pprofileotlp.NewExportRequest()
 		if err := req.UnmarshalProto(b); err != nil {
 			t.Fatalf("request does not decode: %v", err)
@@ -588,17 +579,12 @@ func TestCFIUnwindingFollowsProcesses(t *testing.T) {
 	launched := time.Now()
 	time.Sleep(300 * time.Millisecond)
 
-	var rawMu sync.Mutex
-	var raw [][]byte
+	var reqs requestLog
 	reg := prometheus.NewRegistry()
 	a, err := New(Config{
 		FrequencyHz: 99, Interval: time.Second, PIDs: []uint32{uint32(dl.Process.Pid), uint32(ex.Process.Pid)},
-		Unwinder: bpfprog.UnwindCFI,
-		Sinks: []func([]byte){func(b []byte) {
-			rawMu.Lock()
-			raw = append(raw, append([]byte(nil), b...))
-			rawMu.Unlock()
-		}},
+		Unwinder:   bpfprog.UnwindCFI,
+		Sinks:      []func([]byte){reqs.add},
 		Registerer: reg,
 	}, nil)
 	if err != nil {
@@ -624,9 +610,7 @@ func TestCFIUnwindingFollowsProcesses(t *testing.T) {
 
 	sym := &cfiSymbolizer{ixs: map[string]*index.Index{}}
 	dlWhole, dlLib, exWhole, exNew, exOld := 0, 0, 0, 0, 0
-	rawMu.Lock()
-	defer rawMu.Unlock()
-	for _, b := range raw {
+	for _, b := range reqs.all() {
 		req := pprofileotlp.NewExportRequest()
 		if err := req.UnmarshalProto(b); err != nil {
 			t.Fatal(err)
