@@ -3,10 +3,14 @@
 package nodescan
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +28,9 @@ func TestScanReachesEveryMappedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Start returns once the program is exec'ed, before the dynamic loader has mapped libc: on
+	// a loaded machine a walk can come first.
+	waitForMapping(t, cmd.Process.Pid, "libc.so.6")
 
 	var mu sync.Mutex
 	seen := map[string]string{} // mapped path -> GNU build ID
@@ -55,5 +62,24 @@ func TestScanReachesEveryMappedFile(t *testing.T) {
 	s.Scan()
 	if _, again := files.Stats(); again != computed {
 		t.Fatalf("second walk computed %d files again", again-computed)
+	}
+}
+
+// waitForMapping waits until the process maps a file named base.
+func waitForMapping(t *testing.T, pid int, base string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			t.Fatalf("read the test process's maps: %v", err)
+		}
+		if strings.Contains(string(maps), "/"+base+"\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the test process did not map %s within 10 s", base)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
