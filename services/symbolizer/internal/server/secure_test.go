@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/alecthomas/kong"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
@@ -154,4 +159,55 @@ func codeOf(err error) connect.Code {
 		return 0
 	}
 	return connect.CodeOf(err)
+}
+
+// A writer cannot make List show a text of its choosing as a Go build ID: a Go program linked
+// with -buildid=<any text> uploads (under its other IDs) but that string is no ID of it.
+func TestPlantedGoBuildIDIsNotListed(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module planted\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println(1) }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const planted = "Planted_by-a-writer/visit-example-com"
+	bin := filepath.Join(dir, "prog")
+	cmd := exec.CommandContext(t.Context(), goCmd, "build", "-o", bin, "-ldflags=-buildid="+planted, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r := start(t)
+	res := upload(t, r.url, bin)
+	if res[0].Err != nil {
+		t.Fatalf("upload: %v", res[0].Err)
+	}
+	client := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)
+	l, err := client.List(t.Context(), connect.NewRequest(&debuginfov1.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Msg.Debuginfos) == 0 {
+		t.Fatal("nothing listed after the upload")
+	}
+	text, err := protojson.Marshal(l.Msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(text), "Planted") {
+		t.Fatalf("List shows the planted Go build ID: %s", text)
+	}
+	for _, d := range l.Msg.Debuginfos {
+		for _, id := range d.Ids {
+			if id.Type == debuginfov1.BuildIDType_BUILD_ID_TYPE_GO {
+				t.Errorf("a Go build ID was recorded: %v", id)
+			}
+		}
+	}
 }
