@@ -26,10 +26,12 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
@@ -219,6 +221,11 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.Store = store.Observe(s.Store, &storeHealth{
+		tracker: degraded.New("store", "uploads fail, and files and indexes not in memory cannot be read: their frames go out unsymbolized",
+			time.Minute, log).OnChange(s.Metrics.DegradedGauge("store")),
+		errors: s.Metrics.StoreErrors,
+	})
 	s.Tokens, err = auth.New(c.TokensFile, c.Tokens)
 	if err != nil {
 		return nil, err
@@ -268,6 +275,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			}
 		})
 		rcOpt.Redis = client
+		rcOpt.OnDegraded = s.Metrics.DegradedGauge("redis")
 	}
 	rc = resultcache.New(rcOpt)
 	s.closers = append([]func(){rc.Close}, s.closers...)
@@ -281,10 +289,19 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	}
 	var fetch symbolizeapi.Fetcher
 	if len(urls) > 0 {
+		gauges := map[string]func(bool){}
+		for _, u := range urls {
+			gauges[u] = s.Metrics.DegradedGauge("debuginfod " + u)
+		}
 		fetch = debuginfod.NewClient(s.Meta, debuginfod.ClientOptions{
 			URLs: urls, Timeout: c.DebuginfodTimeout, NegativeTTL: c.DebuginfodNegTTL,
 			MaxParallel: c.DebuginfodParallel, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
 			Logger: log, Count: s.Metrics.DebuginfodFetch,
+			OnDegraded: func(upstream string, down bool) {
+				if g := gauges[upstream]; g != nil {
+					g(down)
+				}
+			},
 		})
 	}
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
@@ -356,6 +373,20 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 func (s *Server) requireToken(h http.Handler) http.Handler {
 	return auth.Guard(s.Tokens, h)
 }
+
+// storeHealth counts the store's failed calls and tells the logs when it goes away and comes
+// back (store.Observe).
+type storeHealth struct {
+	tracker *degraded.Tracker
+	errors  *prometheus.CounterVec
+}
+
+func (h *storeHealth) Fail(op string, err error) {
+	h.errors.WithLabelValues(op).Inc()
+	h.tracker.Fail(fmt.Errorf("%s: %w", op, err))
+}
+
+func (h *storeHealth) OK() { h.tracker.OK() }
 
 // loopbackOnly reports whether a listen address can be reached from this host alone.
 func loopbackOnly(addr string) bool {
