@@ -93,6 +93,8 @@ type Config struct {
 	DebuginfodTimeout  time.Duration `name:"debuginfod-timeout" default:"60s" env:"SYMBOLIZER_DEBUGINFOD_TIMEOUT" help:"Timeout of one upstream fetch."`
 	DebuginfodNegTTL   time.Duration `name:"debuginfod-negative-ttl" default:"10m" env:"SYMBOLIZER_DEBUGINFOD_NEGATIVE_TTL" help:"How long a build ID no upstream has is not asked again."`
 	DebuginfodParallel int           `name:"debuginfod-parallel" default:"4" env:"SYMBOLIZER_DEBUGINFOD_PARALLEL" help:"Concurrent upstream fetches."`
+	DebuginfodBreaker  int           `name:"debuginfod-breaker-failures" default:"5" env:"SYMBOLIZER_DEBUGINFOD_BREAKER_FAILURES" help:"Consecutive failed fetches that stop asking an upstream for --debuginfod-breaker-open."`
+	DebuginfodOpen     time.Duration `name:"debuginfod-breaker-open" default:"30s" env:"SYMBOLIZER_DEBUGINFOD_BREAKER_OPEN" help:"How long an upstream that failed --debuginfod-breaker-failures times in a row is not asked."`
 
 	TempDir       string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
 	GCMinHeadroom uint64 `name:"gc-min-headroom" default:"268435456" env:"SYMBOLIZER_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). With little live heap, as in a replica answering from Redis, plain GOGC collects twice per 10,000-address batch. GOMEMLIMIT is set to 90% of the container's memory limit unless already set (AUTOMEMLIMIT=off disables that)."`
@@ -295,7 +297,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		}
 		fetch = debuginfod.NewClient(s.Meta, debuginfod.ClientOptions{
 			URLs: urls, Timeout: c.DebuginfodTimeout, NegativeTTL: c.DebuginfodNegTTL,
-			MaxParallel: c.DebuginfodParallel, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
+			MaxParallel: c.DebuginfodParallel, BreakerFailures: c.DebuginfodBreaker, BreakerOpen: c.DebuginfodOpen, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
 			Logger: log, Count: s.Metrics.DebuginfodFetch,
 			OnDegraded: func(upstream string, down bool) {
 				if g := gauges[upstream]; g != nil {
