@@ -246,8 +246,8 @@ func minioDrills(t *testing.T, rep *drillReport) {
 		return err == nil && resolved(r) == want
 	})
 	log := other.Log()
-	if !strings.Contains(log, "store degraded") {
-		t.Errorf("the second symbolizer's log does not say the store went away:\n%s", tail(log, 20))
+	if !strings.Contains(log, "store degraded") || !strings.Contains(log, "store recovered") {
+		t.Errorf("the second symbolizer's log does not say the store went away and came back:\n%s", tail(log, 20))
 	}
 	rep.add("minio killed during an index load   Symbolize answered in %v (%v); all %d addresses again %v after restart; store outage logged: %v",
 		answeredIn.Round(time.Millisecond), shortErr(loadErr), want, back.Round(time.Millisecond), strings.Contains(log, "store recovered"))
@@ -327,7 +327,16 @@ func redisDrill(t *testing.T, rep *drillReport) {
 	close(stop)
 	wg.Wait()
 	if len(errs) > 0 || wrong > 0 {
-		t.Fatalf("through the Redis restart: %d calls, %d errors (first: %v), %d wrong answers", calls, len(errs), errs[0], wrong)
+		t.Fatalf("through the Redis restart: %d calls, %d errors (first: %v), %d wrong answers", calls, len(errs), errors.Join(errs...), wrong)
+	}
+	// If the restart was seen (a call failed meanwhile), its end was seen too, and the gauge
+	// is back to 0.
+	log := sym.Log()
+	if strings.Contains(log, "redis degraded") && !strings.Contains(log, "redis recovered") {
+		t.Errorf("Redis's outage was logged but not its end:\n%s", tail(log, 20))
+	}
+	if v := scrape(t, sym.URL()).sum(`symbolizer_degraded`); v != 0 {
+		t.Errorf("symbolizer_degraded = %v with Redis back", v)
 	}
 	rep.add("redis restarted empty              %d calls, 0 errors, 0 wrong answers; restart took %v; Redis refilled %v after it; outage logged: %v",
 		calls, restarted.Round(time.Millisecond), refilled.Round(time.Millisecond), strings.Contains(sym.Log(), "redis degraded"))
