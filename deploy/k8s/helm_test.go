@@ -108,6 +108,7 @@ func TestHelmChartRefusesBrokenValues(t *testing.T) {
 		"unknown collector":                {"collector.mode=sometimes"},
 		"one RWO volume, many symbolizers": {"symbolizer.storage.persistence.enabled=true"},
 		"unknown Redis mode":               {"symbolizer.redis.mode=sometimes"},
+		"reads without a token":            {"symbolizer.readTokenSecret="},
 	} {
 		args := []string{"template", "profsym", chart}
 		for _, s := range set {

@@ -56,7 +56,7 @@ var served = map[string]struct {
 // externalSecrets are created by the operator in production (docs/operations.md says how),
 // never committed.
 var externalSecrets = map[string][]string{
-	"production": {"profsym-upload-tokens", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca", "collector-tls"},
+	"production": {"profsym-upload-tokens", "profsym-read-token", "profsym-s3", "profsym-redis", "symbolizer-tls", "gateway-tls", "profsym-ca", "collector-tls"},
 }
 
 type rendered struct {

@@ -60,6 +60,9 @@ type cluster struct {
 
 const testRedisPassword = "test-redis-password"
 
+// testReadToken stands in for the profsym-read-token Secret.
+const testReadToken = "test-read-token"
+
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	m := testsupport.StartMinIO(t)
@@ -76,6 +79,7 @@ func newCluster(t *testing.T) *cluster {
 		secrets: map[string]map[string]string{
 			"profsym-upload-tokens": {"tokens": "test-upload-token\n"},
 			"profsym-upload-token":  {"token": "test-upload-token\n"},
+			"profsym-read-token":    {"token": testReadToken + "\n"},
 			"profsym-s3":            s3,
 			"minio-credentials":     s3,
 			"profsym-redis":         {"password": testRedisPassword},
@@ -337,6 +341,9 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("%s ready at %s", ctr.Name, url)
+	if ctr.Name == "symbolizer" {
+		checkSymbolizerGuards(t, hc, fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[port]), ctr, ports)
+	}
 	if ctr.Name == "symbolizer" && strings.Contains(out.String(), "redis does not answer") {
 		t.Errorf("symbolizer could not use Redis with the rendered settings (password file, URL):\n%s", out.String())
 	}
@@ -412,4 +419,47 @@ func requireOrSkip(t *testing.T, what string) {
 		t.Fatalf("%s is required under CI; .ci/install-deps installs every tool the deploy tests use", what)
 	}
 	t.Skipf("%s is missing (run .ci/install-deps); under CI this fails", what)
+}
+
+// checkSymbolizerGuards: as rendered, the symbolizer hands out no stored binary without the read
+// token, accepts the token of the profsym-read-token Secret, and serves /metrics to a scraper
+// without a token on its metrics port.
+func checkSymbolizerGuards(t *testing.T, hc *http.Client, api string, ctr corev1.Container, ports map[int32]int) {
+	t.Helper()
+	get := func(url, tok string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	path := api + "/buildid/0123456789abcdef0123456789abcdef01234567/executable"
+	if code := get(path, ""); code != http.StatusUnauthorized {
+		t.Errorf("symbolizer: a debuginfod read without a token answered %d, want 401 (reads must be guarded)", code)
+	}
+	if code := get(path, testReadToken); code != http.StatusNotFound {
+		t.Errorf("symbolizer: a debuginfod read with the read token answered %d, want 404", code)
+	}
+	var metricsPort int32
+	for _, p := range ctr.Ports {
+		if p.Name == "metrics" {
+			metricsPort = p.ContainerPort
+		}
+	}
+	if metricsPort == 0 {
+		t.Errorf("symbolizer: no metrics port")
+		return
+	}
+	if code := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[metricsPort]), ""); code != http.StatusOK {
+		t.Errorf("symbolizer: /metrics on the metrics port answered %d", code)
+	}
 }

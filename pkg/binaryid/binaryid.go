@@ -7,8 +7,12 @@ package binaryid
 // the note may hold more, never this many.
 const MaxGNUDigits = 2048
 
-// maxGo bounds a Go build ID: the go command writes four parts of 20 characters.
-const maxGo = 256
+// goPart is the length of each part of a Go build ID: the go command writes a hash as the
+// URL-safe base64 of its first 15 bytes (cmd/go/internal/work.hashToString), 20 characters.
+const goPart = 20
+
+// GoSyntax says in words what ValidGo accepts, for error messages.
+const GoSyntax = "2 or 4 parts of 20 characters of A-Z a-z 0-9 - _ separated by /, as go tool buildid prints it"
 
 // ValidHex reports whether s is a non-empty, even-length string of lower-case hex digits.
 func ValidHex(s string) bool {
@@ -31,31 +35,28 @@ func ValidGNU(s string) bool { return ValidHex(s) && len(s) <= MaxGNUDigits }
 // ValidHTLHash reports whether s is an htlhash: 32 lower-case hex digits.
 func ValidHTLHash(s string) bool { return len(s) == 32 && ValidHex(s) }
 
-// ValidGo reports whether s is a Go build ID as the go command writes it (and `go tool
-// buildid` prints it): one to four parts separated by '/', each 1 to 64 characters of the
-// URL-safe base64 alphabet (the go command's hashes; a custom -buildid that strays outside it
-// is not accepted as an ID). Anything an uploader sets as a Go build ID is shown by List and
-// the pages: it must not carry markup or control characters.
+// ValidGo reports whether s is a Go build ID as the go command writes it and `go tool buildid`
+// prints it: actionID/contentID for a package archive, and for an executable
+// actionID/contentID of the main package then of the link, each a 20-character hash in the
+// URL-safe base64 alphabet. Nothing else is an ID: a -ldflags=-buildid=<anything> chosen by
+// hand (Bazel's "redacted", say) is shared by unrelated binaries and names none of them, and
+// anything accepted here is shown by List and the pages, so it must stay a hash's shape rather
+// than a message of its writer's choosing.
 func ValidGo(s string) bool {
-	if s == "" || len(s) > maxGo {
+	if len(s) != 2*goPart+1 && len(s) != 4*goPart+3 {
 		return false
 	}
-	parts, run := 1, 0
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '/':
-			if run == 0 {
+		c := s[i]
+		if i%(goPart+1) == goPart {
+			if c != '/' {
 				return false
 			}
-			parts, run = parts+1, 0
-		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-			run++
-		default:
-			return false
+			continue
 		}
-		if parts > 4 || run > 64 {
+		if (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 			return false
 		}
 	}
-	return run > 0
+	return true
 }

@@ -26,6 +26,7 @@ type Tracker struct {
 	lastSummary time.Time
 	summarized  int // failures when the last summary was written
 	lastErr     error
+	onChange    func(down bool)
 }
 
 // New returns a tracker for the dependency name; meanwhile says what the service does while
@@ -40,6 +41,15 @@ func New(name, meanwhile string, interval time.Duration, log *slog.Logger) *Trac
 	return &Tracker{name: name, what: meanwhile, log: log, every: interval, now: time.Now}
 }
 
+// OnChange sets a function called when the degraded mode starts (true) and ends (false), for a
+// gauge beside the logs. It runs with the tracker locked: it must not call back into it.
+func (t *Tracker) OnChange(f func(down bool)) *Tracker {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onChange = f
+	return t
+}
+
 // Fail records a failed call.
 func (t *Tracker) Fail(err error) {
 	t.mu.Lock()
@@ -50,6 +60,9 @@ func (t *Tracker) Fail(err error) {
 	if !t.down {
 		t.down, t.since, t.lastSummary, t.summarized = true, now, now, t.failures
 		t.log.Warn(t.name+" degraded: "+t.what, "dependency", t.name, "err", err)
+		if t.onChange != nil {
+			t.onChange(true)
+		}
 		return
 	}
 	if now.Sub(t.lastSummary) >= t.every {
@@ -69,6 +82,9 @@ func (t *Tracker) OK() {
 	t.log.Info(t.name+" recovered", "dependency", t.name, "after", t.now().Sub(t.since).Round(time.Millisecond),
 		"failures", t.failures, "last_err", t.lastErr)
 	t.down, t.failures, t.summarized, t.lastErr = false, 0, 0, nil
+	if t.onChange != nil {
+		t.onChange(false)
+	}
 }
 
 // Degraded reports whether the dependency is degraded now.

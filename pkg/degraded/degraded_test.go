@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,20 @@ func TestTrackerTellsStartSummaryAndEnd(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], "still degraded") || !strings.Contains(lines[1], "failures_since_last_summary=6") {
 		t.Errorf("summary = %s", lines[1])
+	}
+}
+
+func TestOnChangeFollowsTheMode(t *testing.T) {
+	var changes []bool
+	tr := New("store", "uploads fail", time.Minute, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))).
+		OnChange(func(down bool) { changes = append(changes, down) })
+	tr.OK()
+	tr.Fail(errors.New("a"))
+	tr.Fail(errors.New("b"))
+	tr.OK()
+	tr.OK()
+	tr.Fail(errors.New("c"))
+	if want := []bool{true, false, true}; !slices.Equal(changes, want) {
+		t.Fatalf("changes = %v, want %v", changes, want)
 	}
 }

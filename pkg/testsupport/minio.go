@@ -106,6 +106,28 @@ func (m *MinIO) Stop() {
 	}
 }
 
+// Kill ends MinIO with SIGKILL, as a crash or an OOM kill would: no graceful shutdown.
+func (m *MinIO) Kill() {
+	m.t.Helper()
+	if err := m.srv.kill(); err != nil {
+		m.t.Fatalf("kill minio: %v", err)
+	}
+}
+
+// Restart starts MinIO again on the same ports and data (after Stop or Kill, or while it runs).
+func (m *MinIO) Restart() {
+	m.t.Helper()
+	took, err := m.srv.restart()
+	if err != nil {
+		m.t.Fatalf("restart minio: %v", err)
+	}
+	m.t.Logf("minio restarted at %s in %v", m.Endpoint(), took.Round(1e6))
+}
+
+// MinIOBinary is the MinIO server binary the tests run: a large real Go program (about
+// 150 MB with its DWARF), also useful as one.
+func MinIOBinary(t testing.TB) string { return minioBinary(t) }
+
 // Client returns a minio-go client with the root credentials.
 func (m *MinIO) Client(t testing.TB) *minio.Client {
 	t.Helper()

@@ -217,6 +217,26 @@ func (s *server) startOn(ports []int) (time.Duration, error) {
 
 // stop ends the current process, if any: SIGTERM to its process group,
 // SIGKILL after stopGrace. Calling it again is a no-op.
+// kill ends the server with SIGKILL and waits for it.
+func (s *server) kill() error {
+	s.mu.Lock()
+	p := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := signalGroup(p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("SIGKILL %s (pid %d): %w", s.spec.name, p.cmd.Process.Pid, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(stopGrace):
+		return fmt.Errorf("%s (pid %d) still running %v after SIGKILL", s.spec.name, p.cmd.Process.Pid, stopGrace)
+	}
+}
+
 func (s *server) stop() error {
 	s.mu.Lock()
 	p := s.cur

@@ -157,6 +157,26 @@ func (s *Symbolizer) Stop() {
 	s.cmd = nil
 }
 
+// PID is the running server's process ID (0 when stopped), for RSS samples.
+func (s *Symbolizer) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// StoreDir is the server's folder store (unused when extra flags choose S3).
+func (s *Symbolizer) StoreDir() string { return s.storeDir }
+
+// Log returns what the server wrote so far, over every start.
+func (s *Symbolizer) Log() string {
+	b, err := os.ReadFile(s.logs.Name())
+	if err != nil {
+		return "read symbolizer log: " + err.Error()
+	}
+	return string(b)
+}
+
 // Upload sends files with the real upload client; flags such as --type may stand among the
 // paths.
 func (s *Symbolizer) Upload(t testing.TB, paths ...string) {

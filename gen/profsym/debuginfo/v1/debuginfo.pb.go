@@ -74,8 +74,9 @@ const (
 	BuildIDType_BUILD_ID_TYPE_GNU BuildIDType = 1
 	// Go build ID: the string of the ELF note named "Go" of type 4, exactly as
 	// `go tool buildid` prints it (base64url components separated by `/`, for example
-	// `8ZJnP0mXFmTq3E2Yh9sL/...`). Not hex, and case-sensitive. Valid: 1 to 4 components
-	// of 1 to 64 characters of `A-Z a-z 0-9 - _`, separated by `/`. OTLP attribute
+	// `8ZJnP0mXFmTq3E2Yh9sL/...`). Not hex, and case-sensitive. Valid: 2 components (a
+	// package archive) or 4 (an executable) of exactly 20 characters of `A-Z a-z 0-9 - _`,
+	// separated by `/`; an ID set by hand (`-ldflags=-buildid=...`) is none. OTLP attribute
 	// `process.executable.build_id.go`.
 	BuildIDType_BUILD_ID_TYPE_GO BuildIDType = 2
 	// htlhash: the OTel eBPF profiler's file ID, the first 16 bytes of SHA-256 over the

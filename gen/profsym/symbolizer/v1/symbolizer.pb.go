@@ -261,7 +261,7 @@ type Module struct {
 	GnuBuildId string `protobuf:"bytes,1,opt,name=gnu_build_id,json=gnuBuildId,proto3" json:"gnu_build_id,omitempty"`
 	// Go build ID, exactly as the OTLP mapping attribute
 	// `process.executable.build_id.go`: the string `go tool buildid` prints, not hex,
-	// case-sensitive; 1 to 4 components of 1 to 64 characters of `A-Z a-z 0-9 - _`,
+	// case-sensitive; 2 or 4 components of exactly 20 characters of `A-Z a-z 0-9 - _`,
 	// separated by `/`. Empty if unknown.
 	GoBuildId string `protobuf:"bytes,2,opt,name=go_build_id,json=goBuildId,proto3" json:"go_build_id,omitempty"`
 	// htlhash file ID: 32 lower-case hex digits, exactly as the OTLP mapping attribute

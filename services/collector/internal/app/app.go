@@ -52,7 +52,7 @@ type CLI struct {
 
 	OutputFile string `env:"PROFSYM_OUTPUT_FILE" help:"Also append each request to this file as a length-delimited OTLP ExportProfilesServiceRequest."`
 
-	MetricsAddr string `default:":9464" env:"PROFSYM_METRICS_ADDR" help:"Address of the /metrics, /healthz and /readyz endpoint. Empty: none."`
+	MetricsAddr string `default:"127.0.0.1:9464" env:"PROFSYM_METRICS_ADDR" help:"Address of the /metrics, /healthz and /readyz endpoint (loopback by default; a DaemonSet names its pod port: --metrics-addr=:9464). Empty: none."`
 	LogLevel    string `default:"info" enum:"debug,info,warn,error" env:"PROFSYM_LOG_LEVEL" help:"Log level (debug, info, warn, error)."`
 	LogFormat   string `default:"text" enum:"text,json" env:"PROFSYM_LOG_FORMAT" help:"Log format (text, json)."`
 

@@ -41,7 +41,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cli.Frequency != 19 || cli.Interval != 10*time.Second || cli.MetricsAddr != ":9464" {
+	if cli.Frequency != 19 || cli.Interval != 10*time.Second || cli.MetricsAddr != "127.0.0.1:9464" {
 		t.Errorf("defaults: %+v", cli)
 	}
 	cli, err = parse(t, map[string]string{"PROFSYM_FREQUENCY": "99", "PROFSYM_PIDS": "1,2", "PROFSYM_GATEWAY": "gw:4317", "K8S_NODE_NAME": "n1"})

@@ -1,6 +1,8 @@
-// Package auth checks bearer tokens: every write needs one, reads need one when the operator
-// says so. Tokens come from a file (one per line, '#' comments) that can be reloaded while
-// the server runs, and from flags.
+// Package auth checks bearer tokens: every write needs an upload token; reads need a token when
+// the operator says so (read tokens configured, or --require-read-token), and then an upload
+// token serves as a read token too, so one writer's credential need not be two. Tokens come
+// from files (one per line, '#' comments) that can be reloaded while the server runs, and from
+// flags.
 package auth
 
 import (
@@ -21,7 +23,7 @@ import (
 
 // Tokens is the set of accepted tokens.
 type Tokens struct {
-	file  string
+	files []string
 	fixed []string
 
 	mu     sync.RWMutex
@@ -30,15 +32,26 @@ type Tokens struct {
 
 // New loads tokens from file (optional) plus fixed ones.
 func New(file string, fixed []string) (*Tokens, error) {
-	t := &Tokens{file: file, fixed: fixed}
+	return Union([]string{file}, fixed)
+}
+
+// Union loads the tokens of every file (empty names are skipped) plus fixed ones: a set that
+// accepts what any of them accepts, reloaded as one.
+func Union(files, fixed []string) (*Tokens, error) {
+	t := &Tokens{fixed: fixed}
+	for _, f := range files {
+		if f != "" {
+			t.files = append(t.files, f)
+		}
+	}
 	return t, t.Reload()
 }
 
-// Reload re-reads the tokens file; on error the previous tokens stay in force.
+// Reload re-reads the tokens files; on error the previous tokens stay in force.
 func (t *Tokens) Reload() error {
 	toks := append([]string(nil), t.fixed...)
-	if t.file != "" {
-		data, err := os.ReadFile(t.file)
+	for _, file := range t.files {
+		data, err := os.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("read tokens file: %w", err)
 		}
@@ -51,7 +64,7 @@ func (t *Tokens) Reload() error {
 			toks = append(toks, line)
 		}
 		if err := sc.Err(); err != nil {
-			return fmt.Errorf("read tokens file %s: %w", t.file, err)
+			return fmt.Errorf("read tokens file %s: %w", file, err)
 		}
 	}
 	hashes := make([][32]byte, 0, len(toks))
@@ -114,17 +127,36 @@ func HTTPStatus(err error) int {
 	return http.StatusForbidden
 }
 
-// Interceptor requires a token for the procedures in writes, and for every other procedure
-// when guardReads is set.
-func (t *Tokens) Interceptor(writes map[string]bool, guardReads bool) connect.Interceptor {
+// Interceptor requires a writer's token for the procedures in writes and, when readers is not
+// nil, a reader's token for every other procedure. A nil readers leaves reads open.
+func Interceptor(writers, readers *Tokens, writes map[string]bool) connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if writes[req.Spec().Procedure] || guardReads {
-				if err := t.Check(req.Header().Get("Authorization")); err != nil {
+			need := readers
+			if writes[req.Spec().Procedure] {
+				need = writers
+			}
+			if need != nil {
+				if err := need.Check(req.Header().Get("Authorization")); err != nil {
 					return nil, ConnectError(err)
 				}
 			}
 			return next(ctx, req)
 		}
+	})
+}
+
+// Guard wraps a plain HTTP handler: with t nil it is served as is, else only to requests that
+// carry one of t's tokens.
+func Guard(t *Tokens, h http.Handler) http.Handler {
+	if t == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := t.Check(r.Header.Get("Authorization")); err != nil {
+			http.Error(w, err.Error(), HTTPStatus(err))
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }

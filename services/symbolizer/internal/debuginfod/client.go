@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 )
 
@@ -36,6 +37,8 @@ type ClientOptions struct {
 	// Count receives (upstream, result) per fetch; result is ok, not_found, error or
 	// open_circuit.
 	Count func(upstream, result string)
+	// OnDegraded, when set, hears an upstream's degraded mode start (true) and end.
+	OnDegraded func(upstream string, down bool)
 }
 
 // Client fetches from upstream debuginfod servers, in order.
@@ -52,7 +55,10 @@ type Client struct {
 }
 
 type upstream struct {
-	url       string
+	url string
+	// health tells the logs when the upstream starts failing, how it goes while it does, and
+	// when it answers again: one line each, not one per failed fetch.
+	health    *degraded.Tracker
 	threshold int
 	open      time.Duration
 	mu        sync.Mutex
@@ -94,7 +100,13 @@ func NewClient(md *meta.Meta, opt ClientOptions) *Client {
 	c := &Client{opt: opt, meta: md, sem: make(chan struct{}, opt.MaxParallel), neg: map[string]time.Time{},
 		http: &http.Client{Timeout: opt.Timeout}}
 	for _, u := range opt.URLs {
-		c.upstreams = append(c.upstreams, &upstream{url: u, threshold: opt.BreakerFailures, open: opt.BreakerOpen})
+		health := degraded.New("debuginfod upstream "+u,
+			"files only it has are not fetched: their frames stay unsymbolized until it answers (the store and other upstreams still serve)",
+			time.Minute, opt.Logger)
+		if opt.OnDegraded != nil {
+			health.OnChange(func(down bool) { opt.OnDegraded(u, down) })
+		}
+		c.upstreams = append(c.upstreams, &upstream{url: u, health: health, threshold: opt.BreakerFailures, open: opt.BreakerOpen})
 	}
 	return c
 }
@@ -162,7 +174,9 @@ func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool,
 	for _, u := range c.upstreams {
 		if !u.allow() {
 			c.count(u.url, "open_circuit")
-			errs = append(errs, fmt.Errorf("%s: circuit open after repeated failures", u.url))
+			err := fmt.Errorf("%s: circuit open after repeated failures", u.url)
+			u.health.Fail(err)
+			errs = append(errs, err)
 			continue
 		}
 		for _, kind := range kinds {
@@ -175,7 +189,8 @@ func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool,
 			if err != nil {
 				u.result(false)
 				c.count(u.url, "error")
-				c.opt.Logger.Warn("debuginfod fetch failed", "upstream", u.url, "build_id", id, "err", err)
+				u.health.Fail(err)
+				c.opt.Logger.Debug("debuginfod fetch failed", "upstream", u.url, "build_id", id, "err", err)
 				errs = append(errs, err)
 				break
 			}
@@ -269,6 +284,9 @@ func (u *upstream) allow() bool {
 }
 
 func (u *upstream) result(ok bool) {
+	if ok {
+		u.health.OK()
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if ok {

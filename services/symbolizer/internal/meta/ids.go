@@ -42,7 +42,7 @@ func ValidateID(typ debuginfov1.BuildIDType, id string) error {
 		}
 	case debuginfov1.BuildIDType_BUILD_ID_TYPE_GO:
 		if !binaryid.ValidGo(id) {
-			return fmt.Errorf("not a Go build ID as go tool buildid prints it: 1 to 4 parts of 1 to 64 characters of A-Z a-z 0-9 - _, separated by /")
+			return fmt.Errorf("not a Go build ID: %s", binaryid.GoSyntax)
 		}
 	default:
 		return fmt.Errorf("build ID type %v not allowed", typ)

@@ -338,7 +338,7 @@ func TestValidateID(t *testing.T) {
 		{gnu, strings.Repeat("a", 2050), false},
 		{htl, strings.Repeat("0", 32), true},
 		{htl, strings.Repeat("0", 30), false},
-		{debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, "abc/def-_/x", true},
+		{debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, "Wr8o8Tui11nJFtYVqaau/tPe8Sv5R8f5F7l3LcDzy", true},
 		{debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, "a b", false},
 		{debuginfov1.BuildIDType_BUILD_ID_TYPE_UNSPECIFIED, "abcd", false},
 	} {

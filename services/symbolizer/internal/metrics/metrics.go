@@ -12,6 +12,8 @@
 //	symbolizer_uploads_total{result}                  FinishUpload outcomes: ok, rejected
 //	symbolizer_redis_errors_total{op}                 failed Redis calls (get, set)
 //	symbolizer_debuginfod_fetches_total{upstream,result} upstream fetches: ok, not_found, error, open_circuit
+//	symbolizer_store_errors_total{op}                 failed object-store calls (put, open, read, size, delete, copy, list, presign, ping)
+//	symbolizer_degraded{dependency}                   1 while a dependency is degraded (store, redis, debuginfod <url>), else 0
 package metrics
 
 import (
@@ -38,6 +40,8 @@ type Metrics struct {
 	Uploads        *prometheus.CounterVec
 	RedisErrors    *prometheus.CounterVec
 	Debuginfod     *prometheus.CounterVec
+	StoreErrors    *prometheus.CounterVec
+	Degraded       *prometheus.GaugeVec
 }
 
 // New registers every metric on a fresh registry (with Go and process collectors).
@@ -70,10 +74,28 @@ func New() *Metrics {
 			Name: "symbolizer_redis_errors_total", Help: "Failed Redis calls; symbolization continued without the cache."}, []string{"op"}),
 		Debuginfod: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "symbolizer_debuginfod_fetches_total", Help: "Fetches from upstream debuginfod servers."}, []string{"upstream", "result"}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "symbolizer_store_errors_total", Help: "Failed object-store calls, by operation (missing objects are no error)."}, []string{"op"}),
+		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "symbolizer_degraded", Help: "1 while a dependency is degraded (the logs say since when and why), else 0."}, []string{"dependency"}),
 	}
 	r.MustRegister(m.RPCRequests, m.RPCDuration, m.CacheLookups, m.IndexBuilds, m.IndexBuildTime,
-		m.IndexLoads, m.IndexCacheSize, m.StoredBytes, m.Uploads, m.RedisErrors, m.Debuginfod)
+		m.IndexLoads, m.IndexCacheSize, m.StoredBytes, m.Uploads, m.RedisErrors, m.Debuginfod, m.StoreErrors, m.Degraded)
 	return m
+}
+
+// DegradedGauge returns a function that sets symbolizer_degraded{dependency}, for
+// degraded.Tracker.OnChange; the series starts at 0.
+func (m *Metrics) DegradedGauge(dependency string) func(down bool) {
+	g := m.Degraded.WithLabelValues(dependency)
+	g.Set(0)
+	return func(down bool) {
+		if down {
+			g.Set(1)
+		} else {
+			g.Set(0)
+		}
+	}
 }
 
 // CacheResult counts lookups of one layer (resultcache.Metrics).

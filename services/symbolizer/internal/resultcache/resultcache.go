@@ -97,6 +97,8 @@ type Options struct {
 	Backoff    time.Duration // how long Redis is skipped after a failure
 	LocalSize  int           // entries in the in-process LRU; 0 disables it
 	Metrics    Metrics
+	// OnDegraded, when set, hears Redis's degraded mode start (true) and end (a gauge).
+	OnDegraded func(down bool)
 	Logger     *slog.Logger
 }
 
@@ -148,6 +150,9 @@ func New(opt Options) *Cache {
 	}
 	c := &Cache{opt: opt, ll: list.New(), items: map[Key]*list.Element{}, done: make(chan struct{}),
 		health: degraded.New("redis", "symbolizing without the Redis result cache (answers stay right, repeated work is not saved)", time.Minute, opt.Logger)}
+	if opt.OnDegraded != nil {
+		c.health.OnChange(opt.OnDegraded)
+	}
 	if opt.Redis != nil {
 		c.writes = make(chan writeJob, opt.WriteQueue)
 		go c.writer()

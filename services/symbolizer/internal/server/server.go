@@ -1,7 +1,8 @@
 // Package server wires the symbolizer's parts into one HTTP server: the Connect services
 // (Connect, gRPC and gRPC-Web over HTTP/1.1 and h2c, or TLS), gRPC health and reflection,
 // /healthz, /readyz, /metrics, the raw upload endpoint and the debuginfod-compatible paths,
-// all on one port; and it runs that server with graceful shutdown.
+// on one port (/metrics on a port of its own when --metrics-listen says so); and it runs that
+// server with graceful shutdown.
 package server
 
 import (
@@ -25,10 +26,12 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
@@ -46,28 +49,31 @@ import (
 
 // Config is the `symbolizer serve` command line; every flag has a SYMBOLIZER_* variable.
 type Config struct {
-	Listen          string        `default:":7070" env:"SYMBOLIZER_LISTEN" help:"Address to serve every API on."`
+	Listen          string        `default:"127.0.0.1:7070" env:"SYMBOLIZER_LISTEN" help:"Address to serve every API on. Loopback by default: a store holds whole binaries, so reaching it from elsewhere is a choice (--listen=:7070), best made with read tokens."`
+	MetricsListen   string        `name:"metrics-listen" env:"SYMBOLIZER_METRICS_LISTEN" help:"Serve /metrics on this address, without a token, instead of on --listen (where it is guarded like reads). For a scraper that a network policy admits to this port alone."`
 	TLSCert         string        `name:"tls-cert" env:"SYMBOLIZER_TLS_CERT" type:"path" help:"TLS certificate (PEM); serves HTTPS and HTTP/2 with --tls-key."`
 	TLSKey          string        `name:"tls-key" env:"SYMBOLIZER_TLS_KEY" type:"path" help:"TLS private key (PEM)."`
 	PublicURL       string        `name:"public-url" env:"SYMBOLIZER_PUBLIC_URL" help:"Base URL clients reach this server at, used in upload URLs (default: from the request's Host)."`
 	ShutdownTimeout time.Duration `default:"30s" env:"SYMBOLIZER_SHUTDOWN_TIMEOUT" help:"How long in-flight requests may take to finish on shutdown."`
 
-	StoreDir     string        `default:"./profsym-data" env:"SYMBOLIZER_STORE_DIR" type:"path" help:"Folder store (used unless --s3-endpoint is set)."`
-	S3Endpoint   string        `name:"s3-endpoint" env:"SYMBOLIZER_S3_ENDPOINT" help:"S3-compatible endpoint host:port; selects the S3 store."`
-	S3Bucket     string        `name:"s3-bucket" env:"SYMBOLIZER_S3_BUCKET" help:"Bucket (must exist)."`
-	S3Prefix     string        `name:"s3-prefix" env:"SYMBOLIZER_S3_PREFIX" help:"Key prefix inside the bucket."`
-	S3Region     string        `name:"s3-region" env:"SYMBOLIZER_S3_REGION" help:"Bucket region."`
-	S3AccessKey  string        `name:"s3-access-key" env:"SYMBOLIZER_S3_ACCESS_KEY" help:"Access key."`
-	S3AccessFile string        `name:"s3-access-key-file" env:"SYMBOLIZER_S3_ACCESS_KEY_FILE" type:"path" help:"File holding the access key."`
-	S3SecretKey  string        `name:"s3-secret-key" env:"SYMBOLIZER_S3_SECRET_KEY" help:"Secret key."`
-	S3SecretFile string        `name:"s3-secret-key-file" env:"SYMBOLIZER_S3_SECRET_KEY_FILE" type:"path" help:"File holding the secret key."`
-	S3Insecure   bool          `name:"s3-insecure" env:"SYMBOLIZER_S3_INSECURE" help:"Plain HTTP to the S3 endpoint."`
-	S3Create     bool          `name:"s3-create-bucket" env:"SYMBOLIZER_S3_CREATE_BUCKET" help:"Create the bucket at start when it does not exist (development MinIO)."`
-	MaxUpload    uint64        `name:"max-upload-bytes" default:"4294967296" env:"SYMBOLIZER_MAX_UPLOAD_BYTES" help:"Largest file accepted."`
-	UploadTTL    time.Duration `name:"upload-ttl" default:"15m" env:"SYMBOLIZER_UPLOAD_TTL" help:"How long an initiated upload stays open."`
-	TokensFile   string        `name:"upload-tokens-file" env:"SYMBOLIZER_UPLOAD_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for writes, one per line (reloaded on SIGHUP)."`
-	Tokens       []string      `name:"upload-token" env:"SYMBOLIZER_UPLOAD_TOKENS" help:"A bearer token accepted for writes (repeatable)."`
-	RequireRead  bool          `name:"require-read-token" env:"SYMBOLIZER_REQUIRE_READ_TOKEN" help:"Require a token for reads too (Symbolize, Get, List, debuginfod paths)."`
+	StoreDir       string        `default:"./profsym-data" env:"SYMBOLIZER_STORE_DIR" type:"path" help:"Folder store (used unless --s3-endpoint is set)."`
+	S3Endpoint     string        `name:"s3-endpoint" env:"SYMBOLIZER_S3_ENDPOINT" help:"S3-compatible endpoint host:port; selects the S3 store."`
+	S3Bucket       string        `name:"s3-bucket" env:"SYMBOLIZER_S3_BUCKET" help:"Bucket (must exist)."`
+	S3Prefix       string        `name:"s3-prefix" env:"SYMBOLIZER_S3_PREFIX" help:"Key prefix inside the bucket."`
+	S3Region       string        `name:"s3-region" env:"SYMBOLIZER_S3_REGION" help:"Bucket region."`
+	S3AccessKey    string        `name:"s3-access-key" env:"SYMBOLIZER_S3_ACCESS_KEY" help:"Access key."`
+	S3AccessFile   string        `name:"s3-access-key-file" env:"SYMBOLIZER_S3_ACCESS_KEY_FILE" type:"path" help:"File holding the access key."`
+	S3SecretKey    string        `name:"s3-secret-key" env:"SYMBOLIZER_S3_SECRET_KEY" help:"Secret key."`
+	S3SecretFile   string        `name:"s3-secret-key-file" env:"SYMBOLIZER_S3_SECRET_KEY_FILE" type:"path" help:"File holding the secret key."`
+	S3Insecure     bool          `name:"s3-insecure" env:"SYMBOLIZER_S3_INSECURE" help:"Plain HTTP to the S3 endpoint."`
+	S3Create       bool          `name:"s3-create-bucket" env:"SYMBOLIZER_S3_CREATE_BUCKET" help:"Create the bucket at start when it does not exist (development MinIO)."`
+	MaxUpload      uint64        `name:"max-upload-bytes" default:"4294967296" env:"SYMBOLIZER_MAX_UPLOAD_BYTES" help:"Largest file accepted."`
+	UploadTTL      time.Duration `name:"upload-ttl" default:"15m" env:"SYMBOLIZER_UPLOAD_TTL" help:"How long an initiated upload stays open."`
+	TokensFile     string        `name:"upload-tokens-file" env:"SYMBOLIZER_UPLOAD_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for writes, one per line (reloaded on SIGHUP)."`
+	Tokens         []string      `name:"upload-token" env:"SYMBOLIZER_UPLOAD_TOKENS" help:"A bearer token accepted for writes (repeatable)."`
+	ReadTokens     []string      `name:"read-token" env:"SYMBOLIZER_READ_TOKENS" help:"A bearer token accepted for reads (repeatable). Any read token, or --require-read-token, makes reads (Symbolize, Get, List, ListCoverage, debuginfod paths, /ui/, /metrics on --listen) need a read or an upload token."`
+	ReadTokensFile string        `name:"read-tokens-file" env:"SYMBOLIZER_READ_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for reads, one per line (reloaded on SIGHUP); see --read-token."`
+	RequireRead    bool          `name:"require-read-token" env:"SYMBOLIZER_REQUIRE_READ_TOKEN" help:"Require a token for reads even without read tokens: then upload tokens only are accepted."`
 
 	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none. Put no password here when others can read the command line: use --redis-password-file."`
 	RedisPassword   string        `name:"redis-password-file" env:"SYMBOLIZER_REDIS_PASSWORD_FILE" type:"path" help:"File holding the Redis password; it replaces any password in --redis-url (kept off the command line, which every process sharing the PID namespace can read)."`
@@ -87,6 +93,8 @@ type Config struct {
 	DebuginfodTimeout  time.Duration `name:"debuginfod-timeout" default:"60s" env:"SYMBOLIZER_DEBUGINFOD_TIMEOUT" help:"Timeout of one upstream fetch."`
 	DebuginfodNegTTL   time.Duration `name:"debuginfod-negative-ttl" default:"10m" env:"SYMBOLIZER_DEBUGINFOD_NEGATIVE_TTL" help:"How long a build ID no upstream has is not asked again."`
 	DebuginfodParallel int           `name:"debuginfod-parallel" default:"4" env:"SYMBOLIZER_DEBUGINFOD_PARALLEL" help:"Concurrent upstream fetches."`
+	DebuginfodBreaker  int           `name:"debuginfod-breaker-failures" default:"5" env:"SYMBOLIZER_DEBUGINFOD_BREAKER_FAILURES" help:"Consecutive failed fetches that stop asking an upstream for --debuginfod-breaker-open."`
+	DebuginfodOpen     time.Duration `name:"debuginfod-breaker-open" default:"30s" env:"SYMBOLIZER_DEBUGINFOD_BREAKER_OPEN" help:"How long an upstream that failed --debuginfod-breaker-failures times in a row is not asked."`
 
 	TempDir       string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
 	GCMinHeadroom uint64 `name:"gc-min-headroom" default:"268435456" env:"SYMBOLIZER_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). With little live heap, as in a replica answering from Redis, plain GOGC collects twice per 10,000-address batch. GOMEMLIMIT is set to 90% of the container's memory limit unless already set (AUTOMEMLIMIT=off disables that)."`
@@ -133,7 +141,11 @@ type Server struct {
 	Store   store.Store
 	Meta    *meta.Meta
 	Tokens  *auth.Tokens
+	// Readers are the tokens reads need (read and upload tokens); nil while reads are open.
+	Readers *auth.Tokens
 	Handler http.Handler
+	// MetricsHandler serves /metrics on --metrics-listen.
+	MetricsHandler http.Handler
 	// Coverage tallies Symbolize answers per binary.
 	Coverage *coverage.Recorder
 	closers  []func()
@@ -211,12 +223,29 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.Store = store.Observe(s.Store, &storeHealth{
+		tracker: degraded.New("store", "uploads fail, and files and indexes not in memory cannot be read: their frames go out unsymbolized",
+			time.Minute, log).OnChange(s.Metrics.DegradedGauge("store")),
+		errors: s.Metrics.StoreErrors,
+	})
 	s.Tokens, err = auth.New(c.TokensFile, c.Tokens)
 	if err != nil {
 		return nil, err
 	}
 	if s.Tokens.Count() == 0 {
 		log.Warn("no upload tokens configured (--upload-tokens-file, --upload-token): every write is refused")
+	}
+	if c.RequireRead || c.ReadTokensFile != "" || len(c.ReadTokens) > 0 {
+		s.Readers, err = auth.Union([]string{c.TokensFile, c.ReadTokensFile}, append(slices.Clip(c.Tokens), c.ReadTokens...))
+		if err != nil {
+			return nil, err
+		}
+		if s.Readers.Count() == 0 {
+			log.Warn("reads need a token but none is configured (--read-tokens-file, --read-token, upload tokens): every read is refused")
+		}
+	} else if !loopbackOnly(c.Listen) {
+		log.Warn("reads need no token on a listener others can reach: anyone who reaches it can download every stored binary; set --read-tokens-file, or listen on loopback",
+			"listen", c.Listen)
 	}
 
 	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
@@ -248,6 +277,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			}
 		})
 		rcOpt.Redis = client
+		rcOpt.OnDegraded = s.Metrics.DegradedGauge("redis")
 	}
 	rc = resultcache.New(rcOpt)
 	s.closers = append([]func(){rc.Close}, s.closers...)
@@ -261,10 +291,19 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	}
 	var fetch symbolizeapi.Fetcher
 	if len(urls) > 0 {
+		gauges := map[string]func(bool){}
+		for _, u := range urls {
+			gauges[u] = s.Metrics.DegradedGauge("debuginfod " + u)
+		}
 		fetch = debuginfod.NewClient(s.Meta, debuginfod.ClientOptions{
 			URLs: urls, Timeout: c.DebuginfodTimeout, NegativeTTL: c.DebuginfodNegTTL,
-			MaxParallel: c.DebuginfodParallel, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
+			MaxParallel: c.DebuginfodParallel, BreakerFailures: c.DebuginfodBreaker, BreakerOpen: c.DebuginfodOpen, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
 			Logger: log, Count: s.Metrics.DebuginfodFetch,
+			OnDegraded: func(upstream string, down bool) {
+				if g := gauges[upstream]; g != nil {
+					g(down)
+				}
+			},
 		})
 	}
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
@@ -276,13 +315,9 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	up.Changed = sym.Forget
 	up.Coverage = s.Coverage
 
-	var readTokens *auth.Tokens
-	if c.RequireRead {
-		readTokens = s.Tokens
-	}
 	// A request at the limits (100,000 addresses, 1,024 modules with 4 KiB file names) is
 	// a few MiB; anything far larger is refused before it is buffered.
-	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), s.Tokens.Interceptor(uploadapi.WriteProcedures, c.RequireRead))}
+	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), auth.Interceptor(s.Tokens, s.Readers, uploadapi.WriteProcedures))}
 	mux := http.NewServeMux()
 	// Symbolize answers are large: their binary encoding is written by hand (pkg/symbolizecodec).
 	maxSym := maxSymbolizeBytes(c.MaxModules, c.MaxAddresses)
@@ -300,8 +335,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/upload/", up.PutHandler(s.Tokens))
-	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, readTokens, log))
-	mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, readTokens, log))
+	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, s.Readers, log))
+	mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, s.Readers, log))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { s.writeProbe(w, "healthz") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
@@ -316,7 +351,17 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		}
 		s.writeProbe(w, "readyz")
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	// Metric labels name binaries and outcomes, which a reader of the store may see and others
+	// not: on the API port /metrics is a read; on a port of its own it is open, and which
+	// scrapers reach that port is the network's decision (deploy/ opens it to scrapers only).
+	metricsHandler := promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})
+	if c.MetricsListen != "" {
+		m := http.NewServeMux()
+		m.Handle("/metrics", metricsHandler)
+		s.MetricsHandler = m
+	} else {
+		mux.Handle("/metrics", auth.Guard(s.Readers, metricsHandler))
+	}
 	if c.Pprof {
 		mux.Handle("/debug/pprof/", s.requireToken(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", s.requireToken(http.HandlerFunc(pprof.Profile)))
@@ -328,13 +373,34 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 }
 
 func (s *Server) requireToken(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := s.Tokens.Check(r.Header.Get("Authorization")); err != nil {
-			http.Error(w, err.Error(), auth.HTTPStatus(err))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return auth.Guard(s.Tokens, h)
+}
+
+// storeHealth counts the store's failed calls and tells the logs when it goes away and comes
+// back (store.Observe).
+type storeHealth struct {
+	tracker *degraded.Tracker
+	errors  *prometheus.CounterVec
+}
+
+func (h *storeHealth) Fail(op string, err error) {
+	h.errors.WithLabelValues(op).Inc()
+	h.tracker.Fail(fmt.Errorf("%s: %w", op, err))
+}
+
+func (h *storeHealth) OK() { h.tracker.OK() }
+
+// loopbackOnly reports whether a listen address can be reached from this host alone.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 const maxRequestBytes = 64 << 20
@@ -439,6 +505,14 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 			} else {
 				s.log.Info("tokens reloaded", "count", s.Tokens.Count())
 			}
+			if s.Readers == nil {
+				continue
+			}
+			if err := s.Readers.Reload(); err != nil {
+				s.log.Error("reload read tokens", "err", err)
+			} else {
+				s.log.Info("read tokens reloaded", "count", s.Readers.Count())
+			}
 		}
 	}()
 	go s.sweep(ctx)
@@ -451,7 +525,21 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		s.Coverage.Run(covCtx, s.cfg.CoverageInterval)
 	}()
 	defer func() { covStop(); <-covDone }()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	var metricsSrv *http.Server
+	if s.MetricsHandler != nil {
+		var lc net.ListenConfig
+		mln, err := lc.Listen(ctx, "tcp", s.cfg.MetricsListen)
+		if err != nil {
+			return errors.Join(fmt.Errorf("listen on %s for metrics: %w", s.cfg.MetricsListen, err), ln.Close())
+		}
+		// Plain HTTP even when the API serves TLS: scrapers reach this port inside the cluster
+		// network only, and it carries no token.
+		metricsSrv = &http.Server{Handler: s.MetricsHandler, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		go func() { errc <- metricsSrv.Serve(mln) }()
+		s.log.Info("metrics serving", "addr", mln.Addr().String())
+	}
 	go func() {
 		if srv.TLSConfig != nil {
 			errc <- srv.ServeTLS(ln, "", "")
@@ -469,6 +557,11 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	s.log.Info("shutting down; finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	if metricsSrv != nil {
+		if err := metricsSrv.Shutdown(sctx); err != nil {
+			s.log.Warn("shutdown metrics listener", "err", err)
+		}
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -570,8 +570,12 @@ func TestUploadAPIEdgeCases(t *testing.T) {
 	}
 	// A Go build ID holds '/': it is escaped, never a path, and finds nothing. "../x" is no
 	// Go build ID the go command writes, so it is refused before anything is looked up.
-	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "x/y"})); connect.CodeOf(err) != connect.CodeNotFound {
-		t.Fatalf("get x/y = %v", err)
+	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "Wr8o8Tui11nJFtYVqaau/tPe8Sv5R8f5F7l3LcDzy"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("get a Go build ID = %v", err)
+	}
+	// Printable text shaped loosely like a Go build ID is not one (binaryid.ValidGo).
+	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "x/y", BuildIdType: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("get x/y as Go = %v", err)
 	}
 	if _, err := client.Get(ctx, connect.NewRequest(&debuginfov1.GetRequest{BuildId: "../x"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("get ../x = %v", err)

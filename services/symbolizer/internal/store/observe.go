@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Health receives the outcome of every call that reached the backend: Fail with the operation
+// (put, open, read, size, delete, copy, list, presign, ping) and its error, OK on success.
+// A degraded.Tracker plus a counter is the usual pair.
+type Health interface {
+	Fail(op string, err error)
+	OK()
+}
+
+// Observe returns s with every call's outcome reported to h, so that a store going away (MinIO
+// down, a folder's disk unmounted) is said in the logs and metrics however it is reached:
+// Symbolize loading an index, an upload, a probe. What is not the store's fault is not
+// reported: a missing object (ErrNotExist), the caller's own cancelled context, and an upload
+// body that failed on the client's side.
+func Observe(s Store, h Health) Store {
+	o := &observed{s: s, h: h}
+	if l, ok := s.(Localer); ok {
+		return &observedLocal{observed: o, l: l}
+	}
+	return o
+}
+
+type observed struct {
+	s Store
+	h Health
+}
+
+// observedLocal keeps the folder's in-place reads (Localer) through the decorator.
+type observedLocal struct {
+	*observed
+	l Localer
+}
+
+func (o *observedLocal) LocalPath(key string) (string, error) { return o.l.LocalPath(key) }
+
+func (o *observed) report(ctx context.Context, op string, err error) {
+	switch {
+	case err == nil:
+		o.h.OK()
+	case errors.Is(err, ErrNotExist):
+		// The backend answered: it is up.
+		o.h.OK()
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller gave up; the store said nothing about itself. A deadline that ran out
+		// is the store's slowness and counts.
+	default:
+		o.h.Fail(op, err)
+	}
+}
+
+// clientReader remembers whether the upload body itself failed.
+type clientReader struct {
+	r   io.Reader
+	err error
+}
+
+func (c *clientReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
+	return n, err
+}
+
+func (o *observed) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	cr := &clientReader{r: r}
+	err := o.s.Put(ctx, key, cr, size)
+	if err != nil && cr.err != nil {
+		return err
+	}
+	o.report(ctx, "put", err)
+	return err
+}
+
+func (o *observed) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	rc, size, err := o.s.Open(ctx, key)
+	o.report(ctx, "open", err)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &observedBody{rc: rc, o: o, ctx: ctx}, size, nil
+}
+
+// observedBody reports a body that breaks off: S3 streams objects, so a store that dies
+// mid-download fails a read, not the open.
+type observedBody struct {
+	rc  io.ReadCloser
+	o   *observed
+	ctx context.Context
+}
+
+func (b *observedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		b.o.report(b.ctx, "read", err)
+	}
+	return n, err
+}
+
+func (b *observedBody) Close() error { return b.rc.Close() }
+
+func (o *observed) Size(ctx context.Context, key string) (int64, error) {
+	n, err := o.s.Size(ctx, key)
+	o.report(ctx, "size", err)
+	return n, err
+}
+
+func (o *observed) Delete(ctx context.Context, key string) error {
+	err := o.s.Delete(ctx, key)
+	o.report(ctx, "delete", err)
+	return err
+}
+
+func (o *observed) Copy(ctx context.Context, src, dst string) error {
+	err := o.s.Copy(ctx, src, dst)
+	o.report(ctx, "copy", err)
+	return err
+}
+
+func (o *observed) List(ctx context.Context, prefix string) ([]string, error) {
+	keys, err := o.s.List(ctx, prefix)
+	o.report(ctx, "list", err)
+	return keys, err
+}
+
+func (o *observed) PresignPut(ctx context.Context, key string, expiry time.Duration) (string, map[string]string, bool, error) {
+	url, headers, ok, err := o.s.PresignPut(ctx, key, expiry)
+	o.report(ctx, "presign", err)
+	return url, headers, ok, err
+}
+
+func (o *observed) Ping(ctx context.Context) error {
+	err := o.s.Ping(ctx)
+	o.report(ctx, "ping", err)
+	return err
+}
+
+func (o *observed) String() string { return o.s.String() }
