@@ -22,7 +22,7 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/meta"
@@ -114,7 +114,7 @@ func TestIndexBuiltOnceAndStoredIndexUsed(t *testing.T) {
 	if !proto.Equal(resp.Msg, resp2.Msg) {
 		t.Fatal("results differ after reload")
 	}
-	locs, err := frametable.Decode(resp.Msg.Modules[0], 100)
+	locs, err := symbolizecodec.Decode(resp.Msg.Modules[0], 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRedisAnswersLikeTheIndex(t *testing.T) {
 	}
 	rc.Flush(context.Background())
 	n := len(req.Msg.Modules[0].Addresses)
-	want, err := frametable.Decode(first.Msg.Modules[0], n)
+	want, err := symbolizecodec.Decode(first.Msg.Modules[0], n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestRedisAnswersLikeTheIndex(t *testing.T) {
 	if st := second.Msg.Modules[0].Status; st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		t.Fatalf("replica: %v %s", st, second.Msg.Modules[0].Message)
 	}
-	got, err := frametable.Decode(second.Msg.Modules[0], n)
+	got, err := symbolizecodec.Decode(second.Msg.Modules[0], n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestStringTableRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Flush(context.Background())
-	want, err := frametable.Decode(first.Msg.Modules[0], 300)
+	want, err := symbolizecodec.Decode(first.Msg.Modules[0], 300)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestStringTableRepaired(t *testing.T) {
 			if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 				t.Fatalf("%v %s", m.Status, m.Message)
 			}
-			got, err := frametable.Decode(m, 300)
+			got, err := symbolizecodec.Decode(m, 300)
 			if err != nil {
 				t.Fatal(err)
 			}
