@@ -1,13 +1,14 @@
 package otlpprofiles
 
 import (
+	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
-// Profiles returns nil when every index in pd lands inside its table, or an error naming the
+// Validate returns nil when every index in pd lands inside its table, or an error naming the
 // first one that does not (for example
 // "dictionary.location_table[3].mapping_index: 9 outside mapping_table of 4 entries").
 //
@@ -208,6 +209,97 @@ func (v *checker) profile(where loc, p pprofile.Profile) error {
 		}
 		if err := v.attrIndices(sw, s.AttributeIndices()); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// ValidateStrict is Validate plus what a strict receiver also asks of a producer, and what
+// the node collector promises for its own output: index 0 of every dictionary table holds
+// the zero value (so no table is empty), every mapping's limit is at or above its start,
+// every location's address lies inside its mapping, every sample has as many values as
+// timestamps, and the timestamps lie inside the profile's time range. Untrusted input is
+// checked with Validate: producers may leave unused tables empty.
+func ValidateStrict(pd pprofile.Profiles) error {
+	if err := zeroEntries(pd.Dictionary()); err != nil {
+		return err
+	}
+	if err := Validate(pd); err != nil {
+		return err
+	}
+	d := pd.Dictionary()
+	mt, lt := d.MappingTable(), d.LocationTable()
+	for i := 1; i < mt.Len(); i++ {
+		if m := mt.At(i); m.MemoryLimit() < m.MemoryStart() {
+			return fmt.Errorf("dictionary.mapping_table[%d]: memory_limit %#x below memory_start %#x", i, m.MemoryLimit(), m.MemoryStart())
+		}
+	}
+	for i := 1; i < lt.Len(); i++ {
+		l := lt.At(i)
+		if mi := l.MappingIndex(); mi > 0 {
+			m := mt.At(int(mi))
+			if m.MemoryLimit() != 0 && (l.Address() < m.MemoryStart() || l.Address() >= m.MemoryLimit()) {
+				return fmt.Errorf("dictionary.location_table[%d]: address %#x outside its mapping [%#x, %#x)", i, l.Address(), m.MemoryStart(), m.MemoryLimit())
+			}
+		}
+	}
+	rps := pd.ResourceProfiles()
+	for r := 0; r < rps.Len(); r++ {
+		sps := rps.At(r).ScopeProfiles()
+		for s := 0; s < sps.Len(); s++ {
+			profs := sps.At(s).Profiles()
+			for k := 0; k < profs.Len(); k++ {
+				if err := sampleTimes(profs.At(k)); err != nil {
+					return fmt.Errorf("resource_profiles[%d].scope_profiles[%d].profiles[%d].%w", r, s, k, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// zeroEntries checks that index 0 of every table exists and holds the zero value.
+func zeroEntries(d pprofile.ProfilesDictionary) error {
+	for _, t := range []struct {
+		name string
+		n    int
+	}{{"string_table", d.StringTable().Len()}, {"mapping_table", d.MappingTable().Len()}, {"location_table", d.LocationTable().Len()},
+		{"function_table", d.FunctionTable().Len()}, {"link_table", d.LinkTable().Len()}, {"attribute_table", d.AttributeTable().Len()},
+		{"stack_table", d.StackTable().Len()}} {
+		if t.n == 0 {
+			return fmt.Errorf("dictionary.%s is empty: index 0 must hold the zero value", t.name)
+		}
+	}
+	if d.StringTable().At(0) != "" {
+		return errors.New("dictionary.string_table[0] is not empty")
+	}
+	if m := d.MappingTable().At(0); m.MemoryStart() != 0 || m.MemoryLimit() != 0 || m.FileOffset() != 0 || m.FilenameStrindex() != 0 || m.AttributeIndices().Len() != 0 {
+		return errors.New("dictionary.mapping_table[0] is not the zero mapping")
+	}
+	if l := d.LocationTable().At(0); l.Address() != 0 || l.MappingIndex() != 0 || l.Lines().Len() != 0 || l.AttributeIndices().Len() != 0 {
+		return errors.New("dictionary.location_table[0] is not the zero location")
+	}
+	if d.StackTable().At(0).LocationIndices().Len() != 0 {
+		return errors.New("dictionary.stack_table[0] is not empty")
+	}
+	return nil
+}
+
+// sampleTimes checks that p's samples have a value per timestamp and timestamps inside p's
+// time range.
+func sampleTimes(p pprofile.Profile) error {
+	start := uint64(p.Time())
+	end := start + p.DurationNano()
+	for j := 0; j < p.Samples().Len(); j++ {
+		smp := p.Samples().At(j)
+		ts := smp.TimestampsUnixNano()
+		if ts.Len() > 0 && smp.Values().Len() != 0 && smp.Values().Len() != ts.Len() {
+			return fmt.Errorf("samples[%d]: %d values for %d timestamps", j, smp.Values().Len(), ts.Len())
+		}
+		for t := 0; t < ts.Len(); t++ {
+			if ts.At(t) < start || ts.At(t) >= end {
+				return fmt.Errorf("samples[%d]: timestamp %d outside [%d, %d)", j, ts.At(t), start, end)
+			}
 		}
 	}
 	return nil
