@@ -24,8 +24,8 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
@@ -48,10 +48,10 @@ func setup(tb testing.TB, rc *resultcache.Cache) (*Service, string, uint64, uint
 	data, _ := os.ReadFile(path)
 	ids, _ := buildid.Compute(bytes.NewReader(data), int64(len(data)))
 	s, _ := store.NewFolder(tb.TempDir())
-	md := meta.New(s, meta.Options{MaxSize: 1 << 30, TempDir: tb.TempDir()})
+	md := catalog.New(s, catalog.Options{MaxSize: 1 << 30, TempDir: tb.TempDir()})
 	sum := sha256.Sum256(data)
-	id := meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: ids.GNU}
-	up, err := md.Initiate(context.Background(), meta.Desc{BuildID: id, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO,
+	id := catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: ids.GNU}
+	up, err := md.Initiate(context.Background(), catalog.Desc{BuildID: id, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO,
 		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(data)), Source: debuginfov1.UploadSource_UPLOAD_SOURCE_CI})
 	if err != nil {
 		tb.Fatal(err)
