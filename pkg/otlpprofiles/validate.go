@@ -14,9 +14,12 @@ import (
 //
 // Index 0 is accepted on an empty table: OTLP defines it as the zero value and producers
 // often leave unused tables empty.
-func Validate(pd pprofile.Profiles) error {
+func Validate(pd pprofile.Profiles) error { return validate(pd, false) }
+
+func validate(pd pprofile.Profiles, strict bool) error {
 	d := pd.Dictionary()
 	v := checker{
+		strict:    strict,
 		strings:   d.StringTable().Len(),
 		attrs:     d.AttributeTable().Len(),
 		mappings:  d.MappingTable().Len(),
@@ -45,6 +48,7 @@ func Validate(pd pprofile.Profiles) error {
 }
 
 type checker struct {
+	strict                                                        bool // ValidateStrict's checks too
 	strings, attrs, mappings, locations, functions, links, stacks int
 }
 
@@ -131,6 +135,9 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		if err := v.attrIndices(where, m.AttributeIndices()); err != nil {
 			return err
 		}
+		if v.strict && m.MemoryLimit() < m.MemoryStart() {
+			return fmt.Errorf("%s: memory_limit %#x below memory_start %#x", where, m.MemoryLimit(), m.MemoryStart())
+		}
 	}
 	ft := d.FunctionTable()
 	for i := 0; i < ft.Len(); i++ {
@@ -154,6 +161,12 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		}
 		if err := v.attrIndices(where, l.AttributeIndices()); err != nil {
 			return err
+		}
+		if mi := l.MappingIndex(); v.strict && mi > 0 {
+			m := mt.At(int(mi))
+			if m.MemoryLimit() != 0 && (l.Address() < m.MemoryStart() || l.Address() >= m.MemoryLimit()) {
+				return fmt.Errorf("%s: address %#x outside its mapping [%#x, %#x)", where, l.Address(), m.MemoryStart(), m.MemoryLimit())
+			}
 		}
 		lines := l.Lines()
 		for j := 0; j < lines.Len(); j++ {
@@ -210,6 +223,11 @@ func (v *checker) profile(where loc, p pprofile.Profile) error {
 		if err := v.attrIndices(sw, s.AttributeIndices()); err != nil {
 			return err
 		}
+		if v.strict {
+			if err := sampleTimes(sw, s, p); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -224,38 +242,7 @@ func ValidateStrict(pd pprofile.Profiles) error {
 	if err := zeroEntries(pd.Dictionary()); err != nil {
 		return err
 	}
-	if err := Validate(pd); err != nil {
-		return err
-	}
-	d := pd.Dictionary()
-	mt, lt := d.MappingTable(), d.LocationTable()
-	for i := 1; i < mt.Len(); i++ {
-		if m := mt.At(i); m.MemoryLimit() < m.MemoryStart() {
-			return fmt.Errorf("dictionary.mapping_table[%d]: memory_limit %#x below memory_start %#x", i, m.MemoryLimit(), m.MemoryStart())
-		}
-	}
-	for i := 1; i < lt.Len(); i++ {
-		l := lt.At(i)
-		if mi := l.MappingIndex(); mi > 0 {
-			m := mt.At(int(mi))
-			if m.MemoryLimit() != 0 && (l.Address() < m.MemoryStart() || l.Address() >= m.MemoryLimit()) {
-				return fmt.Errorf("dictionary.location_table[%d]: address %#x outside its mapping [%#x, %#x)", i, l.Address(), m.MemoryStart(), m.MemoryLimit())
-			}
-		}
-	}
-	rps := pd.ResourceProfiles()
-	for r := 0; r < rps.Len(); r++ {
-		sps := rps.At(r).ScopeProfiles()
-		for s := 0; s < sps.Len(); s++ {
-			profs := sps.At(s).Profiles()
-			for k := 0; k < profs.Len(); k++ {
-				if err := sampleTimes(profs.At(k)); err != nil {
-					return fmt.Errorf("resource_profiles[%d].scope_profiles[%d].profiles[%d].%w", r, s, k, err)
-				}
-			}
-		}
-	}
-	return nil
+	return validate(pd, true)
 }
 
 // zeroEntries checks that index 0 of every table exists and holds the zero value.
@@ -285,21 +272,18 @@ func zeroEntries(d pprofile.ProfilesDictionary) error {
 	return nil
 }
 
-// sampleTimes checks that p's samples have a value per timestamp and timestamps inside p's
+// sampleTimes checks that sample s of p has a value per timestamp and timestamps inside p's
 // time range.
-func sampleTimes(p pprofile.Profile) error {
+func sampleTimes(where loc, s pprofile.Sample, p pprofile.Profile) error {
+	ts := s.TimestampsUnixNano()
+	if ts.Len() > 0 && s.Values().Len() != 0 && s.Values().Len() != ts.Len() {
+		return fmt.Errorf("%s: %d values for %d timestamps", where, s.Values().Len(), ts.Len())
+	}
 	start := uint64(p.Time())
 	end := start + p.DurationNano()
-	for j := 0; j < p.Samples().Len(); j++ {
-		smp := p.Samples().At(j)
-		ts := smp.TimestampsUnixNano()
-		if ts.Len() > 0 && smp.Values().Len() != 0 && smp.Values().Len() != ts.Len() {
-			return fmt.Errorf("samples[%d]: %d values for %d timestamps", j, smp.Values().Len(), ts.Len())
-		}
-		for t := 0; t < ts.Len(); t++ {
-			if ts.At(t) < start || ts.At(t) >= end {
-				return fmt.Errorf("samples[%d]: timestamp %d outside [%d, %d)", j, ts.At(t), start, end)
-			}
+	for t := 0; t < ts.Len(); t++ {
+		if ts.At(t) < start || ts.At(t) >= end {
+			return fmt.Errorf("%s: timestamp %d outside [%d, %d)", where, ts.At(t), start, end)
 		}
 	}
 	return nil
