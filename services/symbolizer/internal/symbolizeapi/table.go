@@ -33,9 +33,9 @@ type table struct {
 	// internPending turns them into indices.
 	b symbolizecodec.Builder
 
-	// slot maps a string ID to its index in strings plus one, valid where mark holds gen:
-	// marking instead of clearing lets a pooled table serve the next answer without touching
-	// arrays as long as the file's string table.
+	// slot maps a string ID to its index in the answer's strings plus one, valid where
+	// mark holds gen: marking instead of clearing lets a pooled table serve the next answer
+	// without touching arrays as long as the file's string table.
 	slot []slotMark
 	gen  uint32
 
