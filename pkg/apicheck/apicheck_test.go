@@ -21,7 +21,8 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize/symbolizetest"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 // protoRoot is the buf module root, relative to this package's directory (where go test
@@ -538,9 +539,7 @@ func TestMethodContract(t *testing.T) {
 
 // symbolizeEcho answers each address with one frame naming it, so the test can see that
 // request order and per-address alignment survive the wire.
-type symbolizeEcho struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
-}
+type symbolizeEcho struct{}
 
 func (symbolizeEcho) Symbolize(_ context.Context, req *connect.Request[symbolizerv1.SymbolizeRequest]) (*connect.Response[symbolizerv1.SymbolizeResponse], error) {
 	if len(req.Msg.GetModules()) == 0 {
@@ -554,11 +553,11 @@ func (symbolizeEcho) Symbolize(_ context.Context, req *connect.Request[symbolize
 			ResolvedBuildId:     m.GetGnuBuildId(),
 			ResolvedBuildIdType: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU,
 		}
-		var locs [][]frametable.Frame
+		var locs [][]symbolizecodec.Frame
 		for _, a := range m.GetAddresses() {
-			locs = append(locs, []frametable.Frame{{Function: m.GetFilename(), Line: uint32(a)}})
+			locs = append(locs, []symbolizecodec.Frame{{Function: m.GetFilename(), Line: uint32(a)}})
 		}
-		frametable.Encode(r, locs)
+		symbolizetest.Answer(r, locs)
 		resp.Modules = append(resp.Modules, r)
 	}
 	return connect.NewResponse(resp), nil
@@ -612,7 +611,7 @@ func TestConnectRoundTrip(t *testing.T) {
 			}
 			for i, m := range req.GetModules() {
 				r := got[i]
-				locs, err := frametable.Decode(r, len(m.GetAddresses()))
+				locs, err := symbolizecodec.Decode(r, len(m.GetAddresses()))
 				if r.GetResolvedBuildId() != m.GetGnuBuildId() || err != nil {
 					t.Fatalf("module %d: result %v does not answer %v: %v", i, r, m, err)
 				}

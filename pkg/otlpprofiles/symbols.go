@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 // SymbolStats says what AddSymbols added, and what compaction dropped.
@@ -47,13 +47,13 @@ type interner struct {
 type maps struct {
 	strings map[string]int32
 	funcs   map[fnKey]int32
-	byFrame map[*frametable.Frame]int32
+	byFrame map[*symbolizecodec.Frame]int32
 }
 
 const maxPooledEntries = 1 << 16
 
 var mapPool = sync.Pool{New: func() any {
-	return &maps{strings: map[string]int32{}, funcs: map[fnKey]int32{}, byFrame: map[*frametable.Frame]int32{}}
+	return &maps{strings: map[string]int32{}, funcs: map[fnKey]int32{}, byFrame: map[*symbolizecodec.Frame]int32{}}
 }}
 
 func (m *maps) release() {
@@ -90,7 +90,7 @@ func (in *interner) str(s string) int32 {
 	return i
 }
 
-func (in *interner) function(f *frametable.Frame) int32 {
+func (in *interner) function(f *symbolizecodec.Frame) int32 {
 	if i, ok := in.byFrame[f]; ok {
 		return i
 	}
@@ -99,7 +99,7 @@ func (in *interner) function(f *frametable.Frame) int32 {
 	return i
 }
 
-func (in *interner) intern(f *frametable.Frame) int32 {
+func (in *interner) intern(f *symbolizecodec.Frame) int32 {
 	system := f.LinkageName
 	if system == "" {
 		system = f.Function
@@ -178,13 +178,13 @@ func seed(d pprofile.ProfilesDictionary) {
 // address: frames shared between locations (answers for one address, or from the
 // symbolizer's cache) are interned once. AddSymbols then compacts the dictionary, which renumbers
 // its indices: locs and mappings name indices as they were before the call.
-func AddSymbols(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
+func AddSymbols(pd pprofile.Profiles, locs [][]symbolizecodec.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
 	stats := add(pd, locs, mappings)
 	stats.Compacted = Compact(pd)
 	return stats
 }
 
-func add(pd pprofile.Profiles, locs [][]frametable.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
+func add(pd pprofile.Profiles, locs [][]symbolizecodec.Frame, mappings map[int32]symbolizerv1.Fidelity) SymbolStats {
 	var stats SymbolStats
 	n := 0
 	for _, frames := range locs {

@@ -8,10 +8,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 func TestAddSymbolsInternsAndOrders(t *testing.T) {
@@ -33,11 +33,11 @@ func TestAddSymbolsInternsAndOrders(t *testing.T) {
 		s.SetStackIndex(li + 1)
 		s.Values().Append(1)
 	}
-	chain := []frametable.Frame{
+	chain := []symbolizecodec.Frame{
 		{Function: "inner", File: "a.c", Line: 10, Column: 2, StartLine: 8},
 		{Function: "outer", LinkageName: "_Z5outerv", File: "a.c", Line: 20, StartLine: 18},
 	}
-	st := otlpprofiles.AddSymbols(pd, [][]frametable.Frame{1: chain, 2: chain, 3: chain[1:]},
+	st := otlpprofiles.AddSymbols(pd, [][]symbolizecodec.Frame{1: chain, 2: chain, 3: chain[1:]},
 		map[int32]symbolizerv1.Fidelity{1: symbolizerv1.Fidelity_FIDELITY_LINES})
 	if st.Functions != 2 || st.Locations != 3 || st.Lines != 5 || st.MappingAttributes != 3 {
 		t.Fatalf("stats %+v", st)
@@ -93,10 +93,10 @@ func FuzzRewrite(f *testing.F) {
 		pd.CopyTo(in)
 		before := otlptest.Resolve(in)
 		// One entry more than the table has: an index outside it is left alone.
-		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len()+1)
+		locs := make([][]symbolizecodec.Frame, pd.Dictionary().LocationTable().Len()+1)
 		for i := range locs {
 			for k := range int(nframes % 5) {
-				locs[i] = append(locs[i], frametable.Frame{Function: fmt.Sprintf("f%d", (i+k)%3), File: "x.c", Line: uint32(k)})
+				locs[i] = append(locs[i], symbolizecodec.Frame{Function: fmt.Sprintf("f%d", (i+k)%3), File: "x.c", Line: uint32(k)})
 			}
 		}
 		maps := map[int32]symbolizerv1.Fidelity{}
@@ -124,10 +124,10 @@ func TestAddSymbolsRandom(t *testing.T) {
 		pd := otlptest.Generate(r)
 		in := pprofile.NewProfiles()
 		pd.CopyTo(in)
-		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len())
+		locs := make([][]symbolizecodec.Frame, pd.Dictionary().LocationTable().Len())
 		for li := range locs {
 			for k := range i % 4 {
-				locs[li] = append(locs[li], frametable.Frame{Function: fmt.Sprintf("f%d", (li+k)%5), File: "y.c", Line: uint32(k + 1)})
+				locs[li] = append(locs[li], symbolizecodec.Frame{Function: fmt.Sprintf("f%d", (li+k)%5), File: "y.c", Line: uint32(k + 1)})
 			}
 		}
 		maps := map[int32]symbolizerv1.Fidelity{}

@@ -1,21 +1,25 @@
 package otlpprofiles
 
 import (
+	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
-// Profiles returns nil when every index in pd lands inside its table, or an error naming the
+// Validate returns nil when every index in pd lands inside its table, or an error naming the
 // first one that does not (for example
 // "dictionary.location_table[3].mapping_index: 9 outside mapping_table of 4 entries").
 //
 // Index 0 is accepted on an empty table: OTLP defines it as the zero value and producers
 // often leave unused tables empty.
-func Validate(pd pprofile.Profiles) error {
+func Validate(pd pprofile.Profiles) error { return validate(pd, false) }
+
+func validate(pd pprofile.Profiles, strict bool) error {
 	d := pd.Dictionary()
 	v := checker{
+		strict:    strict,
 		strings:   d.StringTable().Len(),
 		attrs:     d.AttributeTable().Len(),
 		mappings:  d.MappingTable().Len(),
@@ -44,6 +48,7 @@ func Validate(pd pprofile.Profiles) error {
 }
 
 type checker struct {
+	strict                                                        bool // ValidateStrict's checks too
 	strings, attrs, mappings, locations, functions, links, stacks int
 }
 
@@ -130,6 +135,9 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		if err := v.attrIndices(where, m.AttributeIndices()); err != nil {
 			return err
 		}
+		if v.strict && m.MemoryLimit() < m.MemoryStart() {
+			return fmt.Errorf("%s: memory_limit %#x below memory_start %#x", where, m.MemoryLimit(), m.MemoryStart())
+		}
 	}
 	ft := d.FunctionTable()
 	for i := 0; i < ft.Len(); i++ {
@@ -153,6 +161,12 @@ func (v *checker) dictionary(d pprofile.ProfilesDictionary) error {
 		}
 		if err := v.attrIndices(where, l.AttributeIndices()); err != nil {
 			return err
+		}
+		if mi := l.MappingIndex(); v.strict && mi > 0 {
+			m := mt.At(int(mi))
+			if m.MemoryLimit() != 0 && (l.Address() < m.MemoryStart() || l.Address() >= m.MemoryLimit()) {
+				return fmt.Errorf("%s: address %#x outside its mapping [%#x, %#x)", where, l.Address(), m.MemoryStart(), m.MemoryLimit())
+			}
 		}
 		lines := l.Lines()
 		for j := 0; j < lines.Len(); j++ {
@@ -208,6 +222,68 @@ func (v *checker) profile(where loc, p pprofile.Profile) error {
 		}
 		if err := v.attrIndices(sw, s.AttributeIndices()); err != nil {
 			return err
+		}
+		if v.strict {
+			if err := sampleTimes(sw, s, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateStrict is Validate plus what a strict receiver also asks of a producer, and what
+// the node collector promises for its own output: index 0 of every dictionary table holds
+// the zero value (so no table is empty), every mapping's limit is at or above its start,
+// every location's address lies inside its mapping, every sample has as many values as
+// timestamps, and the timestamps lie inside the profile's time range. Untrusted input is
+// checked with Validate: producers may leave unused tables empty.
+func ValidateStrict(pd pprofile.Profiles) error {
+	if err := zeroEntries(pd.Dictionary()); err != nil {
+		return err
+	}
+	return validate(pd, true)
+}
+
+// zeroEntries checks that index 0 of every table exists and holds the zero value.
+func zeroEntries(d pprofile.ProfilesDictionary) error {
+	for _, t := range []struct {
+		name string
+		n    int
+	}{{"string_table", d.StringTable().Len()}, {"mapping_table", d.MappingTable().Len()}, {"location_table", d.LocationTable().Len()},
+		{"function_table", d.FunctionTable().Len()}, {"link_table", d.LinkTable().Len()}, {"attribute_table", d.AttributeTable().Len()},
+		{"stack_table", d.StackTable().Len()}} {
+		if t.n == 0 {
+			return fmt.Errorf("dictionary.%s is empty: index 0 must hold the zero value", t.name)
+		}
+	}
+	if d.StringTable().At(0) != "" {
+		return errors.New("dictionary.string_table[0] is not empty")
+	}
+	if m := d.MappingTable().At(0); m.MemoryStart() != 0 || m.MemoryLimit() != 0 || m.FileOffset() != 0 || m.FilenameStrindex() != 0 || m.AttributeIndices().Len() != 0 {
+		return errors.New("dictionary.mapping_table[0] is not the zero mapping")
+	}
+	if l := d.LocationTable().At(0); l.Address() != 0 || l.MappingIndex() != 0 || l.Lines().Len() != 0 || l.AttributeIndices().Len() != 0 {
+		return errors.New("dictionary.location_table[0] is not the zero location")
+	}
+	if d.StackTable().At(0).LocationIndices().Len() != 0 {
+		return errors.New("dictionary.stack_table[0] is not empty")
+	}
+	return nil
+}
+
+// sampleTimes checks that sample s of p has a value per timestamp and timestamps inside p's
+// time range.
+func sampleTimes(where loc, s pprofile.Sample, p pprofile.Profile) error {
+	ts := s.TimestampsUnixNano()
+	if ts.Len() > 0 && s.Values().Len() != 0 && s.Values().Len() != ts.Len() {
+		return fmt.Errorf("%s: %d values for %d timestamps", where, s.Values().Len(), ts.Len())
+	}
+	start := uint64(p.Time())
+	end := start + p.DurationNano()
+	for t := 0; t < ts.Len(); t++ {
+		if ts.At(t) < start || ts.At(t) >= end {
+			return fmt.Errorf("%s: timestamp %d outside [%d, %d)", where, ts.At(t), start, end)
 		}
 	}
 	return nil

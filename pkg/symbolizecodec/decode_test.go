@@ -139,9 +139,9 @@ func TestDecodeShapes(t *testing.T) {
 	}
 }
 
-// FuzzDecode: whatever the input, the codec and proto.Unmarshal agree on success and on the
+// FuzzUnmarshal: whatever the input, the codec and proto.Unmarshal agree on success and on the
 // message.
-func FuzzDecode(f *testing.F) {
+func FuzzUnmarshal(f *testing.F) {
 	addRandomResponses(f, rand.New(rand.NewPCG(9, 10)))
 	// A character split across two strings: each is invalid, the two together are not.
 	f.Add([]byte("\x0a\x08\x4a\x02a\xc3\x4a\x02\xa4b"))

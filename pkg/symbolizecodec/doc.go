@@ -1,8 +1,18 @@
-// Package symbolizecodec is connect's binary protobuf codec ("proto", used by the Connect,
-// gRPC and gRPC-Web protocols) with a hand-written encoder and decoder for
-// SymbolizeResponse. Every other message goes to google.golang.org/protobuf as in connect's
-// own codec. The symbolizer encodes its answers with it; its clients (the gateway, the
-// benchmark driver) decode them with it.
+// Package symbolizecodec owns the Symbolize answer's frames: their shape, how a server lays
+// them out, how they travel and how a client reads them back. The symbolizer builds every
+// ModuleResult with Builder and sends it with Codec; the gateway, the Collector processor and
+// the benchmark driver receive with Codec and read with Decode. One package, so the layout
+// the server writes and the checks the clients make cannot drift apart, and tests build
+// answers with the same Builder the server uses.
+//
+// The shape (ModuleResult in proto/profsym/symbolizer/v1): per requested address a frame
+// count, the frames of all addresses in six parallel columns, innermost first, and a string
+// table whose entry 0 is "". A linkage name equal to its function's name is sent as 0. It
+// is cheap on the wire but easy to misread, so Decode checks every count and index.
+//
+// Codec is connect's binary protobuf codec ("proto", used by the Connect, gRPC and gRPC-Web
+// protocols) with a hand-written encoder and decoder for SymbolizeResponse. Every other
+// message goes to google.golang.org/protobuf as in connect's own codec.
 //
 // Why by hand: a 10,000-address answer is about 12,000 frames in six packed columns and
 // 11,000 strings. The reflective encoder spent a quarter of a Redis-cached request's CPU on

@@ -39,7 +39,6 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
@@ -208,7 +207,7 @@ func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, re
 	}
 	rpc = time.Since(start)
 	m := resp.Msg.Modules[0]
-	locs, err := frametable.Decode(m, len(req.Modules[0].Addresses))
+	locs, err := symbolizecodec.Decode(m, len(req.Modules[0].Addresses))
 	decoded = time.Since(start)
 	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		log.Fatalf("module status %v: %s", m.Status, m.Message)

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 type cacheKey struct {
@@ -29,7 +29,7 @@ type lruIndex struct {
 }
 
 type cacheEntry struct {
-	frames   []frametable.Frame
+	frames   []symbolizecodec.Frame
 	fidelity symbolizerv1.Fidelity
 }
 

@@ -1,18 +1,16 @@
 package symbolize
 
 import (
-	"slices"
 	"testing"
-	"unsafe"
 
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 func TestLRU(t *testing.T) {
 	a := modKey{gnu: "aa", start: 0x1000, limit: 0x2000}
 	b := modKey{gnu: "bb", start: 0x1000, limit: 0x2000}
-	ea := cacheEntry{frames: []frametable.Frame{{Function: "in a"}}}
-	eb := cacheEntry{frames: []frametable.Frame{{Function: "in b"}}}
+	ea := cacheEntry{frames: []symbolizecodec.Frame{{Function: "in a"}}}
+	eb := cacheEntry{frames: []symbolizecodec.Frame{{Function: "in b"}}}
 	for _, c := range []struct {
 		name   string
 		ha, hb uint64
@@ -48,42 +46,5 @@ func TestLRU(t *testing.T) {
 				t.Fatal("the newest entry was evicted")
 			}
 		})
-	}
-}
-
-// TestOwnerCopies: frames bound for the cache share no memory with the answer they came from,
-// and a string repeated across frames is copied once.
-func TestOwnerCopies(t *testing.T) {
-	// As decoded: the frames of all addresses in one array, every string in one allocation.
-	all := "mainsrc/a.c_ZN1a1bEv"
-	answer := []frametable.Frame{
-		{Function: all[:4], File: all[4:11], Line: 3},
-		{Function: all[11:], LinkageName: all[11:], File: all[4:11], Line: 9, Column: 2, StartLine: 1},
-		{Function: all[:4], File: all[4:11], Line: 4},
-	}
-	inAnswer := func(s string) bool {
-		p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(all)))
-		return p >= lo && p < lo+uintptr(len(all))
-	}
-	o := owner{strs: map[string]string{}}
-	first, second := o.frames(answer[:2]), o.frames(answer[2:])
-	if !slices.Equal(first, answer[:2]) || !slices.Equal(second, answer[2:]) {
-		t.Fatalf("copies differ: %v %v", first, second)
-	}
-	if cap(first) != 2 || cap(second) != 1 || &first[0] == &answer[0] {
-		t.Fatal("frames still in the answer's array")
-	}
-	for _, f := range append(first, second...) {
-		for _, s := range []string{f.Function, f.LinkageName, f.File} {
-			if s != "" && inAnswer(s) {
-				t.Fatalf("%q still points into the answer", s)
-			}
-		}
-	}
-	if unsafe.StringData(first[0].File) != unsafe.StringData(second[0].File) || unsafe.StringData(first[0].Function) != unsafe.StringData(second[0].Function) {
-		t.Fatal("a repeated string was copied more than once")
-	}
-	if o.frames(nil) != nil {
-		t.Fatal("no frames should stay nil")
 	}
 }

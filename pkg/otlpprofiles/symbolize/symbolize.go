@@ -25,9 +25,9 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/binaryid"
 	"github.com/profsym/profsym/pkg/degraded"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
 // Reasons a location that needed symbols did not get them (label values of the unresolved
@@ -248,7 +248,7 @@ type scratch struct {
 	slotKeys []cacheKey
 	slotOut  []outcome
 	locSlot  []int32 // per location: 0 when not symbolized here, else slot+1
-	locs     [][]frametable.Frame
+	locs     [][]symbolizecodec.Frame
 }
 
 // maxPooledLocations bounds what a pooled scratch keeps: one huge request must not pin its
@@ -263,7 +263,7 @@ func getScratch(locations int) *scratch {
 		sc.slotKeys = make([]cacheKey, 0, locations)
 		sc.slotOut = make([]outcome, 0, locations)
 		sc.locSlot = make([]int32, locations)
-		sc.locs = make([][]frametable.Frame, locations)
+		sc.locs = make([][]symbolizecodec.Frame, locations)
 	}
 	sc.locSlot = sc.locSlot[:locations]
 	sc.locs = sc.locs[:locations]
@@ -514,15 +514,15 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 	if len(resp.Msg.GetModules()) != len(req.Modules) {
 		return failAll(ReasonBadResponse)
 	}
-	own := owner{strs: map[string]string{}}
+	own := symbolizecodec.NewDetacher()
 	for i, m := range b.mods {
 		r := resp.Msg.GetModules()[i]
 		reason := ""
-		var frames [][]frametable.Frame
+		var frames [][]symbolizecodec.Frame
 		switch r.GetStatus() {
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_OK:
 			var err error
-			if frames, err = frametable.Decode(r, len(m.addrs)); err != nil {
+			if frames, err = symbolizecodec.Decode(r, len(m.addrs)); err != nil {
 				s.cfg.Logger.Warn("symbolizer answer unusable", "module", r.GetResolvedBuildId(), "err", err)
 				reason = ReasonBadResponse
 			}
@@ -546,7 +546,8 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 				out[k] = outcome{reason: reason}
 				continue
 			}
-			e := cacheEntry{frames: own.frames(frames[j]), fidelity: r.GetFidelity()}
+			// A cache entry holds copies: the answer's frames would keep the whole answer alive.
+			e := cacheEntry{frames: own.Frames(frames[j]), fidelity: r.GetFidelity()}
 			out[k] = outcome{entry: e}
 			s.cache.put(k, h, e)
 		}
@@ -556,34 +557,3 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 
 // CacheLen returns the number of cached (binary, mapping, address) answers.
 func (s *Symbolizer) CacheLen() int { return s.cache.len() }
-
-// owner copies frames out of a symbolizer answer for the cache. An answer's frames share
-// one array (frametable.Decode) and its strings one allocation (pkg/symbolizecodec), so an
-// entry pointing into them would keep the whole answer alive: a cache bounded by entries,
-// holding a few hot frames of each of many answers, would hold all of those answers. Each
-// distinct string is copied once per answer.
-type owner struct{ strs map[string]string }
-
-func (o *owner) frames(fs []frametable.Frame) []frametable.Frame {
-	if len(fs) == 0 {
-		return nil
-	}
-	out := make([]frametable.Frame, len(fs))
-	for i, f := range fs {
-		f.Function, f.LinkageName, f.File = o.str(f.Function), o.str(f.LinkageName), o.str(f.File)
-		out[i] = f
-	}
-	return out
-}
-
-func (o *owner) str(s string) string {
-	if s == "" {
-		return ""
-	}
-	c, ok := o.strs[s]
-	if !ok {
-		c = strings.Clone(s)
-		o.strs[s] = c
-	}
-	return c
-}

@@ -18,7 +18,6 @@ import (
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
@@ -38,13 +37,13 @@ type Synthetic struct {
 }
 
 // Frames are the frames Synthetic answers for addr, innermost first.
-func Frames(addr uint64) []frametable.Frame {
+func Frames(addr uint64) []symbolizecodec.Frame {
 	if addr%5 == 0 {
 		return nil
 	}
-	var out []frametable.Frame
+	var out []symbolizecodec.Frame
 	for k := range 1 + int(addr%3) {
-		out = append(out, frametable.Frame{
+		out = append(out, symbolizecodec.Frame{
 			Function:  fmt.Sprintf("fn_%x_%d", addr, k),
 			File:      fmt.Sprintf("src/f%d.c", addr%4),
 			Line:      uint32(addr%97) + uint32(k),
@@ -53,6 +52,33 @@ func Frames(addr uint64) []frametable.Frame {
 		})
 	}
 	return out
+}
+
+// Answer lays out locs (the frames of each address, innermost first) in r as the symbolizer
+// lays out its answers, with a symbolizecodec.Builder: each distinct string once, the
+// frames of each address as one key.
+func Answer(r *symbolizerv1.ModuleResult, locs [][]symbolizecodec.Frame) {
+	var b symbolizecodec.Builder
+	b.Reset(len(locs))
+	ids := map[string]uint32{"": 0}
+	str := func(s string) uint32 {
+		i, ok := ids[s]
+		if !ok {
+			i = b.AddString(s)
+			ids[s] = i
+		}
+		return i
+	}
+	ok, slot := make([]bool, len(locs)), make([]int, len(locs))
+	for j, frames := range locs {
+		first := b.Rows()
+		for _, f := range frames {
+			b.AppendRow(str(f.Function), str(f.LinkageName), str(f.File), f.Line, f.Column, f.StartLine)
+		}
+		b.SetKey(j, first)
+		ok[j], slot[j] = true, j
+	}
+	b.Emit(r, ok, slot)
 }
 
 // Symbolize implements the service.
@@ -79,11 +105,11 @@ func (s *Synthetic) Symbolize(ctx context.Context, req *connect.Request[symboliz
 			continue
 		}
 		r := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: symbolizerv1.Fidelity_FIDELITY_FULL}
-		var locs [][]frametable.Frame
+		var locs [][]symbolizecodec.Frame
 		for _, a := range m.GetAddresses() {
 			locs = append(locs, Frames(a))
 		}
-		frametable.Encode(r, locs)
+		Answer(r, locs)
 		resp.Modules = append(resp.Modules, r)
 	}
 	s.Addresses.Add(int64(n))

@@ -22,9 +22,9 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/collector/internal/exporter"
 	"github.com/profsym/profsym/services/collector/internal/otlpsinktest"
-	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
 )
 
 // The hot chain is leaf <- middle <- main. middle works on leaf's result after the call so
@@ -371,7 +371,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	seenFiles := map[string]bool{}
 	kernelFrames, namedKernelFrames, ddSamples := 0, 0, 0
 	for ri, p := range received {
-		if err := profilebuilder.Validate(p); err != nil {
+		if err := otlpprofiles.ValidateStrict(p); err != nil {
 			t.Errorf("request %d fails validation: %v", ri, err)
 			continue
 		}

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/collector/internal/exporter"
-	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
 )
 
 func parse(t *testing.T, env map[string]string, args ...string) (*CLI, error) {
@@ -155,7 +155,7 @@ func TestRunWritesOutputFile(t *testing.T) {
 		if err := req.UnmarshalProto(rec); err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
-		if err := profilebuilder.Validate(req.Profiles()); err != nil {
+		if err := otlpprofiles.ValidateStrict(req.Profiles()); err != nil {
 			t.Errorf("record %d: %v", i, err)
 		}
 	}

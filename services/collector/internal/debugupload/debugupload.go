@@ -8,6 +8,10 @@
 // It is built to stay out of the way of sampling: Offer never blocks (a bounded queue,
 // dropping and counting when full), one worker uploads at a time, files above a size cap
 // are skipped, and the bytes sent are rate-limited.
+//
+// The protocol itself is pkg/uploadclient's, shared with `symbolizer upload`; what is the
+// node's own is the policy: which files, when, how fast, and a failure worth a later try
+// (uploadclient.RetryableLater) waits for the file's next sighting instead of a retry now.
 package debugupload
 
 import (
@@ -15,7 +19,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,9 +32,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
-	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/uploadclient"
 )
 
 // Options configure an Uploader.
@@ -107,7 +110,7 @@ const (
 type Uploader struct {
 	opts   Options
 	log    *slog.Logger
-	client debuginfov1connect.DebuginfoServiceClient
+	client *uploadclient.Client
 	limit  *bucket
 	queue  chan job
 
@@ -145,19 +148,11 @@ func New(opts Options, log *slog.Logger) (*Uploader, error) {
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "profsym_collector", Name: "debuginfo_upload_bytes_total",
 			Help: "Bytes of debuginfo uploaded from this node."}),
 	}
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			tok, err := u.token()
-			if err != nil {
-				return nil, err
-			}
-			if tok != "" {
-				req.Header().Set("Authorization", "Bearer "+tok)
-			}
-			return next(ctx, req)
-		}
-	})
-	u.client = debuginfov1connect.NewDebuginfoServiceClient(opts.HTTPClient, opts.SymbolizerURL, connect.WithInterceptors(auth))
+	client, err := uploadclient.New(uploadclient.Options{Server: opts.SymbolizerURL, Token: u.token, RPCTimeout: opts.Timeout, HTTPClient: opts.HTTPClient})
+	if err != nil {
+		return nil, err
+	}
+	u.client = client
 	if opts.Registerer != nil {
 		queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "profsym_collector", Name: "debuginfo_upload_queue_length",
 			Help: "Files waiting for node-side debuginfo upload."}, func() float64 { return float64(len(u.queue)) })
@@ -273,7 +268,7 @@ func (u *Uploader) Run(ctx context.Context) {
 			switch {
 			case err != nil && ctx.Err() == nil:
 				u.log.Warn("debuginfo upload failed", "file", j.name, "build_id", id, "err", err)
-				if transient(err) {
+				if uploadclient.RetryableLater(err) {
 					u.forget(id)
 				}
 			case outcome == OutcomeInProgress:
@@ -335,20 +330,17 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 		buildid.TypeGNU: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, buildid.TypeGo: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO,
 		buildid.TypeHTLHash: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH,
 	}[typ]
-	fileType := debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE
-	source := debuginfov1.UploadSource_UPLOAD_SOURCE_NODE
-	rctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	should, err := u.client.ShouldUpload(rctx, connect.NewRequest(&debuginfov1.ShouldUploadRequest{
-		BuildId: id, BuildIdType: idType, Type: fileType, Sha256: sum, Size: uint64(size), Source: source}))
-	cancel()
+	file := uploadclient.File{BuildID: id, BuildIDType: idType, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE,
+		SHA256: sum, Size: size, Source: debuginfov1.UploadSource_UPLOAD_SOURCE_NODE}
+	should, err := u.client.ShouldUpload(ctx, file)
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("ShouldUpload: %w", err)
 	}
-	if !symbols && should.Msg.GetReason() != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED {
+	if !symbols && should.GetReason() != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED {
 		return OutcomeNoSymbols, nil
 	}
-	if !should.Msg.GetShouldUpload() {
-		switch should.Msg.GetReason() {
+	if !should.GetShouldUpload() {
+		switch should.GetReason() {
 		case debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_ALREADY_STORED:
 			return OutcomeAlreadyStored, nil
 		case debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_BETTER_STORED:
@@ -358,12 +350,9 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 		case debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE:
 			return OutcomeTooLarge, nil
 		}
-		return OutcomeFailed, fmt.Errorf("ShouldUpload declined with reason %v: %s", should.Msg.GetReason(), should.Msg.GetMessage())
+		return OutcomeFailed, fmt.Errorf("ShouldUpload declined with reason %v: %s", should.GetReason(), should.GetMessage())
 	}
-	rctx, cancel = context.WithTimeout(ctx, u.opts.Timeout)
-	init, err := u.client.InitiateUpload(rctx, connect.NewRequest(&debuginfov1.InitiateUploadRequest{
-		BuildId: id, BuildIdType: idType, Type: fileType, Sha256: sum, Size: uint64(size), Source: source}))
-	cancel()
+	init, err := u.client.InitiateUpload(ctx, file)
 	if err != nil {
 		// The decision is repeated atomically: a CI upload may have landed in between.
 		if connect.CodeOf(err) == connect.CodeAlreadyExists {
@@ -374,83 +363,20 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 		}
 		return OutcomeFailed, fmt.Errorf("InitiateUpload: %w", err)
 	}
-	if max := init.Msg.GetMaxSize(); max > 0 && uint64(size) > max {
+	if max := init.GetMaxSize(); max > 0 && uint64(size) > max {
 		return OutcomeTooLarge, nil
 	}
-	if err := u.put(ctx, init.Msg, j.f, size); err != nil {
-		return OutcomeFailed, err
-	}
-	rctx, cancel = context.WithTimeout(ctx, u.opts.Timeout)
-	_, err = u.client.FinishUpload(rctx, connect.NewRequest(&debuginfov1.FinishUploadRequest{BuildId: id, UploadId: init.Msg.GetUploadId()}))
+	// The timeout bounds the rate limiter's waits as well as the request.
+	pctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
+	err = u.client.Put(pctx, init, &limitedReader{ctx: pctx, r: io.NewSectionReader(j.f, 0, size), b: u.limit}, size)
 	cancel()
 	if err != nil {
+		return OutcomeFailed, err
+	}
+	if _, err := u.client.FinishUpload(ctx, id, init.GetUploadId()); err != nil {
 		return OutcomeFailed, fmt.Errorf("FinishUpload: %w", err)
 	}
 	u.bytes.Add(float64(size))
 	u.log.Info("uploaded debuginfo from this node", "file", j.name, "build_id", id, "bytes", size)
 	return OutcomeUploaded, nil
-}
-
-func (u *Uploader) put(ctx context.Context, init *debuginfov1.InitiateUploadResponse, f *os.File, size int64) error {
-	method := init.GetMethod()
-	if method == "" {
-		method = http.MethodPut
-	}
-	rctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	defer cancel()
-	body := &limitedReader{ctx: rctx, r: io.NewSectionReader(f, 0, size), b: u.limit}
-	req, err := http.NewRequestWithContext(rctx, method, init.GetUploadUrl(), body)
-	if err != nil {
-		return fmt.Errorf("upload URL: %w", err)
-	}
-	req.ContentLength = size
-	for k, v := range init.GetRequiredHeaders() {
-		req.Header.Set(k, v)
-	}
-	// The token goes only to the symbolizer itself, never to a presigned object-store URL.
-	if strings.HasPrefix(init.GetUploadUrl(), u.opts.SymbolizerURL+"/") {
-		tok, err := u.token()
-		if err != nil {
-			return err
-		}
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-	}
-	resp, err := u.opts.HTTPClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("PUT: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return &statusError{status: resp.StatusCode, msg: strings.TrimSpace(string(msg))}
-	}
-	return nil
-}
-
-type statusError struct {
-	status int
-	msg    string
-}
-
-func (e *statusError) Error() string { return fmt.Sprintf("PUT: HTTP %d: %s", e.status, e.msg) }
-
-// transient reports whether trying the same file later may succeed.
-func transient(err error) bool {
-	var se *statusError
-	if errors.As(err, &se) {
-		return se.status >= 500 || se.status == http.StatusTooManyRequests
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		switch ce.Code() {
-		case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeInternal, connect.CodeUnknown,
-			connect.CodeResourceExhausted, connect.CodeUnauthenticated, connect.CodePermissionDenied:
-			// A token can be fixed by rotating the Secret; nothing else needs a restart.
-			return true
-		}
-		return false
-	}
-	return true
 }

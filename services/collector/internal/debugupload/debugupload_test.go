@@ -403,9 +403,6 @@ func TestOptionsRejectBadURL(t *testing.T) {
 			t.Errorf("New(%q) succeeded, want an error", url)
 		}
 	}
-	if !transient(&statusError{status: 503}) || transient(&statusError{status: 400}) || !transient(errors.New("reset")) {
-		t.Error("transient misclassifies HTTP statuses")
-	}
 }
 
 // TestStrippedExecutableBesideDebugFile: a stripped binary has no names to give, but when the

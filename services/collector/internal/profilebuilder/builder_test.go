@@ -10,6 +10,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 )
@@ -55,8 +56,8 @@ func TestBuilderRealProcess(t *testing.T) {
 	// Another process that cannot be resolved (pid 0 does not exist in /proc).
 	b.Add(&Sample{Time: t0, PID: 999999999, Comm: "ghost", User: []uint64{0x1234}})
 	out := b.Finish(t0, t0.Add(10*time.Second))
-	if err := Validate(out); err != nil {
-		t.Fatalf("Validate: %v", err)
+	if err := otlpprofiles.ValidateStrict(out); err != nil {
+		t.Fatalf("ValidateStrict: %v", err)
 	}
 	if b.Len() != 4 || out.ResourceProfiles().Len() != 2 {
 		t.Fatalf("samples %d, resources %d", b.Len(), out.ResourceProfiles().Len())
@@ -165,17 +166,17 @@ func TestBuilderMaxSamples(t *testing.T) {
 		t.Errorf("Len %d, Dropped %d; want 3 and 3", b.Len(), b.Dropped())
 	}
 	out := b.Finish(now.Add(time.Second), now.Add(2*time.Second))
-	if err := Validate(out); err != nil {
+	if err := otlpprofiles.ValidateStrict(out); err != nil {
 		t.Errorf("time range not widened to the samples: %v", err)
 	}
 }
 
-func TestValidateRejects(t *testing.T) {
+func TestStrictValidationRejects(t *testing.T) {
 	b := New(Options{FrequencyHz: 19}, nil, nil)
 	now := time.Now()
 	b.Add(&Sample{Time: now, PID: 1, User: []uint64{0x1000}})
 	good := b.Finish(now, now.Add(time.Second))
-	if err := Validate(good); err != nil {
+	if err := otlpprofiles.ValidateStrict(good); err != nil {
 		t.Fatal(err)
 	}
 	tests := map[string]func(p pprofile.Profiles){
@@ -195,7 +196,7 @@ func TestValidateRejects(t *testing.T) {
 		p := pprofile.NewProfiles()
 		good.CopyTo(p)
 		mutate(p)
-		if err := Validate(p); err == nil {
+		if err := otlpprofiles.ValidateStrict(p); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -8,10 +8,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/gateway/internal/exporter"
 )
 
@@ -39,9 +39,9 @@ func FuzzPipeline(f *testing.F) {
 			return
 		}
 		sym.Process(context.Background(), pd)
-		locs := make([][]frametable.Frame, pd.Dictionary().LocationTable().Len())
+		locs := make([][]symbolizecodec.Frame, pd.Dictionary().LocationTable().Len())
 		for i := range locs {
-			locs[i] = []frametable.Frame{{Function: "f", File: "x.c", Line: 3}, {Function: "g"}}
+			locs[i] = []symbolizecodec.Frame{{Function: "f", File: "x.c", Line: 3}, {Function: "g"}}
 		}
 		maps := map[int32]symbolizerv1.Fidelity{}
 		for i := 0; i < pd.Dictionary().MappingTable().Len(); i++ {

@@ -19,7 +19,7 @@ import (
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/degraded"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 )
 
 // ClientOptions configures the upstream client.
@@ -44,7 +44,7 @@ type ClientOptions struct {
 // Client fetches from upstream debuginfod servers, in order.
 type Client struct {
 	opt       ClientOptions
-	meta      *meta.Meta
+	meta      *catalog.Catalog
 	http      *http.Client
 	sem       chan struct{}
 	sf        singleflight.Group
@@ -78,7 +78,7 @@ func ParseURLs(values ...string) []string {
 }
 
 // NewClient returns a client that stores what it fetches through md.
-func NewClient(md *meta.Meta, opt ClientOptions) *Client {
+func NewClient(md *catalog.Catalog, opt ClientOptions) *Client {
 	if opt.Timeout == 0 {
 		opt.Timeout = 30 * time.Second
 	}
@@ -138,7 +138,7 @@ func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (bool, erro
 		return false, nil
 	}
 	id := strings.ToLower(gnu)
-	if meta.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
+	if catalog.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
 		return false, fmt.Errorf("debuginfod: invalid build ID %q", gnu)
 	}
 	key := id
@@ -195,7 +195,7 @@ func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool,
 				break
 			}
 			u.result(true)
-			_, err = c.meta.Ingest(ctx, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: id}, path, kind.typ, debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD)
+			_, err = c.meta.Ingest(ctx, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: id}, path, kind.typ, debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD)
 			if rerr := os.Remove(path); rerr != nil {
 				c.opt.Logger.Warn("remove downloaded debuginfod file", "path", path, "err", rerr)
 			}

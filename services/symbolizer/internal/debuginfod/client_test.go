@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
-func newMeta(t *testing.T) *meta.Meta {
+func newMeta(t *testing.T) *catalog.Catalog {
 	s, err := store.NewFolder(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return meta.New(s, meta.Options{MaxSize: 1 << 20, TempDir: t.TempDir()})
+	return catalog.New(s, catalog.Options{MaxSize: 1 << 20, TempDir: t.TempDir()})
 }
 
 func TestNegativeCacheBreakerAndCap(t *testing.T) {

@@ -11,13 +11,13 @@ import (
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
 // Handler serves the store read-only at /buildid/<id>/debuginfo and /buildid/<id>/executable.
 // tokens is nil when reads are open; log nil means slog.Default().
-func Handler(md *meta.Meta, tokens *auth.Tokens, log *slog.Logger) http.Handler {
+func Handler(md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -39,18 +39,18 @@ func Handler(md *meta.Meta, tokens *auth.Tokens, log *slog.Logger) http.Handler 
 			return
 		}
 		id := parts[0]
-		var rec *meta.Record
-		err := meta.ErrNotFound
+		var rec *catalog.Record
+		err := catalog.ErrNotFound
 		for _, typ := range []debuginfov1.BuildIDType{debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH} {
-			if meta.ValidateID(typ, id) != nil {
+			if catalog.ValidateID(typ, id) != nil {
 				continue
 			}
-			rec, err = md.Resolve(r.Context(), meta.ID{Type: typ, ID: id})
-			if err == nil || !errors.Is(err, meta.ErrNotFound) {
+			rec, err = md.Resolve(r.Context(), catalog.ID{Type: typ, ID: id})
+			if err == nil || !errors.Is(err, catalog.ErrNotFound) {
 				break
 			}
 		}
-		if errors.Is(err, meta.ErrNotFound) {
+		if errors.Is(err, catalog.ErrNotFound) {
 			http.Error(w, "not found", http.StatusNotFound)
 			return
 		}

@@ -35,10 +35,10 @@ import (
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
@@ -139,7 +139,7 @@ type Server struct {
 	log     *slog.Logger
 	Metrics *metrics.Metrics
 	Store   store.Store
-	Meta    *meta.Meta
+	Meta    *catalog.Catalog
 	Tokens  *auth.Tokens
 	// Readers are the tokens reads need (read and upload tokens); nil while reads are open.
 	Readers *auth.Tokens
@@ -251,9 +251,9 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
 	ixCache := indexcache.New(c.IndexCacheBytes)
 	var sym *symbolizeapi.Service
-	s.Meta = meta.New(s.Store, meta.Options{
+	s.Meta = catalog.New(s.Store, catalog.Options{
 		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
-		OnIndex: func(f *meta.File, ins *meta.Inspection) {
+		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
 			ixCache.Add(f.SHA256, &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
 		},
 	})

@@ -39,7 +39,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
 )
@@ -161,16 +161,16 @@ func compile(t *testing.T, args ...string) binary {
 }
 
 // engineFrames is what the engine answers locally.
-func engineFrames(t *testing.T, path string, addrs []uint64) [][]frametable.Frame {
+func engineFrames(t *testing.T, path string, addrs []uint64) [][]symbolizecodec.Frame {
 	t.Helper()
 	ix, _, err := debuginfo.OpenIndex(path, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]frametable.Frame, len(addrs))
+	out := make([][]symbolizecodec.Frame, len(addrs))
 	for i, a := range addrs {
 		for _, f := range ix.Lookup(a) {
-			pf := frametable.Frame{Function: f.Function, File: f.File, Line: f.Line, Column: f.Column, StartLine: f.StartLine}
+			pf := symbolizecodec.Frame{Function: f.Function, File: f.File, Line: f.Line, Column: f.Column, StartLine: f.StartLine}
 			if f.LinkageName != f.Function {
 				pf.LinkageName = f.LinkageName
 			}
@@ -181,9 +181,9 @@ func engineFrames(t *testing.T, path string, addrs []uint64) [][]frametable.Fram
 }
 
 // sameLocations decodes a module's answer and compares it with the engine's frames.
-func sameLocations(t *testing.T, what string, m *symbolizerv1.ModuleResult, want [][]frametable.Frame) {
+func sameLocations(t *testing.T, what string, m *symbolizerv1.ModuleResult, want [][]symbolizecodec.Frame) {
 	t.Helper()
-	got, err := frametable.Decode(m, len(want))
+	got, err := symbolizecodec.Decode(m, len(want))
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

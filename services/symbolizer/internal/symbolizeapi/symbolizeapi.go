@@ -25,8 +25,8 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
@@ -63,7 +63,7 @@ type Options struct {
 // Service is the SymbolizerService handler.
 type Service struct {
 	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
-	meta    *meta.Meta
+	meta    *catalog.Catalog
 	indexes *indexcache.Cache
 	strs    *indexcache.Cache // string tables of files whose index is not in memory
 	results *resultcache.Cache
@@ -72,16 +72,16 @@ type Service struct {
 	opt     Options
 
 	mu       sync.Mutex
-	resolved map[meta.ID]resolved
+	resolved map[catalog.ID]resolved
 }
 
 type resolved struct {
-	rec   *meta.Record
+	rec   *catalog.Record
 	until time.Time
 }
 
 // New returns the service. fetch may be nil.
-func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetcher, m *metrics.Metrics, opt Options) *Service {
+func New(md *catalog.Catalog, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetcher, m *metrics.Metrics, opt Options) *Service {
 	if opt.MaxModules == 0 {
 		opt.MaxModules = 1024
 	}
@@ -97,13 +97,13 @@ func New(md *meta.Meta, ix *indexcache.Cache, rc *resultcache.Cache, fetch Fetch
 	if opt.StringsCacheBytes == 0 {
 		opt.StringsCacheBytes = 256 << 20
 	}
-	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[meta.ID]resolved{}}
+	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
 func (s *Service) Forget() {
 	s.mu.Lock()
-	s.resolved = map[meta.ID]resolved{}
+	s.resolved = map[catalog.ID]resolved{}
 	s.mu.Unlock()
 }
 
@@ -158,7 +158,7 @@ func (s *Service) validate(mods []*symbolizerv1.Module) error {
 			if f.v == "" {
 				continue
 			}
-			if err := meta.ValidateID(f.typ, f.v); err != nil {
+			if err := catalog.ValidateID(f.typ, f.v); err != nil {
 				return invalid("modules[%d].%s: %v", i, f.name, err)
 			}
 		}
@@ -323,7 +323,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 // the record holds only a separate debug file, the executable is asked of the debuginfod
 // upstreams (by GNU build ID) and the record read again. known is false when no executable
 // could be had; a failure to ask is logged, and the module is answered as if none exists.
-func (s *Service) programHeaders(ctx context.Context, rec *meta.Record, id meta.ID, mod *symbolizerv1.Module) (*meta.Record, []addrmap.Load, bool) {
+func (s *Service) programHeaders(ctx context.Context, rec *catalog.Record, id catalog.ID, mod *symbolizerv1.Module) (*catalog.Record, []addrmap.Load, bool) {
 	if loads, ok := rec.Loads(); ok {
 		return rec, loads, true
 	}
@@ -366,7 +366,7 @@ func unavailable(ctx context.Context, mod *symbolizerv1.Module, err error) *symb
 // small object of its own in the store (6% of the index), so that a replica without the index
 // in memory need not load the index to read Redis. Without that object (a store written
 // before it existed, or a corrupt one), the index is loaded, and its table stored.
-func (s *Service) stringTable(ctx context.Context, rec *meta.Record) (*index.StringTable, error) {
+func (s *Service) stringTable(ctx context.Context, rec *catalog.Record) (*index.StringTable, error) {
 	f := rec.Current
 	e, _, err := s.strs.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
 		st, err := s.loadStrings(ctx, f)
@@ -390,7 +390,7 @@ func (s *Service) stringTable(ctx context.Context, rec *meta.Record) (*index.Str
 	return e.Strings, nil
 }
 
-func (s *Service) loadStrings(ctx context.Context, f *meta.File) (*index.StringTable, error) {
+func (s *Service) loadStrings(ctx context.Context, f *catalog.File) (*index.StringTable, error) {
 	b, _, err := s.readObject(ctx, f.StringsObject())
 	if err != nil {
 		return nil, err
@@ -491,16 +491,16 @@ func fidelity(f index.Fidelity) symbolizerv1.Fidelity {
 
 // find resolves the module's IDs in the order GNU, Go, htlhash, then asks debuginfod for the
 // GNU build ID.
-func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*meta.Record, meta.ID, symbolizerv1.ModuleStatus, string) {
-	var ids []meta.ID
+func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.Record, catalog.ID, symbolizerv1.ModuleStatus, string) {
+	var ids []catalog.ID
 	if v := mod.GetGnuBuildId(); v != "" {
-		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: v})
+		ids = append(ids, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: v})
 	}
 	if v := mod.GetGoBuildId(); v != "" {
-		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, ID: v})
+		ids = append(ids, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, ID: v})
 	}
 	if v := mod.GetHtlhash(); v != "" {
-		ids = append(ids, meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, ID: v})
+		ids = append(ids, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, ID: v})
 	}
 	var storeErr error
 	for _, id := range ids {
@@ -508,43 +508,43 @@ func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*meta.Rec
 		if err == nil {
 			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
 		}
-		if !errors.Is(err, meta.ErrNotFound) {
+		if !errors.Is(err, catalog.ErrNotFound) {
 			storeErr = err
 		}
 	}
 	if storeErr != nil {
 		s.opt.Logger.Warn("store lookup failed", "filename", mod.GetFilename(), "err", storeErr)
-		return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, storeErr.Error()
+		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, storeErr.Error()
 	}
 	if gnu := mod.GetGnuBuildId(); gnu != "" && s.fetch != nil {
 		found, err := s.fetch.Fetch(ctx, gnu)
 		if err != nil {
-			return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error()
+			return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error()
 		}
 		if found {
 			s.Forget()
-			id := meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}
+			id := catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}
 			if rec, err := s.resolve(ctx, id); err == nil {
 				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
 			}
 		}
 	}
-	return nil, meta.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs"
+	return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs"
 }
 
-func (s *Service) resolve(ctx context.Context, id meta.ID) (*meta.Record, error) {
+func (s *Service) resolve(ctx context.Context, id catalog.ID) (*catalog.Record, error) {
 	now := time.Now()
 	s.mu.Lock()
 	r, ok := s.resolved[id]
 	s.mu.Unlock()
 	if ok && now.Before(r.until) {
 		if r.rec == nil {
-			return nil, meta.ErrNotFound
+			return nil, catalog.ErrNotFound
 		}
 		return r.rec, nil
 	}
 	rec, err := s.meta.Resolve(ctx, id)
-	if err != nil && !errors.Is(err, meta.ErrNotFound) {
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		return nil, err
 	}
 	ttl := s.opt.ResolveTTL
@@ -553,7 +553,7 @@ func (s *Service) resolve(ctx context.Context, id meta.ID) (*meta.Record, error)
 	}
 	s.mu.Lock()
 	if len(s.resolved) > 100000 {
-		s.resolved = map[meta.ID]resolved{}
+		s.resolved = map[catalog.ID]resolved{}
 	}
 	s.resolved[id] = resolved{rec, now.Add(ttl)}
 	s.mu.Unlock()
@@ -564,7 +564,7 @@ var errInvalid = errors.New("invalid debuginfo")
 
 // entry returns the file's index: memory, else the stored serialized index, else built from
 // the file (and then stored).
-func (s *Service) entry(ctx context.Context, rec *meta.Record) (*indexcache.Entry, error) {
+func (s *Service) entry(ctx context.Context, rec *catalog.Record) (*indexcache.Entry, error) {
 	f := rec.Current
 	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
 		if ix, err := s.loadStored(ctx, f); err == nil {
@@ -580,7 +580,7 @@ func (s *Service) entry(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 	return e, err
 }
 
-func (s *Service) loadStored(ctx context.Context, f *meta.File) (*index.Index, error) {
+func (s *Service) loadStored(ctx context.Context, f *catalog.File) (*index.Index, error) {
 	b, opened, err := s.readObject(ctx, f.IndexObject())
 	if err != nil {
 		if opened {
@@ -604,7 +604,7 @@ func (s *Service) countLoad(result string) {
 	}
 }
 
-func (s *Service) build(ctx context.Context, rec *meta.Record) (*indexcache.Entry, error) {
+func (s *Service) build(ctx context.Context, rec *catalog.Record) (*indexcache.Entry, error) {
 	f := rec.Current
 	path, cleanup, err := store.LocalCopy(ctx, s.meta.Store(), f.Object, s.opt.TempDir)
 	if err != nil {
@@ -620,7 +620,7 @@ func (s *Service) build(ctx context.Context, rec *meta.Record) (*indexcache.Entr
 		if s.m != nil {
 			s.m.IndexBuilds.WithLabelValues("error").Inc()
 		}
-		msg := fmt.Sprintf("build index: %v", meta.HidePath(err, path, f.Object))
+		msg := fmt.Sprintf("build index: %v", catalog.HidePath(err, path, f.Object))
 		if merr := s.meta.MarkInvalid(ctx, rec.Key, f.SHA256, msg); merr != nil {
 			s.opt.Logger.Warn("mark invalid", "record", rec.Key, "err", merr)
 		}

@@ -22,10 +22,10 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
-	"github.com/profsym/profsym/pkg/frametable"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
@@ -48,10 +48,10 @@ func setup(tb testing.TB, rc *resultcache.Cache) (*Service, string, uint64, uint
 	data, _ := os.ReadFile(path)
 	ids, _ := buildid.Compute(bytes.NewReader(data), int64(len(data)))
 	s, _ := store.NewFolder(tb.TempDir())
-	md := meta.New(s, meta.Options{MaxSize: 1 << 30, TempDir: tb.TempDir()})
+	md := catalog.New(s, catalog.Options{MaxSize: 1 << 30, TempDir: tb.TempDir()})
 	sum := sha256.Sum256(data)
-	id := meta.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: ids.GNU}
-	up, err := md.Initiate(context.Background(), meta.Desc{BuildID: id, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO,
+	id := catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: ids.GNU}
+	up, err := md.Initiate(context.Background(), catalog.Desc{BuildID: id, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO,
 		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(data)), Source: debuginfov1.UploadSource_UPLOAD_SOURCE_CI})
 	if err != nil {
 		tb.Fatal(err)
@@ -114,7 +114,7 @@ func TestIndexBuiltOnceAndStoredIndexUsed(t *testing.T) {
 	if !proto.Equal(resp.Msg, resp2.Msg) {
 		t.Fatal("results differ after reload")
 	}
-	locs, err := frametable.Decode(resp.Msg.Modules[0], 100)
+	locs, err := symbolizecodec.Decode(resp.Msg.Modules[0], 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRedisAnswersLikeTheIndex(t *testing.T) {
 	}
 	rc.Flush(context.Background())
 	n := len(req.Msg.Modules[0].Addresses)
-	want, err := frametable.Decode(first.Msg.Modules[0], n)
+	want, err := symbolizecodec.Decode(first.Msg.Modules[0], n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestRedisAnswersLikeTheIndex(t *testing.T) {
 	if st := second.Msg.Modules[0].Status; st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		t.Fatalf("replica: %v %s", st, second.Msg.Modules[0].Message)
 	}
-	got, err := frametable.Decode(second.Msg.Modules[0], n)
+	got, err := symbolizecodec.Decode(second.Msg.Modules[0], n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestStringTableRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Flush(context.Background())
-	want, err := frametable.Decode(first.Msg.Modules[0], 300)
+	want, err := symbolizecodec.Decode(first.Msg.Modules[0], 300)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestStringTableRepaired(t *testing.T) {
 			if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 				t.Fatalf("%v %s", m.Status, m.Message)
 			}
-			got, err := frametable.Decode(m, 300)
+			got, err := symbolizecodec.Decode(m, 300)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 )
 
-// table assembles one ModuleResult: the frames of each distinct address (a "key") as rows
-// of string indices into the answer, then the rows of every requested address in request
-// order.
+// table assembles one ModuleResult with a symbolizecodec.Builder from the index and the
+// result cache: it looks keys up, reads cached values, and interns the index's string IDs
+// into the answer's strings.
 //
 // Result cache values hold the frames of one address as string IDs of the file's index
 // (index.FrameRef), six uvarints per frame, innermost first:
@@ -27,24 +27,20 @@ import (
 // only with the string table they come from, which the cache key names (see module), so a
 // replica reads them with the file's string table alone, without the index.
 type table struct {
-	st      *index.StringTable
-	strings []string // the answer's strings; strings[0] is ""
-	// arena holds copies of the answer's strings, one after the other (see intern).
-	arena strings.Builder
+	st *index.StringTable
+	// b holds the answer's strings and rows. In its rows' names, rows before interned hold
+	// indices into the answer's strings; later rows hold string IDs of st until
+	// internPending turns them into indices.
+	b symbolizecodec.Builder
 
-	// slot maps a string ID to its index in strings plus one, valid where mark holds gen:
-	// marking instead of clearing lets a pooled table serve the next answer without touching
-	// arrays as long as the file's string table.
+	// slot maps a string ID to its index in the answer's strings plus one, valid where
+	// mark holds gen: marking instead of clearing lets a pooled table serve the next answer
+	// without touching arrays as long as the file's string table.
 	slot []slotMark
 	gen  uint32
 
-	// Rows of the keys' frames, column by column, in the order keys were added. In fn, link
-	// and file, rows before interned hold indices into strings; later rows hold string IDs
-	// of st until internPending turns them into indices.
-	fn, link, file, line, col, start []uint32
-	keyRow, keyLen                   []uint32
-	interned                         int
-	sink                             uint32 // keeps warm's loads
+	interned int
+	sink     uint32 // keeps warm's loads
 
 	refs []index.FrameRef // lookup scratch
 }
@@ -52,9 +48,7 @@ type table struct {
 // slotMark is one entry of table.slot: side by side, the two are one memory access.
 type slotMark struct{ slot, mark uint32 }
 
-// Tables are pooled: a 10,000-address answer needs columns of a few MB, and allocating them
-// per request made the garbage collector a large share of a request's cost. The string slice
-// is not pooled: the response keeps it.
+// Tables are pooled, with their Builder (whose doc says why) and their slots.
 var tablePool = sync.Pool{New: func() any { return &table{} }}
 
 // maxPooledKeys and maxPooledStrings bound what a pooled table keeps, so that one huge
@@ -67,9 +61,7 @@ const (
 func newTable(st *index.StringTable, keys int) *table {
 	t := tablePool.Get().(*table)
 	t.st = st
-	// Sized for a function and a file per key, so the table rarely grows.
-	t.strings = make([]string, 1, 2*keys+1)
-	t.arena = strings.Builder{}
+	t.b.Reset(keys)
 	if n := st.Len(); len(t.slot) < n {
 		t.slot, t.gen = make([]slotMark, n), 0
 	}
@@ -79,55 +71,27 @@ func newTable(st *index.StringTable, keys int) *table {
 		t.gen = 1
 	}
 	t.slot[0] = slotMark{1, t.gen} // "" is strings[0]
-	if cap(t.keyRow) < keys {
-		t.keyRow, t.keyLen = make([]uint32, keys), make([]uint32, keys)
-	}
-	t.keyRow, t.keyLen = t.keyRow[:keys], t.keyLen[:keys]
-	clear(t.keyLen)
 	t.interned = 0
-	for _, c := range []*[]uint32{&t.fn, &t.link, &t.file, &t.line, &t.col, &t.start} {
-		if cap(*c) < keys+keys/2 {
-			*c = make([]uint32, 0, keys+keys/2)
-		}
-		*c = (*c)[:0]
-	}
 	return t
 }
 
 // release returns t to the pool; t must not be used after.
 func (t *table) release() {
-	if len(t.keyRow) > maxPooledKeys || len(t.slot) > maxPooledStrings {
+	if t.b.Keys() > maxPooledKeys || len(t.slot) > maxPooledStrings {
 		return
 	}
-	t.st, t.strings, t.refs = nil, nil, t.refs[:0]
-	t.arena = strings.Builder{}
+	t.st, t.refs = nil, t.refs[:0]
+	t.b.Forget()
 	tablePool.Put(t)
 }
 
-// arenaChunk is the size of each of the arena's buffers: a 10,000-address answer has about
-// 750 KB of strings.
-const arenaChunk = 256 << 10
-
 // intern returns the answer's index of string id, adding the string when new; id must be
 // below t.st.Len().
-//
-// A new string is copied into the arena, and the answer refers to the copy, so the encoder
-// has one contiguous run of strings to copy. (A strings.Builder never changes bytes it has
-// handed out.)
 func (t *table) intern(id uint32) uint32 {
 	if sm := t.slot[id]; sm.mark == t.gen {
 		return sm.slot - 1
 	}
-	i := uint32(len(t.strings))
-	str := t.st.String(id)
-	if t.arena.Cap()-t.arena.Len() < len(str) {
-		// A new buffer rather than a larger one: growing would copy what is already there.
-		t.arena = strings.Builder{}
-		t.arena.Grow(max(arenaChunk, len(str)))
-	}
-	start := t.arena.Len()
-	t.arena.WriteString(str)
-	t.strings = append(t.strings, t.arena.String()[start:])
+	i := t.b.AddString(t.st.String(id))
 	t.slot[id] = slotMark{i + 1, t.gen}
 	return i
 }
@@ -148,7 +112,7 @@ const warmRows = 512
 func (t *table) internPending() {
 	for from := t.interned; from < t.rows(); from += warmRows {
 		to := min(from+warmRows, t.rows())
-		fn, link, file := t.fn[from:to], t.link[from:to], t.file[from:to]
+		fn, link, file := t.b.Names(from, to)
 		t.warm([3][]uint32{fn, link, file})
 		for i := range fn {
 			fn[i], link[i], file[i] = t.intern(fn[i]), t.intern(link[i]), t.intern(file[i])
@@ -177,12 +141,7 @@ func (t *table) warm(cols [3][]uint32) {
 	t.sink = sink
 }
 
-func (t *table) rows() int { return len(t.fn) }
-
-func (t *table) truncate(n int) {
-	t.fn, t.link, t.file = t.fn[:n], t.link[:n], t.file[:n]
-	t.line, t.col, t.start = t.line[:n], t.col[:n], t.start[:n]
-}
+func (t *table) rows() int { return t.b.Rows() }
 
 var errMalformed = errors.New("malformed cached result")
 
@@ -191,10 +150,10 @@ var errMalformed = errors.New("malformed cached result")
 func (t *table) addValue(j int, v string) error {
 	first := t.rows()
 	if err := t.parseValue(v); err != nil {
-		t.truncate(first)
+		t.b.Truncate(first)
 		return err
 	}
-	t.keyRow[j], t.keyLen[j] = uint32(first), uint32(t.rows()-first)
+	t.b.SetKey(j, first)
 	return nil
 }
 
@@ -232,7 +191,7 @@ func (t *table) parseValue(v string) error {
 		if uint64(f[0]) >= n || uint64(f[1]) >= n || uint64(f[2]) >= n {
 			return fmt.Errorf("%w: frame %d names a string outside the table of %d", errMalformed, frame, n)
 		}
-		t.appendRow(f[0], f[1], f[2], f[3], f[4], f[5])
+		t.b.AppendRow(f[0], f[1], f[2], f[3], f[4], f[5])
 	}
 	return nil
 }
@@ -256,20 +215,6 @@ func uvarint(s string) (uint64, int) {
 	return 0, 0
 }
 
-// appendRow adds one frame given as string IDs (internPending interns them); a linkage name
-// equal to the function's is left out, as the API asks.
-func (t *table) appendRow(fn, link, file, line, col, start uint32) {
-	if link == fn {
-		link = 0
-	}
-	t.fn = append(t.fn, fn)
-	t.link = append(t.link, link)
-	t.file = append(t.file, file)
-	t.line = append(t.line, line)
-	t.col = append(t.col, col)
-	t.start = append(t.start, start)
-}
-
 // lookup resolves keys[j] for every j in idx (every key when idx is nil) in ix, whose string
 // table must be t's, and adds their frames; cached values, if any, must have been added
 // before. With encode it also returns each one's result cache value, in idx order.
@@ -289,20 +234,21 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 			j = idx[k]
 		}
 		t.refs = ix.AppendLookupRefs(t.refs[:0], keys[j].Addr)
-		t.keyRow[j], t.keyLen[j] = uint32(t.rows()), uint32(len(t.refs))
+		first := t.rows()
 		buf = buf[:0]
 		for _, r := range t.refs {
 			link := r.LinkageName
 			if link == r.Function {
 				link = 0
 			}
-			t.appendRow(r.Function, link, r.File, r.Line, r.Column, r.StartLine)
+			t.b.AppendRow(r.Function, link, r.File, r.Line, r.Column, r.StartLine)
 			if encode {
 				for _, x := range [6]uint32{r.Function, link, r.File, r.Line, r.Column, r.StartLine} {
 					buf = binary.AppendUvarint(buf, uint64(x))
 				}
 			}
 		}
+		t.b.SetKey(j, first)
 		if encode {
 			vals[k] = string(buf)
 		}
@@ -315,42 +261,5 @@ func (t *table) lookup(ix *index.Index, keys []resultcache.Key, idx []int, encod
 // key slot[i].
 func (t *table) emit(res *symbolizerv1.ModuleResult, ok []bool, slot []int) {
 	t.internPending()
-	counts := make([]uint32, len(ok))
-	total := 0
-	for i := range ok {
-		if ok[i] {
-			counts[i] = t.keyLen[slot[i]]
-			total += int(counts[i])
-		}
-	}
-	ft := &symbolizerv1.FrameTable{
-		FunctionNames: make([]uint32, total),
-		LinkageNames:  make([]uint32, total),
-		Files:         make([]uint32, total),
-		Lines:         make([]uint32, total),
-		Columns:       make([]uint32, total),
-		StartLines:    make([]uint32, total),
-	}
-	// Element by element: an address has one or two frames, too few for copy to pay its call.
-	o := 0
-	for i, c := range counts {
-		if c == 0 {
-			continue
-		}
-		r := int(t.keyRow[slot[i]])
-		for k := r; k < r+int(c); k++ {
-			ft.FunctionNames[o] = t.fn[k]
-			ft.LinkageNames[o] = t.link[k]
-			ft.Files[o] = t.file[k]
-			ft.Lines[o] = t.line[k]
-			ft.Columns[o] = t.col[k]
-			ft.StartLines[o] = t.start[k]
-			o++
-		}
-	}
-	res.FrameCounts = counts
-	res.Frames = ft
-	if total > 0 {
-		res.Strings = t.strings
-	}
+	t.b.Emit(res, ok, slot)
 }

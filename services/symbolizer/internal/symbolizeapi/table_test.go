@@ -16,7 +16,6 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
-	"github.com/profsym/profsym/pkg/frametable"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
@@ -88,15 +87,15 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 	direct.emit(a, ok, slot)
 	cached.emit(b, ok, slot)
 	mixed.emit(c, ok, slot)
-	da, err := frametable.Decode(a, len(ok))
+	da, err := symbolizecodec.Decode(a, len(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := frametable.Decode(b, len(ok))
+	db, err := symbolizecodec.Decode(b, len(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := frametable.Decode(c, len(ok))
+	dc, err := symbolizecodec.Decode(c, len(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +113,7 @@ func TestCachedValuesAnswerLikeTheIndex(t *testing.T) {
 			if link == w.Function {
 				link = ""
 			}
-			exp := frametable.Frame{Function: w.Function, LinkageName: link, File: w.File, Line: w.Line, Column: w.Column, StartLine: w.StartLine}
+			exp := symbolizecodec.Frame{Function: w.Function, LinkageName: link, File: w.File, Line: w.Line, Column: w.Column, StartLine: w.StartLine}
 			if da[i][k] != exp || db[i][k] != exp || dc[i][k] != exp {
 				t.Fatalf("address %d frame %d: %+v / %+v / %+v, want %+v", i, k, da[i][k], db[i][k], dc[i][k], exp)
 			}
@@ -189,8 +188,13 @@ func TestAddValueRejectsWhatThisServerDoesNotWrite(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 			// Nothing of the rejected value is kept.
-			if tb.rows() != 1 || tb.keyLen[1] != 0 {
+			if tb.rows() != 1 {
 				t.Fatalf("%d rows after the rejected value", tb.rows())
+			}
+			res := &symbolizerv1.ModuleResult{}
+			tb.emit(res, []bool{true, true}, []int{0, 1})
+			if !slices.Equal(res.FrameCounts, []uint32{1, 0}) {
+				t.Fatalf("frame counts %v after the rejected value, want [1 0]", res.FrameCounts)
 			}
 		})
 	}
@@ -208,8 +212,8 @@ func TestPooledTablesStartClean(t *testing.T) {
 			}
 			tb.internPending()
 			want := []string{"", st.String(4), st.String(3), st.String(2)}
-			if !slices.Equal(tb.strings, want) {
-				t.Fatalf("round %d: strings %q, want %q", round, tb.strings, want)
+			if !slices.Equal(tb.b.Strings(), want) {
+				t.Fatalf("round %d: strings %q, want %q", round, tb.b.Strings(), want)
 			}
 			tb.release()
 		}
@@ -241,7 +245,7 @@ func FuzzAddValue(f *testing.F) {
 		if err := proto.Unmarshal(b, &back); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := frametable.Decode(&back, 1); err != nil {
+		if _, err := symbolizecodec.Decode(&back, 1); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -358,14 +362,17 @@ func TestAddValueNumbers(t *testing.T) {
 			t.Fatalf("%d: %v", x, err)
 		}
 		u := uint32(x)
-		if !slices.Equal(tb.line, []uint32{u, u}) || !slices.Equal(tb.col, []uint32{u, 0}) || !slices.Equal(tb.start, []uint32{u, u}) {
-			t.Fatalf("%d: lines %v, columns %v, start lines %v", x, tb.line, tb.col, tb.start)
+		res := &symbolizerv1.ModuleResult{}
+		tb.emit(res, []bool{true}, []int{0})
+		ft := res.GetFrames()
+		if !slices.Equal(ft.GetLines(), []uint32{u, u}) || !slices.Equal(ft.GetColumns(), []uint32{u, 0}) || !slices.Equal(ft.GetStartLines(), []uint32{u, u}) {
+			t.Fatalf("%d: lines %v, columns %v, start lines %v", x, ft.GetLines(), ft.GetColumns(), ft.GetStartLines())
 		}
 		tb.release()
 	}
 }
 
-// The answer's strings are copies in the table's arena, across as many of its buffers as
+// The answer's strings are copies of the index's, across as many of the arena's buffers as
 // they need, and one longer than a buffer gets one of its own.
 func TestArenaCopies(t *testing.T) {
 	b := index.NewBuilder()
@@ -373,7 +380,7 @@ func TestArenaCopies(t *testing.T) {
 	for i := range 3000 {
 		want = append(want, fmt.Sprintf("%04d%s", i, strings.Repeat("x", 200)))
 	}
-	want = append(want, strings.Repeat("y", 2*arenaChunk))
+	want = append(want, strings.Repeat("y", 600<<10)) // over the arena's 256 KiB buffers
 	ids := make([]uint64, len(want))
 	for i, s := range want {
 		ids[i] = uint64(b.String(s))
@@ -391,10 +398,10 @@ func TestArenaCopies(t *testing.T) {
 		}
 	}
 	tb.internPending()
-	if !slices.Equal(tb.strings[1:], want) {
+	if !slices.Equal(tb.b.Strings()[1:], want) {
 		t.Fatal("the answer's strings differ from the table's")
 	}
-	for i, s := range tb.strings[1:] {
+	for i, s := range tb.b.Strings()[1:] {
 		if unsafe.StringData(s) == unsafe.StringData(st.String(uint32(ids[i]))) {
 			t.Fatalf("string %d is the table's, not a copy", i)
 		}

@@ -16,8 +16,8 @@ import (
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 )
 
 //go:embed templates/*.html
@@ -43,7 +43,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 }).ParseFS(files, "templates/*.html"))
 
 // Handler serves /ui/. tokens, when set, guards the pages like every other read.
-func Handler(cov *coverage.Recorder, md *meta.Meta, tokens *auth.Tokens, log *slog.Logger) http.Handler {
+func Handler(cov *coverage.Recorder, md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -76,7 +76,7 @@ func Handler(cov *coverage.Recorder, md *meta.Meta, tokens *auth.Tokens, log *sl
 
 type handler struct {
 	cov *coverage.Recorder
-	md  *meta.Meta
+	md  *catalog.Catalog
 	log *slog.Logger
 }
 
@@ -133,7 +133,7 @@ type recordPage struct {
 func (h *handler) record(w http.ResponseWriter, r *http.Request, rest string) {
 	typName, id, ok := strings.Cut(rest, "/")
 	typ, known := debuginfov1.BuildIDType_value["BUILD_ID_TYPE_"+strings.ToUpper(typName)]
-	if !ok || !known || typ == 0 || meta.ValidateID(debuginfov1.BuildIDType(typ), id) != nil {
+	if !ok || !known || typ == 0 || catalog.ValidateID(debuginfov1.BuildIDType(typ), id) != nil {
 		http.Error(w, "want /ui/buildid/<gnu|go|htlhash>/<id> with a valid ID", http.StatusBadRequest)
 		return
 	}
@@ -144,9 +144,9 @@ func (h *handler) record(w http.ResponseWriter, r *http.Request, rest string) {
 		h.fail(w, "look up coverage", err)
 		return
 	}
-	rec, err := h.md.Resolve(r.Context(), meta.ID{Type: bt, ID: id})
+	rec, err := h.md.Resolve(r.Context(), catalog.ID{Type: bt, ID: id})
 	switch {
-	case errors.Is(err, meta.ErrNotFound):
+	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:
 		h.fail(w, "look up record", err)
 		return

@@ -19,15 +19,15 @@ import (
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
-	"github.com/profsym/profsym/services/symbolizer/internal/meta"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 )
 
 // Service is the DebuginfoService handler.
 type Service struct {
 	debuginfov1connect.UnimplementedDebuginfoServiceHandler
-	meta *meta.Meta
+	meta *catalog.Catalog
 	m    *metrics.Metrics
 	log  *slog.Logger
 	// PublicURL is the base URL clients reach this server at, for upload URLs; when empty
@@ -40,7 +40,7 @@ type Service struct {
 }
 
 // New returns the service.
-func New(md *meta.Meta, m *metrics.Metrics, log *slog.Logger) *Service {
+func New(md *catalog.Catalog, m *metrics.Metrics, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -68,27 +68,27 @@ type descReq interface {
 	GetSource() debuginfov1.UploadSource
 }
 
-func desc(r descReq) (meta.Desc, error) {
+func desc(r descReq) (catalog.Desc, error) {
 	if r.GetBuildIdType() == debuginfov1.BuildIDType_BUILD_ID_TYPE_UNSPECIFIED {
-		return meta.Desc{}, invalid("build_id_type: required")
+		return catalog.Desc{}, invalid("build_id_type: required")
 	}
-	if err := meta.ValidateID(r.GetBuildIdType(), r.GetBuildId()); err != nil {
-		return meta.Desc{}, invalid("build_id: %v", err)
+	if err := catalog.ValidateID(r.GetBuildIdType(), r.GetBuildId()); err != nil {
+		return catalog.Desc{}, invalid("build_id: %v", err)
 	}
 	if _, ok := debuginfov1.DebuginfoType_name[int32(r.GetType())]; !ok || r.GetType() == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_UNSPECIFIED {
-		return meta.Desc{}, invalid("type: required")
+		return catalog.Desc{}, invalid("type: required")
 	}
 	if _, ok := debuginfov1.UploadSource_name[int32(r.GetSource())]; !ok || r.GetSource() == debuginfov1.UploadSource_UPLOAD_SOURCE_UNSPECIFIED {
-		return meta.Desc{}, invalid("source: required")
+		return catalog.Desc{}, invalid("source: required")
 	}
-	if s := r.GetSha256(); len(s) != 64 || meta.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, s) != nil {
-		return meta.Desc{}, invalid("sha256: not 64 lower-case hex digits")
+	if s := r.GetSha256(); len(s) != 64 || catalog.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, s) != nil {
+		return catalog.Desc{}, invalid("sha256: not 64 lower-case hex digits")
 	}
 	if r.GetSize() == 0 {
-		return meta.Desc{}, invalid("size: required (greater than zero)")
+		return catalog.Desc{}, invalid("size: required (greater than zero)")
 	}
-	return meta.Desc{
-		BuildID: meta.ID{Type: r.GetBuildIdType(), ID: r.GetBuildId()},
+	return catalog.Desc{
+		BuildID: catalog.ID{Type: r.GetBuildIdType(), ID: r.GetBuildId()},
 		Type:    r.GetType(), SHA256: r.GetSha256(), Size: r.GetSize(), Source: r.GetSource(),
 	}, nil
 }
@@ -121,7 +121,7 @@ func (s *Service) InitiateUpload(ctx context.Context, req *connect.Request[debug
 		return nil, err
 	}
 	up, err := s.meta.Initiate(ctx, d)
-	var de *meta.DecisionError
+	var de *catalog.DecisionError
 	if errors.As(err, &de) {
 		code := connect.CodeAlreadyExists
 		switch de.Reason {
@@ -182,18 +182,18 @@ func (s *Service) FinishUpload(ctx context.Context, req *connect.Request[debugin
 	if req.Msg.GetUploadId() == "" {
 		return nil, invalid("upload_id: required")
 	}
-	var rec *meta.Record
+	var rec *catalog.Record
 	for _, cand := range id {
 		rec, err = s.meta.Finish(ctx, cand, req.Msg.GetUploadId())
-		if !errors.Is(err, meta.ErrNotFound) {
+		if !errors.Is(err, catalog.ErrNotFound) {
 			break
 		}
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, meta.ErrNotFound):
+	case errors.Is(err, catalog.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, meta.ErrNotUploaded), errors.Is(err, meta.ErrVerification):
+	case errors.Is(err, catalog.ErrNotUploaded), errors.Is(err, catalog.ErrVerification):
 		s.count("rejected")
 		s.log.Warn("upload rejected", "build_id", req.Msg.GetBuildId(), "upload_id", req.Msg.GetUploadId(), "err", err)
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
@@ -218,26 +218,26 @@ func (s *Service) count(result string) {
 }
 
 // anyTypedID lists the typed IDs a bare ID string can be (FinishUpload carries no type).
-func anyTypedID(id string) ([]meta.ID, error) {
-	types := meta.CandidateTypes(id)
+func anyTypedID(id string) ([]catalog.ID, error) {
+	types := catalog.CandidateTypes(id)
 	if len(types) == 0 {
 		return nil, invalid("build_id: %q is not a GNU build ID, Go build ID or htlhash", id)
 	}
-	out := make([]meta.ID, len(types))
+	out := make([]catalog.ID, len(types))
 	for i, t := range types {
-		out[i] = meta.ID{Type: t, ID: id}
+		out[i] = catalog.ID{Type: t, ID: id}
 	}
 	return out, nil
 }
 
-func (s *Service) lookupIDs(id string, typ debuginfov1.BuildIDType) ([]meta.ID, error) {
+func (s *Service) lookupIDs(id string, typ debuginfov1.BuildIDType) ([]catalog.ID, error) {
 	if typ == debuginfov1.BuildIDType_BUILD_ID_TYPE_UNSPECIFIED {
 		return anyTypedID(id)
 	}
-	if err := meta.ValidateID(typ, id); err != nil {
+	if err := catalog.ValidateID(typ, id); err != nil {
 		return nil, invalid("build_id: %v", err)
 	}
-	return []meta.ID{{Type: typ, ID: id}}, nil
+	return []catalog.ID{{Type: typ, ID: id}}, nil
 }
 
 // Get implements the RPC.
@@ -248,7 +248,7 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[debuginfov1.GetR
 	}
 	for _, id := range ids {
 		rec, err := s.meta.Resolve(ctx, id)
-		if errors.Is(err, meta.ErrNotFound) {
+		if errors.Is(err, catalog.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -314,7 +314,7 @@ func (s *Service) Delete(ctx context.Context, req *connect.Request[debuginfov1.D
 	}
 	for _, id := range ids {
 		err := s.meta.Delete(ctx, id)
-		if errors.Is(err, meta.ErrNotFound) {
+		if errors.Is(err, catalog.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -344,7 +344,7 @@ func (s *Service) PutHandler(tokens *auth.Tokens) http.Handler {
 		}
 		id := strings.TrimPrefix(r.URL.Path, "/upload/")
 		up, err := s.meta.PendingUpload(r.Context(), id)
-		if errors.Is(err, meta.ErrNotFound) {
+		if errors.Is(err, catalog.ErrNotFound) {
 			http.Error(w, "unknown or expired upload "+strconv.Quote(id), http.StatusNotFound)
 			return
 		}

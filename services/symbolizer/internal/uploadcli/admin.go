@@ -22,7 +22,7 @@ type ListCmd struct {
 
 // Run prints every stored record.
 func (c *ListCmd) Run() error {
-	client, _, err := c.client(&http.Client{})
+	client, err := c.rpc(&http.Client{})
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ type GetCmd struct {
 
 // Run prints one record as JSON.
 func (c *GetCmd) Run() error {
-	client, _, err := c.client(&http.Client{})
+	client, err := c.rpc(&http.Client{})
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ type DeleteCmd struct {
 
 // Run deletes the record.
 func (c *DeleteCmd) Run() error {
-	client, _, err := c.client(&http.Client{})
+	client, err := c.rpc(&http.Client{})
 	if err != nil {
 		return err
 	}

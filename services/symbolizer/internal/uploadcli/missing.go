@@ -53,7 +53,7 @@ func (c *MissingCmd) Run() error {
 	if err != nil {
 		return err
 	}
-	client, _, err := c.client(&http.Client{})
+	client, err := c.rpc(&http.Client{})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 // Package uploadcli is the client side of the debuginfo store: `symbolizer upload`, which CI
 // pipelines run to send what they built, and `symbolizer debuginfo list|get|delete` against a
-// server.
+// server. The upload protocol is pkg/uploadclient's, shared with the node collector; each
+// step is retried at once (uploadclient.Retry), since a CI job has no later sighting to wait
+// for.
 package uploadcli
 
 import (
@@ -27,6 +29,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/uploadclient"
 )
 
 // Conn holds the flags shared by every command that talks to a server.
@@ -48,26 +51,28 @@ func (c *Conn) token() (string, error) {
 	return c.Token, nil
 }
 
-func (c *Conn) client(httpClient *http.Client) (debuginfov1connect.DebuginfoServiceClient, string, error) {
+// client reads the token once: a command is short-lived, and a token file it cannot read is
+// an error before anything is sent.
+func (c *Conn) client(httpClient *http.Client) (*uploadclient.Client, error) {
 	tok, err := c.token()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	base := strings.TrimSuffix(c.Server, "/")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, "", fmt.Errorf("--server %q: want an http:// or https:// URL", c.Server)
+	client, err := uploadclient.New(uploadclient.Options{Server: c.Server, Token: func() (string, error) { return tok, nil },
+		RPCTimeout: c.Timeout, HTTPClient: httpClient})
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
 	}
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if tok != "" {
-				req.Header().Set("Authorization", "Bearer "+tok)
-			}
-			ctx, cancel := context.WithTimeout(ctx, c.Timeout)
-			defer cancel()
-			return next(ctx, req)
-		}
-	})
-	return debuginfov1connect.NewDebuginfoServiceClient(httpClient, base, connect.WithInterceptors(auth)), tok, nil
+	return client, nil
+}
+
+// rpc is the DebuginfoService client for the commands that are not uploads.
+func (c *Conn) rpc(httpClient *http.Client) (debuginfov1connect.DebuginfoServiceClient, error) {
+	client, err := c.client(httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return client.RPC(), nil
 }
 
 // UploadCmd is `symbolizer upload`.
@@ -135,7 +140,7 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	client, tok, err := u.client(hc)
+	client, err := u.client(hc)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +173,7 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			r := u.one(ctx, client, hc, tok, f, bar)
+			r := u.one(ctx, client, f, bar)
 			mu.Lock()
 			defer mu.Unlock()
 			results[i] = r
@@ -311,42 +316,7 @@ func (u *UploadCmd) source() debuginfov1.UploadSource {
 	return debuginfov1.UploadSource_UPLOAD_SOURCE_CI
 }
 
-// retry runs op with exponential backoff for transient failures only.
-func retry[T any](ctx context.Context, tries uint, op func() (T, error)) (T, error) {
-	return backoff.Retry(ctx, func() (T, error) {
-		v, err := op()
-		if err != nil && !transient(err) {
-			return v, backoff.Permanent(err)
-		}
-		return v, err
-	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond, RandomizationFactor: 0.3, Multiplier: 2, MaxInterval: 10 * time.Second}),
-		backoff.WithMaxTries(max(tries, 1)))
-}
-
-type httpStatusError struct {
-	status int
-	msg    string
-}
-
-func (e *httpStatusError) Error() string { return fmt.Sprintf("PUT: HTTP %d: %s", e.status, e.msg) }
-
-func transient(err error) bool {
-	var he *httpStatusError
-	if errors.As(err, &he) {
-		return he.status >= 500 || he.status == http.StatusTooManyRequests
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		switch ce.Code() {
-		case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeInternal, connect.CodeUnknown:
-			return true
-		}
-		return false
-	}
-	return !errors.Is(err, context.Canceled)
-}
-
-func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.DebuginfoServiceClient, hc *http.Client, tok string, ref fileRef, bar *progressbar.ProgressBar) Result {
+func (u *UploadCmd) one(ctx context.Context, client *uploadclient.Client, ref fileRef, bar *progressbar.ProgressBar) Result {
 	res := Result{Path: ref.path}
 	c, err := u.describe(ref)
 	if err != nil {
@@ -354,23 +324,22 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 		return res
 	}
 	res.BuildID = c.id
-	src := u.source()
-	should, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.ShouldUploadResponse], error) {
-		return client.ShouldUpload(ctx, connect.NewRequest(&debuginfov1.ShouldUploadRequest{
-			BuildId: c.id, BuildIdType: c.idType, Type: c.typ, Sha256: c.sha, Size: uint64(c.size), Source: src}))
+	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source()}
+	should, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.ShouldUploadResponse, error) {
+		return client.ShouldUpload(ctx, file)
 	})
 	if err != nil {
 		res.Outcome, res.Err = "failed", fmt.Errorf("ShouldUpload: %w", err)
 		return res
 	}
-	reason := should.Msg.GetReason()
+	reason := should.GetReason()
 	res.Detail = strings.TrimPrefix(reason.String(), "SHOULD_UPLOAD_REASON_")
 	// An upload in progress may be this client's own, cut off earlier: InitiateUpload hands
 	// back the same upload for the same file, and refuses a different one.
-	if !should.Msg.GetShouldUpload() && reason != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_UPLOAD_IN_PROGRESS {
+	if !should.GetShouldUpload() && reason != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_UPLOAD_IN_PROGRESS {
 		res.Outcome = "skipped"
 		if reason == debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE {
-			res.Outcome, res.Err = "failed", errors.New(should.Msg.GetMessage())
+			res.Outcome, res.Err = "failed", errors.New(should.GetMessage())
 		}
 		progress(bar, c.size)
 		return res
@@ -380,9 +349,8 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 		progress(bar, c.size)
 		return res
 	}
-	init, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.InitiateUploadResponse], error) {
-		return client.InitiateUpload(ctx, connect.NewRequest(&debuginfov1.InitiateUploadRequest{
-			BuildId: c.id, BuildIdType: c.idType, Type: c.typ, Sha256: c.sha, Size: uint64(c.size), Source: src}))
+	init, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.InitiateUploadResponse, error) {
+		return client.InitiateUpload(ctx, file)
 	})
 	if err != nil {
 		if code := connect.CodeOf(err); code == connect.CodeAlreadyExists {
@@ -392,20 +360,20 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 		res.Outcome, res.Err = "failed", fmt.Errorf("InitiateUpload: %w", err)
 		return res
 	}
-	_, err = retry(ctx, u.Retries, func() (struct{}, error) {
-		return struct{}{}, u.put(ctx, hc, tok, init.Msg, c, bar)
+	_, err = uploadclient.Retry(ctx, u.Retries, func() (struct{}, error) {
+		return struct{}{}, put(ctx, client, init, c, bar)
 	})
-	var he *httpStatusError
+	var he *uploadclient.StatusError
 	// 404: the upload is no longer open, which happens when another client sending the same
 	// file (InitiateUpload handed both the same upload) finished it first. FinishUpload
 	// then returns the stored record, or NOT_FOUND if the upload really is gone.
-	gone := errors.As(err, &he) && he.status == http.StatusNotFound
+	gone := errors.As(err, &he) && he.Status == http.StatusNotFound
 	if err != nil && !gone {
 		res.Outcome, res.Err = "failed", err
 		return res
 	}
-	fin, err := retry(ctx, u.Retries, func() (*connect.Response[debuginfov1.FinishUploadResponse], error) {
-		return client.FinishUpload(ctx, connect.NewRequest(&debuginfov1.FinishUploadRequest{BuildId: c.id, UploadId: init.Msg.GetUploadId()}))
+	fin, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.FinishUploadResponse, error) {
+		return client.FinishUpload(ctx, c.id, init.GetUploadId())
 	})
 	if err != nil {
 		res.Outcome, res.Err = "failed", fmt.Errorf("FinishUpload: %w", err)
@@ -415,13 +383,14 @@ func (u *UploadCmd) one(ctx context.Context, client debuginfov1connect.Debuginfo
 		}
 		return res
 	}
-	q := fin.Msg.GetDebuginfo().GetQuality()
+	q := fin.GetDebuginfo().GetQuality()
 	res.Outcome = "uploaded"
 	res.Detail = fmt.Sprintf("%s, %d bytes, dwarf=%v inlines=%v", res.Detail, c.size, q.GetHasDwarf(), q.GetHasInlineInfo())
 	return res
 }
 
-func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *debuginfov1.InitiateUploadResponse, c *candidate, bar *progressbar.ProgressBar) error {
+// put sends c's bytes, moving bar as they go and back when the attempt fails.
+func put(ctx context.Context, client *uploadclient.Client, init *debuginfov1.InitiateUploadResponse, c *candidate, bar *progressbar.ProgressBar) error {
 	f, err := os.Open(c.path)
 	if err != nil {
 		return backoff.Permanent(err)
@@ -436,32 +405,9 @@ func (u *UploadCmd) put(ctx context.Context, hc *http.Client, tok string, init *
 			return len(p), nil
 		}))
 	}
-	method := init.GetMethod()
-	if method == "" {
-		method = http.MethodPut
-	}
-	req, err := http.NewRequestWithContext(ctx, method, init.GetUploadUrl(), body)
-	if err != nil {
-		return backoff.Permanent(fmt.Errorf("upload URL: %w", err))
-	}
-	req.ContentLength = c.size
-	for k, v := range init.GetRequiredHeaders() {
-		req.Header.Set(k, v)
-	}
-	// The token goes only to the symbolizer itself, never to a presigned object-store URL.
-	if tok != "" && strings.HasPrefix(init.GetUploadUrl(), strings.TrimSuffix(u.Server, "/")+"/") {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
+	if err := client.Put(ctx, init, body, c.size); err != nil {
 		progress(bar, -counted)
-		return fmt.Errorf("PUT: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		progress(bar, -counted)
-		return &httpStatusError{resp.StatusCode, strings.TrimSpace(string(msg))}
+		return err
 	}
 	return nil
 }

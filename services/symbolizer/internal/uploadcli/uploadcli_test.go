@@ -1,13 +1,10 @@
 package uploadcli
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
-
-	"connectrpc.com/connect"
 )
 
 func TestCollect(t *testing.T) {
@@ -46,23 +43,5 @@ func TestCollect(t *testing.T) {
 	}
 	if _, err := collect([]string{filepath.Join(dir, "missing")}); err == nil {
 		t.Fatal("a missing path was accepted")
-	}
-}
-
-func TestTransient(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{connect.NewError(connect.CodeUnavailable, errors.New("x")), true},
-		{connect.NewError(connect.CodeInvalidArgument, errors.New("x")), false},
-		{connect.NewError(connect.CodePermissionDenied, errors.New("x")), false},
-		{&httpStatusError{status: 503}, true},
-		{&httpStatusError{status: 400}, false},
-		{errors.New("connection reset"), true},
-	} {
-		if got := transient(tc.err); got != tc.want {
-			t.Errorf("transient(%v) = %v", tc.err, got)
-		}
 	}
 }

@@ -1,15 +1,4 @@
-// Package meta keeps the debuginfo store's records on top of an object store: which file is
-// stored under which IDs, its lifecycle (uploading, available, invalid), its quality, and the
-// upload decisions (ShouldUpload, InitiateUpload, FinishUpload) that change them.
-//
-// Object layout (every ID validated, Go build IDs base64url-escaped since they contain '/'):
-//
-//	records/<type>/<id>/record.json   the record, keyed by the ID of its first upload
-//	records/<type>/<id>/<sha256>      the file
-//	records/<type>/<id>/<sha256>.index the serialized symbolization index of that file
-//	ids/<type>/<id>                   alias: the record key an ID resolves to
-//	uploads/<upload id>               bytes of an upload until FinishUpload verifies them
-package meta
+package catalog
 
 import (
 	"encoding/base64"

@@ -1,11 +1,8 @@
-// Package frametable reads the frames of a Symbolize answer. The API sends them column by
-// column with a string table (see ModuleResult in proto/profsym/symbolizer/v1), which is
-// cheap on the wire but easy to misread; Decode checks every count and index and hands back
-// one slice of frames per requested address.
-package frametable
+package symbolizecodec
 
 import (
 	"fmt"
+	"strings"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 )
@@ -90,40 +87,37 @@ func Decode(r *symbolizerv1.ModuleResult, addresses int) ([][]Frame, error) {
 	return out, nil
 }
 
-// Encode sets r's frame counts, frames and strings to hold locs (the frames of each address,
-// innermost first), each distinct string once. It is the inverse of Decode, for servers and
-// tests that have frames in hand.
-func Encode(r *symbolizerv1.ModuleResult, locs [][]Frame) {
-	ids := map[string]uint32{"": 0}
-	var strs []string
-	str := func(s string) uint32 {
-		if i, ok := ids[s]; ok {
-			return i
-		}
-		if strs == nil {
-			strs = []string{""}
-		}
-		i := uint32(len(strs))
-		strs = append(strs, s)
-		ids[s] = i
-		return i
+// Detacher copies frames out of an answer for keeping. Decode's frames share one array and
+// Codec's strings one allocation, so a value pointing into them keeps the whole answer
+// alive: a cache bounded by entries, holding a few hot frames of each of many answers, would
+// hold all of those answers. Each distinct string is copied once per Detacher; use one per
+// answer.
+type Detacher struct{ strs map[string]string }
+
+// NewDetacher returns a Detacher with no strings copied yet.
+func NewDetacher() *Detacher { return &Detacher{strs: map[string]string{}} }
+
+// Frames returns a copy of fs that shares no memory with the answer fs came from.
+func (d *Detacher) Frames(fs []Frame) []Frame {
+	if len(fs) == 0 {
+		return nil
 	}
-	counts := make([]uint32, len(locs))
-	ft := &symbolizerv1.FrameTable{}
-	for i, frames := range locs {
-		counts[i] = uint32(len(frames))
-		for _, f := range frames {
-			link := f.LinkageName
-			if link == f.Function {
-				link = ""
-			}
-			ft.FunctionNames = append(ft.FunctionNames, str(f.Function))
-			ft.LinkageNames = append(ft.LinkageNames, str(link))
-			ft.Files = append(ft.Files, str(f.File))
-			ft.Lines = append(ft.Lines, f.Line)
-			ft.Columns = append(ft.Columns, f.Column)
-			ft.StartLines = append(ft.StartLines, f.StartLine)
-		}
+	out := make([]Frame, len(fs))
+	for i, f := range fs {
+		f.Function, f.LinkageName, f.File = d.str(f.Function), d.str(f.LinkageName), d.str(f.File)
+		out[i] = f
 	}
-	r.FrameCounts, r.Frames, r.Strings = counts, ft, strs
+	return out
+}
+
+func (d *Detacher) str(s string) string {
+	if s == "" {
+		return ""
+	}
+	c, ok := d.strs[s]
+	if !ok {
+		c = strings.Clone(s)
+		d.strs[s] = c
+	}
+	return c
 }

@@ -1,4 +1,4 @@
-package meta
+package catalog
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestDebugFileKeepsExecutableHeaders(t *testing.T) {
 	exeF, debugF := splitDebug(t)
 	gid := ID{gnu, exeF.ids.GNU}
 	ctx := context.Background()
-	checkHeaders := func(t *testing.T, m *Meta, want bool) *Record {
+	checkHeaders := func(t *testing.T, m *Catalog, want bool) *Record {
 		t.Helper()
 		r, err := m.Resolve(ctx, gid)
 		if err != nil {
@@ -58,7 +58,7 @@ func TestDebugFileKeepsExecutableHeaders(t *testing.T) {
 	}
 
 	t.Run("debug file first", func(t *testing.T) {
-		m := newMeta(t, nil)
+		m := newCatalog(t, nil)
 		if _, err := upload(t, m, debugF, gid, dbg, u, debugF.data); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestDebugFileKeepsExecutableHeaders(t *testing.T) {
 	})
 
 	t.Run("executable first", func(t *testing.T) {
-		m := newMeta(t, nil)
+		m := newCatalog(t, nil)
 		if _, err := upload(t, m, exeF, gid, exe, node, exeF.data); err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,11 @@
-package frametable
+package symbolizecodec
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 )
@@ -52,38 +55,112 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-func TestEncodeDecodeRoundTrip(t *testing.T) {
-	locs := [][]Frame{
-		{{Function: "inner", File: "a.c", Line: 10}, {Function: "outer", LinkageName: "_Z5outerv", File: "a.c", Line: 20, Column: 4, StartLine: 18}},
-		nil,
-		{{Function: "outer", LinkageName: "_Z5outerv", File: "b.c"}},
-		{{Function: "same", LinkageName: "same"}}, // a linkage name equal to the function name is not sent
-	}
+// Emit lays out addresses in request order: repeated addresses share a key's rows, and an
+// address that is not ok gets no frames even when its key has some.
+func TestEmitRequestOrder(t *testing.T) {
+	var b Builder
+	b.Reset(2)
+	f, g := b.AddString("f"), b.AddString("g")
+	b.AppendRow(g, 0, 0, 7, 0, 0) // key 1's frames first: keys need not be added in order
+	b.SetKey(1, 0)
+	b.AppendRow(f, 0, 0, 1, 0, 0)
+	b.AppendRow(g, 0, 0, 2, 0, 0)
+	b.SetKey(0, 1)
 	r := &symbolizerv1.ModuleResult{}
-	Encode(r, locs)
-	// "", inner, a.c, outer, _Z5outerv, b.c, same: each once.
-	if len(r.Strings) != 7 {
-		t.Fatalf("strings %q", r.Strings)
-	}
-	got, err := Decode(r, len(locs))
+	b.Emit(r, []bool{true, true, false, true}, []int{0, 1, 0, 0})
+	got, err := Decode(r, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	locs[3][0].LinkageName = ""
-	for i := range locs {
-		if len(got[i]) != len(locs[i]) {
-			t.Fatalf("address %d: %d frames", i, len(got[i]))
+	want := [][]Frame{{{Function: "f", Line: 1}, {Function: "g", Line: 2}}, {{Function: "g", Line: 7}}, nil, {{Function: "f", Line: 1}, {Function: "g", Line: 2}}}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("address %d: %+v, want %+v", i, got[i], want[i])
 		}
-		for k := range locs[i] {
-			if got[i][k] != locs[i][k] {
-				t.Fatalf("address %d frame %d: %+v, want %+v", i, k, got[i][k], locs[i][k])
+	}
+}
+
+// A Builder reused for another answer starts clean, and Truncate drops rows whole.
+func TestBuilderReuse(t *testing.T) {
+	var b Builder
+	for round := range 2 {
+		b.Reset(1)
+		x := b.AddString(fmt.Sprintf("x%d", round))
+		b.AppendRow(x, 0, 0, 1, 0, 0)
+		b.AppendRow(x, 0, 0, 2, 0, 0)
+		b.Truncate(1)
+		b.SetKey(0, 0)
+		r := &symbolizerv1.ModuleResult{}
+		b.Emit(r, []bool{true}, []int{0})
+		if !slices.Equal(r.Strings, []string{"", fmt.Sprintf("x%d", round)}) || !slices.Equal(r.FrameCounts, []uint32{1}) || !slices.Equal(r.Frames.Lines, []uint32{1}) {
+			t.Fatalf("round %d: %v", round, r)
+		}
+		b.Forget()
+		if b.Strings() != nil {
+			t.Fatal("Forget kept the answer's strings")
+		}
+	}
+}
+
+// The answer's strings are copies in the arena, across as many of its buffers as they need,
+// and one longer than a buffer gets one of its own.
+func TestAddStringCopies(t *testing.T) {
+	var b Builder
+	b.Reset(1)
+	var want []string
+	for i := range 3000 {
+		want = append(want, fmt.Sprintf("%04d%s", i, strings.Repeat("x", 200)))
+	}
+	want = append(want, strings.Repeat("y", 2*arenaChunk))
+	for i, s := range want {
+		if got := b.AddString(s); got != uint32(i+1) {
+			t.Fatalf("string %d added as %d", i, got)
+		}
+	}
+	if !slices.Equal(b.Strings()[1:], want) {
+		t.Fatal("the answer's strings differ from those added")
+	}
+	for i, s := range b.Strings()[1:] {
+		if unsafe.StringData(s) == unsafe.StringData(want[i]) {
+			t.Fatalf("string %d is the caller's, not a copy", i)
+		}
+	}
+}
+
+// TestDetacherCopies: frames bound for a cache share no memory with the answer they came
+// from, and a string repeated across frames is copied once.
+func TestDetacherCopies(t *testing.T) {
+	// As decoded: the frames of all addresses in one array, every string in one allocation.
+	all := "mainsrc/a.c_ZN1a1bEv"
+	answer := []Frame{
+		{Function: all[:4], File: all[4:11], Line: 3},
+		{Function: all[11:], LinkageName: all[11:], File: all[4:11], Line: 9, Column: 2, StartLine: 1},
+		{Function: all[:4], File: all[4:11], Line: 4},
+	}
+	inAnswer := func(s string) bool {
+		p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(all)))
+		return p >= lo && p < lo+uintptr(len(all))
+	}
+	d := NewDetacher()
+	first, second := d.Frames(answer[:2]), d.Frames(answer[2:])
+	if !slices.Equal(first, answer[:2]) || !slices.Equal(second, answer[2:]) {
+		t.Fatalf("copies differ: %v %v", first, second)
+	}
+	if cap(first) != 2 || cap(second) != 1 || &first[0] == &answer[0] {
+		t.Fatal("frames still in the answer's array")
+	}
+	for _, f := range append(first, second...) {
+		for _, s := range []string{f.Function, f.LinkageName, f.File} {
+			if s != "" && inAnswer(s) {
+				t.Fatalf("%q still points into the answer", s)
 			}
 		}
 	}
-	empty := &symbolizerv1.ModuleResult{}
-	Encode(empty, make([][]Frame, 3))
-	if len(empty.Strings) != 0 || len(empty.FrameCounts) != 3 {
-		t.Fatalf("an answer without frames: %v", empty)
+	if unsafe.StringData(first[0].File) != unsafe.StringData(second[0].File) || unsafe.StringData(first[0].Function) != unsafe.StringData(second[0].Function) {
+		t.Fatal("a repeated string was copied more than once")
+	}
+	if d.Frames(nil) != nil {
+		t.Fatal("no frames should stay nil")
 	}
 }
 

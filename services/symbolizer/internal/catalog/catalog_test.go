@@ -1,4 +1,4 @@
-package meta
+package catalog
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ func load(t *testing.T, path string) fixture {
 	return fixture{path, data, hex.EncodeToString(s[:]), ids}
 }
 
-func newMeta(t *testing.T, now *time.Time) *Meta {
+func newCatalog(t *testing.T, now *time.Time) *Catalog {
 	s, err := store.NewFolder(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func newMeta(t *testing.T, now *time.Time) *Meta {
 	return New(s, opt)
 }
 
-func upload(t *testing.T, m *Meta, f fixture, id ID, typ debuginfov1.DebuginfoType, src debuginfov1.UploadSource, body []byte) (*Record, error) {
+func upload(t *testing.T, m *Catalog, f fixture, id ID, typ debuginfov1.DebuginfoType, src debuginfov1.UploadSource, body []byte) (*Record, error) {
 	t.Helper()
 	ctx := context.Background()
 	up, err := m.Initiate(ctx, Desc{BuildID: id, Type: typ, SHA256: f.sum, Size: uint64(len(f.data)), Source: src})
@@ -97,7 +97,7 @@ func TestUploadLifecycle(t *testing.T) {
 	}
 	gid := ID{gnu, full.ids.GNU}
 	now := time.Now()
-	m := newMeta(t, &now)
+	m := newCatalog(t, &now)
 	ctx := context.Background()
 	should := func(f fixture, typ debuginfov1.DebuginfoType, src debuginfov1.UploadSource, want debuginfov1.ShouldUploadReason) {
 		t.Helper()
@@ -208,7 +208,7 @@ func TestUploadRejections(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMeta(t, nil)
+			m := newCatalog(t, nil)
 			_, err := upload(t, m, tc.f, tc.id, dbg, u, tc.body)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
@@ -238,7 +238,7 @@ func TestUploadRejections(t *testing.T) {
 		})
 	}
 
-	m := newMeta(t, nil)
+	m := newCatalog(t, nil)
 	m.opt.MaxSize = 100
 	if _, err := m.Initiate(ctx, Desc{BuildID: gid, Type: dbg, SHA256: good.sum, Size: uint64(len(good.data)), Source: u}); !isReason(err, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_TOO_LARGE) {
 		t.Fatalf("over the cap = %v", err)
@@ -254,7 +254,7 @@ func TestConcurrentAndStaleUploads(t *testing.T) {
 	good := load(t, testsupport.CompileC(t, prog, "-g"))
 	gid := ID{gnu, good.ids.GNU}
 	now := time.Now()
-	m := newMeta(t, &now)
+	m := newCatalog(t, &now)
 	ctx := context.Background()
 	d := Desc{BuildID: gid, Type: dbg, SHA256: good.sum, Size: uint64(len(good.data)), Source: u}
 
@@ -300,7 +300,7 @@ func TestConcurrentAndStaleUploads(t *testing.T) {
 	}
 
 	// Concurrent finishes of one upload: both succeed with the same record.
-	m2 := newMeta(t, nil)
+	m2 := newCatalog(t, nil)
 	up, err := m2.Initiate(ctx, d)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestSweep(t *testing.T) {
 	good := load(t, testsupport.CompileC(t, prog, "-g"))
 	other := load(t, testsupport.CompileC(t, prog+"int z;\n", "-g"))
 	now := time.Now()
-	m := newMeta(t, &now)
+	m := newCatalog(t, &now)
 	ctx := context.Background()
 	put := func(f fixture) *Upload {
 		up, err := m.Initiate(ctx, Desc{BuildID: ID{gnu, f.ids.GNU}, Type: dbg, SHA256: f.sum, Size: uint64(len(f.data)), Source: u})

@@ -1,4 +1,4 @@
-package meta
+package catalog
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestUnreadableDWARFDoesNotPoison(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bad := load(t, path)
 			gid := ID{gnu, bad.ids.GNU}
-			m := newMeta(t, nil)
+			m := newCatalog(t, nil)
 			r, err := upload(t, m, bad, gid, dbg, u, bad.data)
 			if err != nil {
 				t.Fatalf("upload: %v", err)

@@ -1,0 +1,420 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/services/symbolizer/internal/store"
+)
+
+// File is one verified file of a record.
+type File struct {
+	UploadID   string                     `json:"upload_id"`
+	BuildID    ID                         `json:"build_id"` // the ID it was uploaded under
+	IDs        buildid.IDs                `json:"ids"`
+	Type       debuginfov1.DebuginfoType  `json:"type"`
+	Source     debuginfov1.UploadSource   `json:"source"`
+	State      debuginfov1.DebuginfoState `json:"state"`
+	Message    string                     `json:"message,omitempty"`
+	Quality    Quality                    `json:"quality"`
+	SHA256     string                     `json:"sha256"`
+	Size       uint64                     `json:"size"`
+	UploadedAt time.Time                  `json:"uploaded_at"`
+	Object     string                     `json:"object"`
+	Loads      []addrmap.Load             `json:"loads"`
+	Runnable   bool                       `json:"runnable"`
+	// Fidelity is what the file's index reached when it was verified.
+	Fidelity index.Fidelity `json:"fidelity"`
+}
+
+// Exec is what a record keeps of an executable of its binary while its file is a separate
+// debug file: the program headers, which place addresses that come with a mapping, and the
+// IDs, which name the binary as profilers on the node see it (the executable's htlhash is not
+// the debug file's).
+type Exec struct {
+	SHA256 string                   `json:"sha256"`
+	Source debuginfov1.UploadSource `json:"source"`
+	IDs    buildid.IDs              `json:"ids"`
+	Loads  []addrmap.Load           `json:"loads"`
+}
+
+func execOf(f *File) *Exec {
+	return &Exec{SHA256: f.SHA256, Source: f.Source, IDs: f.IDs, Loads: f.Loads}
+}
+
+// Record is everything stored for one binary.
+type Record struct {
+	Key     string  `json:"key"`
+	Current *File   `json:"current,omitempty"`
+	Pending *Upload `json:"pending,omitempty"`
+	// Exec is set while Current is not runnable and an executable of the binary was seen.
+	Exec *Exec `json:"exec,omitempty"`
+	// Aliases are the IDs whose alias object points at this record.
+	Aliases []ID `json:"aliases,omitempty"`
+}
+
+// Loads returns the program headers that place addresses given with a mapping: the current
+// file's when it is runnable, else those of an executable seen beside it. ok is false when
+// only a separate debug file is known: objcopy --only-keep-debug (and so every distro debug
+// package) keeps p_vaddr and p_memsz but rewrites p_offset and p_filesz, and normalizing
+// with those puts addresses into other functions.
+func (r *Record) Loads() (loads []addrmap.Load, ok bool) {
+	if f := r.Current; f != nil && f.Runnable {
+		return f.Loads, true
+	}
+	if r.Exec != nil {
+		return r.Exec.Loads, true
+	}
+	return nil, false
+}
+
+// ids returns every ID the record answers to: its file's, and its executable's.
+func (r *Record) ids() []ID {
+	f := r.Current
+	ids := append([]ID{f.BuildID}, IDsOf(f.IDs)...)
+	if r.Exec != nil {
+		for _, id := range IDsOf(r.Exec.IDs) {
+			if !containsID(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// Proto renders the record for the API; nil when there is nothing to show.
+func (r *Record) Proto() *debuginfov1.Debuginfo {
+	if f := r.Current; f != nil {
+		_, headers := r.Loads()
+		d := &debuginfov1.Debuginfo{
+			BuildId: f.BuildID.ID, BuildIdType: f.BuildID.Type, Type: f.Type, Source: f.Source,
+			State: f.State, Quality: f.Quality.Proto(), Sha256: f.SHA256, Size: f.Size,
+			UploadedAt: timestamppb.New(f.UploadedAt), HasProgramHeaders: headers,
+		}
+		for _, id := range r.ids()[1:] {
+			d.Ids = append(d.Ids, &debuginfov1.BinaryID{Type: id.Type, Id: id.ID})
+		}
+		return d
+	}
+	if u := r.Pending; u != nil {
+		return &debuginfov1.Debuginfo{
+			BuildId: u.BuildID.ID, BuildIdType: u.BuildID.Type, Type: u.Type, Source: u.Source,
+			State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_UPLOADING, Sha256: u.SHA256, Size: u.Size,
+		}
+	}
+	return nil
+}
+
+// Errors callers map to API codes.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrNotUploaded  = errors.New("no object was uploaded yet")
+	ErrVerification = errors.New("verification failed")
+)
+
+// Options configures Catalog.
+type Options struct {
+	MaxSize   uint64
+	UploadTTL time.Duration
+	TempDir   string
+	Limits    elfx.Limits
+	Logger    *slog.Logger
+	Now       func() time.Time
+	// OnIndex receives the index built while verifying a file, so the caller can keep it
+	// in memory; the serialized index is stored by Catalog.
+	OnIndex func(f *File, ins *Inspection)
+}
+
+// Catalog manages records. Changes to one record are serialized by an in-process lock per
+// record key; replicas sharing one bucket rely on upload IDs and verified content, not on
+// locks, to stay correct.
+type Catalog struct {
+	s    store.Store
+	opt  Options
+	mu   sync.Mutex
+	lock map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New returns a Catalog over s.
+func New(s store.Store, opt Options) *Catalog {
+	if opt.UploadTTL == 0 {
+		opt.UploadTTL = 15 * time.Minute
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	return &Catalog{s: s, opt: opt, lock: map[string]*keyLock{}}
+}
+
+// Store returns the underlying object store.
+func (m *Catalog) Store() store.Store { return m.s }
+
+// MaxSize returns the upload size cap.
+func (m *Catalog) MaxSize() uint64 { return m.opt.MaxSize }
+
+func (m *Catalog) locked(key string) func() {
+	m.mu.Lock()
+	l := m.lock[key]
+	if l == nil {
+		l = &keyLock{}
+		m.lock[key] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.lock, key)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func recordKey(id ID) string { return "records/" + id.pathPart() }
+func aliasKey(id ID) string  { return "ids/" + id.pathPart() }
+
+type alias struct {
+	Record string `json:"record"`
+}
+
+func (m *Catalog) readJSON(ctx context.Context, key string, v any) error {
+	rc, size, err := m.s.Open(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if size > 16<<20 {
+		return fmt.Errorf("%s: record of %d bytes is implausibly large", key, size)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, size))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s: %w", key, err)
+	}
+	return nil
+}
+
+func (m *Catalog) writeJSON(ctx context.Context, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	return m.s.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+}
+
+// recordKeyFor returns the record an ID resolves to, or the key a new record for it gets.
+func (m *Catalog) recordKeyFor(ctx context.Context, id ID) (key string, exists bool, err error) {
+	var a alias
+	err = m.readJSON(ctx, aliasKey(id), &a)
+	switch {
+	case err == nil:
+		if !strings.HasPrefix(a.Record, "records/") || store.CheckKey(a.Record) != nil {
+			return "", false, fmt.Errorf("alias of %s names %q, not a record", id, a.Record)
+		}
+		return a.Record, true, nil
+	case errors.Is(err, store.ErrNotExist):
+		return recordKey(id), false, nil
+	}
+	return "", false, err
+}
+
+func (m *Catalog) loadRecord(ctx context.Context, key string) (*Record, error) {
+	var r Record
+	if err := m.readJSON(ctx, key+"/record.json", &r); err != nil {
+		if errors.Is(err, store.ErrNotExist) {
+			return &Record{Key: key}, nil
+		}
+		return nil, err
+	}
+	r.Key = key
+	return &r, nil
+}
+
+// Resolve returns the record holding an available or invalid file under id, or ErrNotFound.
+func (m *Catalog) Resolve(ctx context.Context, id ID) (*Record, error) {
+	key, exists, err := m.recordKeyFor(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	r, err := m.loadRecord(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if r.Current == nil {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return r, nil
+}
+
+func (m *Catalog) saveRecord(ctx context.Context, r *Record) error {
+	return m.writeJSON(ctx, r.Key+"/record.json", r)
+}
+
+// saveOrDrop saves r, or removes it when it holds nothing: a rejected or abandoned first
+// upload leaves no record behind.
+func (m *Catalog) saveOrDrop(ctx context.Context, r *Record) error {
+	if r.Current == nil && r.Pending == nil && r.Exec == nil && len(r.Aliases) == 0 {
+		return m.s.Delete(ctx, r.Key+"/record.json")
+	}
+	return m.saveRecord(ctx, r)
+}
+
+// deletePending removes an upload's bytes and index entry once no record names them. A
+// failure leaves garbage, not a wrong answer: it is logged and the sweep of abandoned uploads
+// removes it later.
+func (m *Catalog) deletePending(ctx context.Context, p *Upload) {
+	for _, k := range []string{p.Object(), "uploads-index/" + p.ID} {
+		if err := m.s.Delete(ctx, k); err != nil {
+			m.opt.Logger.Warn("delete finished upload", "object", k, "err", err)
+		}
+	}
+}
+
+func (m *Catalog) deleteFile(ctx context.Context, f *File) {
+	for _, k := range []string{f.Object, f.IndexObject(), f.StringsObject()} {
+		if err := m.s.Delete(ctx, k); err != nil {
+			m.opt.Logger.Warn("delete replaced file", "object", k, "err", err)
+		}
+	}
+}
+
+// pointAliases makes every ID of the record's file (and of its executable) resolve to it,
+// unless the ID already resolves to another record holding a file at least as good.
+func (m *Catalog) pointAliases(ctx context.Context, r *Record) error {
+	f := r.Current
+	for _, id := range r.ids() {
+		if containsID(r.Aliases, id) {
+			continue
+		}
+		key, exists, err := m.recordKeyFor(ctx, id)
+		if err != nil {
+			return err
+		}
+		if exists && key != r.Key {
+			other, err := m.loadRecord(ctx, key)
+			if err != nil {
+				return err
+			}
+			if o := other.Current; o != nil && o.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE && rank(o.Type, o.Source) >= rank(f.Type, f.Source) {
+				continue
+			}
+		}
+		if err := m.writeJSON(ctx, aliasKey(id), alias{Record: r.Key}); err != nil {
+			return err
+		}
+		r.Aliases = append(r.Aliases, id)
+	}
+	return m.saveRecord(ctx, r)
+}
+
+func containsID(ids []ID, id ID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Delete removes the record an ID resolves to, its files and its aliases.
+func (m *Catalog) Delete(ctx context.Context, id ID) error {
+	key, exists, err := m.recordKeyFor(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	defer m.locked(key)()
+	r, err := m.loadRecord(ctx, key)
+	if err != nil {
+		return err
+	}
+	if r.Current == nil {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	for _, a := range r.Aliases {
+		var cur alias
+		if err := m.readJSON(ctx, aliasKey(a), &cur); err == nil && cur.Record == key {
+			if err := m.s.Delete(ctx, aliasKey(a)); err != nil {
+				return err
+			}
+		}
+	}
+	if p := r.Pending; p != nil {
+		m.deletePending(ctx, p)
+	}
+	if err := m.s.Delete(ctx, key+"/record.json"); err != nil {
+		return err
+	}
+	m.deleteFile(ctx, r.Current)
+	return nil
+}
+
+// List returns a page of records ordered by build ID, and the next page token.
+func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debuginfov1.Debuginfo, string, error) {
+	after := ""
+	if token != "" {
+		b, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil || !strings.HasPrefix(string(b), "psym1:") {
+			return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
+		}
+		after = strings.TrimPrefix(string(b), "psym1:")
+	}
+	keys, err := m.s.List(ctx, "records/")
+	if err != nil {
+		return nil, "", err
+	}
+	var all []*debuginfov1.Debuginfo
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "/record.json") {
+			continue
+		}
+		r, err := m.loadRecord(ctx, strings.TrimSuffix(k, "/record.json"))
+		if err != nil {
+			return nil, "", err
+		}
+		if d := r.Proto(); d != nil && d.BuildId > after {
+			all = append(all, d)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].BuildId < all[j].BuildId })
+	next := ""
+	if len(all) > pageSize {
+		all = all[:pageSize]
+		next = base64.RawURLEncoding.EncodeToString([]byte("psym1:" + all[len(all)-1].BuildId))
+	}
+	return all, next, nil
+}
