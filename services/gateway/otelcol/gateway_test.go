@@ -383,3 +383,38 @@ func TestDefaultConfigValidates(t *testing.T) {
 		}
 	})
 }
+
+// TestK8sAttributesPassthrough runs the contrib k8sattributes processor (v0.160.0 on this core)
+// on profiles: in passthrough mode it adds the sender's address as k8s.pod.ip to each resource,
+// and the rest of the request goes on as it came, symbolized.
+func TestK8sAttributesPassthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, k8sPassthrough: true})
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	in := pprofile.NewProfiles()
+	pd.CopyTo(in)
+	if err := g.send(t.Context(), pd); err != nil {
+		t.Fatal(err)
+	}
+	sk.settle(t, int64(len(cases)), 30*time.Second)
+	out := sk.received()[0]
+	rps := out.ResourceProfiles()
+	for i := range rps.Len() {
+		v, ok := rps.At(i).Resource().Attributes().Get("k8s.pod.ip")
+		if !ok || v.Str() != "127.0.0.1" {
+			t.Fatalf("resource %d: k8s.pod.ip = %v (present %v), want 127.0.0.1", i, v.AsString(), ok)
+		}
+		// Without the added attribute the output is the input plus symbols.
+		rps.At(i).Resource().Attributes().Remove("k8s.pod.ip")
+	}
+	if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(out)); err != nil {
+		t.Fatal(err)
+	}
+	otlptest.CheckFrames(t, otlptest.Resolve(out), cases)
+}

@@ -172,6 +172,9 @@ type gwConfig struct {
 	pprofDir     string // pprof exporter; empty: none
 	storageDir   string // file_storage directory for a persistent sending queue; empty: in memory
 	queueSize    int    // sending_queue.queue_size in requests; 0: the Collector's default
+	// k8sPassthrough puts k8sattributes first, in passthrough mode (it adds k8s.pod.ip from
+	// the sender's address and needs no Kubernetes API).
+	k8sPassthrough bool
 }
 
 func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
@@ -208,6 +211,9 @@ processors:
 	if c.cacheEntries != nil {
 		fmt.Fprintf(&b, "    cache_entries: %d\n", *c.cacheEntries)
 	}
+	if c.k8sPassthrough {
+		b.WriteString("  k8sattributes:\n    auth_type: none\n    passthrough: true\n")
+	}
 	b.WriteString("exporters:\n")
 	var exporters []string
 	if c.downstream != "" {
@@ -235,6 +241,10 @@ processors:
 		exporters = append(exporters, "pprof")
 		fmt.Fprintf(&b, "  pprof:\n    directory: %s\n", c.pprofDir)
 	}
+	processors := "[memory_limiter, symbolize]"
+	if c.k8sPassthrough {
+		processors = "[k8sattributes, memory_limiter, symbolize]"
+	}
 	extensions := "[health_check]"
 	if c.storageDir != "" {
 		extensions = "[health_check, file_storage]"
@@ -253,9 +263,9 @@ processors:
   pipelines:
     profiles:
       receivers: [otlp]
-      processors: [memory_limiter, symbolize]
+      processors: %s
       exporters: [%s]
-`, extensions, metricsPort, strings.Join(exporters, ", "))
+`, extensions, metricsPort, processors, strings.Join(exporters, ", "))
 	return b.String()
 }
 

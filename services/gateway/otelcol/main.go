@@ -38,9 +38,9 @@ const profilesGate = "service.profilesSupport"
 
 const help = `profsym gateway: OTLP profiles in, native frames symbolized through the profsym
 symbolizer, full-fidelity OTLP and pprof out. It is an OpenTelemetry Collector built from the
-OTLP receiver, the memory_limiter and symbolize processors, the otlp, otlp_http, file, debug
-and pprof exporters and the file_storage and health_check extensions; it is configured by
-Collector YAML.
+OTLP receiver, the memory_limiter, symbolize and k8sattributes processors, the otlp,
+otlp_http, file, debug and pprof exporters and the file_storage and health_check extensions;
+it is configured by Collector YAML.
 
 Without --config it runs config/local.yaml, built in: receivers on 127.0.0.1:4317 (gRPC) and
 127.0.0.1:4318 (HTTP, POST /v1development/profiles), the symbolizer at http://127.0.0.1:7070
