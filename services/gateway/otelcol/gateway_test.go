@@ -347,6 +347,13 @@ func TestDrillRestartWhileDownstreamDown(t *testing.T) {
 	if yes, no := symbolizedRequests(sk.received()); yes != 15 || no != 0 {
 		t.Fatalf("%d requests symbolized, %d not; the queue holds symbolized data", yes, no)
 	}
+	// The persistent queue encodes requests as they stand (xpdata's request encoding), without
+	// the string-table references pdata's ProtoMarshaler would add.
+	for i, r := range sk.received() {
+		if err := otlpprofiles.Orphans(r); err != nil {
+			t.Fatalf("request %d after the disk queue: %v", i, err)
+		}
+	}
 }
 
 // TestDefaultConfigValidates checks the built-in configuration and the shipped examples with
