@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/profsym/profsym/processor/symbolizeprocessor"
+	"github.com/profsym/profsym/services/gateway/otelcol/internal/plainencoding"
 	"github.com/profsym/profsym/services/gateway/otelcol/internal/pprofexporter"
 )
 
@@ -49,6 +50,7 @@ func components() (otelcol.Factories, error) {
 	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		filestorage.NewFactory(),
 		healthcheckextension.NewFactory(),
+		plainencoding.NewFactory(),
 	); err != nil {
 		return f, err
 	}

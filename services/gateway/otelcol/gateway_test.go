@@ -3,21 +3,28 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
@@ -424,4 +431,106 @@ func TestK8sAttributesPassthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	otlptest.CheckFrames(t, otlptest.Resolve(out), cases)
+}
+
+// readLengthPrefixed reads the file exporter's proto format: each request as a 4-byte
+// big-endian length, then the ExportProfilesServiceRequest.
+func readLengthPrefixed(t *testing.T, path string) []pprofile.Profiles {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []pprofile.Profiles
+	for len(b) > 0 {
+		if len(b) < 4 {
+			t.Fatalf("%s: %d trailing bytes, not a length", path, len(b))
+		}
+		n := binary.BigEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			t.Fatalf("%s: record of %d bytes, %d left", path, n, len(b)-4)
+		}
+		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b[4 : 4+n])
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, pd)
+		b = b[4+n:]
+	}
+	return out
+}
+
+// TestLocalDefaultRun runs the one-command local gateway: no --config, the built-in
+// configuration, with only its listen addresses moved to free ports by --set and the symbolizer
+// and output folder given by their environment variables. What was sent comes out symbolized in
+// the OTLP file and as pprof files.
+func TestLocalDefaultRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway and the symbolizer")
+	}
+	bins := otlptest.Binaries(t)
+	sym := testsupport.StartSymbolizer(t, "")
+	uploadAll(t, sym, bins)
+	bin, err := gatewayBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	t.Setenv("PROFSYM_SYMBOLIZER", sym.URL())
+	t.Setenv("PROFSYM_GATEWAY_OUTPUT", out)
+	logPath := filepath.Join(t.TempDir(), "gateway.log")
+	proc, ports, err := pipeline.StartService(t.Context(), "gateway", logPath, bin, 4, 60*time.Second,
+		func(p []int) ([]string, string) {
+			return []string{
+				"--set=receivers::otlp::protocols::grpc::endpoint=127.0.0.1:" + strconv.Itoa(p[0]),
+				"--set=receivers::otlp::protocols::http::endpoint=127.0.0.1:" + strconv.Itoa(p[1]),
+				"--set=extensions::health_check::endpoint=127.0.0.1:" + strconv.Itoa(p[3]),
+				fmt.Sprintf("--set=service::telemetry::metrics::readers=[{pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}}]", p[2]),
+			}, fmt.Sprintf("http://127.0.0.1:%d/", p[3])
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{t: t, proc: proc, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2])}
+	cc, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	g.client = pprofileotlp.NewGRPCClient(cc)
+
+	var in []otlptest.Sample
+	var cases []otlptest.Case
+	for _, sh := range []otlptest.Shape{otlptest.ShapeEBPF, otlptest.ShapePprof} {
+		pd, c := otlptest.BuildRequest(t, sh, bins)
+		in = append(in, otlptest.Resolve(pd)...)
+		cases = append(cases, c...)
+		if err := g.send(t.Context(), pd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SIGTERM: the Collector stops its receivers, then flushes and closes the exporters.
+	if err := proc.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("stop: %v\n%s", err, proc.Tail(30))
+	}
+	var got []otlptest.Sample
+	for _, pd := range readLengthPrefixed(t, filepath.Join(out, "profiles.otlp.pb")) {
+		got = append(got, otlptest.Resolve(pd)...)
+		// The built-in configuration writes through the otlp_plain encoding.
+		if err := otlpprofiles.Orphans(pd); err != nil {
+			t.Fatalf("OTLP file output: %v", err)
+		}
+	}
+	if err := otlptest.Compare(in, got); err != nil {
+		t.Fatalf("OTLP file output: %v", err)
+	}
+	otlptest.CheckFrames(t, got, cases)
+	files, err := filepath.Glob(filepath.Join(out, "pprof", "profile-*.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("%d pprof files in %s, want 2", len(files), filepath.Join(out, "pprof"))
+	}
 }

@@ -39,8 +39,8 @@ const profilesGate = "service.profilesSupport"
 const help = `profsym gateway: OTLP profiles in, native frames symbolized through the profsym
 symbolizer, full-fidelity OTLP and pprof out. It is an OpenTelemetry Collector built from the
 OTLP receiver, the memory_limiter, symbolize and k8sattributes processors, the otlp,
-otlp_http, file, debug and pprof exporters and the file_storage and health_check extensions;
-it is configured by Collector YAML.
+otlp_http, file, debug and pprof exporters and the file_storage, health_check and otlp_plain
+extensions; it is configured by Collector YAML.
 
 Without --config it runs config/local.yaml, built in: receivers on 127.0.0.1:4317 (gRPC) and
 127.0.0.1:4318 (HTTP, POST /v1development/profiles), the symbolizer at http://127.0.0.1:7070
@@ -51,6 +51,7 @@ Prometheus /metrics on 127.0.0.1:8888, health on 127.0.0.1:13133. Print it with
 Examples:
   gateway                                        # the local default
   gateway --config config/production.yaml        # OTLP out with a persistent queue
+  gateway --set processors::symbolize::deadline=2s   # the local default, one key changed
   gateway --config file:my.yaml --set processors::symbolize::deadline=2s
   gateway validate --config my.yaml
   gateway components
@@ -86,6 +87,19 @@ func newCommand() *cobra.Command {
 		},
 	}
 	cmd := otelcol.NewCommand(set)
+	// --set alone would replace the built-in configuration with its own few keys (the Collector
+	// treats each --set as one more config source, and any source replaces the defaults): keep
+	// the built-in configuration under them, so `gateway --set key=value` adjusts the local run.
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		cfg, setFlag := c.Flags().Lookup("config"), c.Flags().Lookup("set")
+		if cfg == nil || setFlag == nil || cfg.Changed || !setFlag.Changed {
+			return nil
+		}
+		if err := c.Flags().Set("config", "yaml:"+defaultConfig); err != nil {
+			return fmt.Errorf("built-in configuration under --set: %w", err)
+		}
+		return nil
+	}
 	cmd.Short = "profsym gateway: symbolizing OTLP profiles gateway (an OpenTelemetry Collector)"
 	cmd.Long = help
 	cmd.AddCommand(&cobra.Command{
