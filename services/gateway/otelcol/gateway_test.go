@@ -534,3 +534,58 @@ func TestLocalDefaultRun(t *testing.T) {
 		t.Fatalf("%d pprof files in %s, want 2", len(files), filepath.Join(out, "pprof"))
 	}
 }
+
+// TestMemoryLimiterRefuses: above memory_limiter's limit the gateway refuses data with gRPC
+// UNAVAILABLE and HTTP 503, which OTLP senders retry, and counts the refusal; what it accepted
+// before arrives whole, what it refused not at all. A limit of 2 MiB is below any Go process's
+// heap, so every request after the limiter's first check is refused.
+func TestMemoryLimiterRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, memoryLimitMiB: 2})
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	// The limiter decides on its first check after start: what came before goes through.
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	var accepted int64
+	for {
+		err = g.send(t.Context(), pd)
+		if err == nil {
+			accepted += int64(len(cases))
+		}
+		if status.Code(err) == codes.Unavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("send above the memory limit: %v, want UNAVAILABLE", err)
+	}
+	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP above the memory limit: %s, want 503", resp.Status)
+	}
+	if refused := g.metrics(t).sum("otelcol_receiver_refused_profile_samples"); refused == 0 {
+		t.Error("otelcol_receiver_refused_profile_samples is 0 after refusals")
+	}
+	// Accepted requests arrive whole; refused ones not at all.
+	sk.settle(t, accepted, 30*time.Second)
+}

@@ -175,6 +175,8 @@ type gwConfig struct {
 	// k8sPassthrough puts k8sattributes first, in passthrough mode (it adds k8s.pod.ip from
 	// the sender's address and needs no Kubernetes API).
 	k8sPassthrough bool
+	// memoryLimitMiB replaces memory_limiter's limit_mib (1024); spike_limit_mib becomes half of it.
+	memoryLimitMiB int
 }
 
 func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
@@ -189,6 +191,10 @@ func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
     fsync: true
 `, c.storageDir)
 	}
+	limit := c.memoryLimitMiB
+	if limit == 0 {
+		limit = 1024
+	}
 	fmt.Fprintf(&b, `receivers:
   otlp:
     protocols:
@@ -198,13 +204,13 @@ func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
         endpoint: 127.0.0.1:%d
 processors:
   memory_limiter:
-    check_interval: 1s
-    limit_mib: 1024
-    spike_limit_mib: 256
+    check_interval: 100ms
+    limit_mib: %d
+    spike_limit_mib: %d
   symbolize:
     endpoint: %s
     timeout: 1s
-`, grpcPort, httpPort, c.symbolizer)
+`, grpcPort, httpPort, limit, limit/2, c.symbolizer)
 	if c.deadline > 0 {
 		fmt.Fprintf(&b, "    deadline: %s\n", c.deadline)
 	}
