@@ -175,6 +175,9 @@ type gwConfig struct {
 	// k8sPassthrough puts k8sattributes first, in passthrough mode (it adds k8s.pod.ip from
 	// the sender's address and needs no Kubernetes API).
 	k8sPassthrough bool
+	// tlsCert, tlsKey and tlsClientCA make both receivers serve TLS, and with a client CA
+	// require a client certificate it signed (the production overlay's mutual TLS).
+	tlsCert, tlsKey, tlsClientCA string
 	// memoryLimitMiB replaces memory_limiter's limit_mib (1024); spike_limit_mib becomes half of it.
 	memoryLimitMiB int
 }
@@ -195,13 +198,20 @@ func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
 	if limit == 0 {
 		limit = 1024
 	}
+	tls := ""
+	if c.tlsCert != "" {
+		tls = fmt.Sprintf("\n        tls:\n          cert_file: %s\n          key_file: %s", c.tlsCert, c.tlsKey)
+		if c.tlsClientCA != "" {
+			tls += "\n          client_ca_file: " + c.tlsClientCA
+		}
+	}
 	fmt.Fprintf(&b, `receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:%d
+        endpoint: 127.0.0.1:%d%s
       http:
-        endpoint: 127.0.0.1:%d
+        endpoint: 127.0.0.1:%d%s
 processors:
   memory_limiter:
     check_interval: 100ms
@@ -210,7 +220,7 @@ processors:
   symbolize:
     endpoint: %s
     timeout: 1s
-`, grpcPort, httpPort, limit, limit/2, c.symbolizer)
+`, grpcPort, tls, httpPort, tls, limit, limit/2, c.symbolizer)
 	if c.deadline > 0 {
 		fmt.Fprintf(&b, "    deadline: %s\n", c.deadline)
 	}
