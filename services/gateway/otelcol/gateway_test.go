@@ -235,6 +235,35 @@ func TestDrillRedisStopped(t *testing.T) {
 	}
 }
 
+// TestDrillDownstreamStoppedMidStream: a downstream that goes away under load and comes back
+// loses nothing: the sending queue holds what was accepted and retries it.
+func TestDrillDownstreamStoppedMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr})
+	var sent int64
+	for i := range 30 {
+		switch i {
+		case 10:
+			sk.GracefulStop()
+		case 20:
+			sk.Start(t)
+		}
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		g.sendRetry(t, pd)
+		sent += int64(len(cases))
+	}
+	sk.settle(t, sent, 60*time.Second)
+	if yes, no := symbolizedRequests(sk.received()); yes != 30 || no != 0 {
+		t.Fatalf("%d requests symbolized, %d not", yes, no)
+	}
+}
+
 // TestDrillDownstreamDownBackpressure: with the downstream away, a bounded sending queue fills
 // and the receiver answers UNAVAILABLE (gRPC) and 503 (HTTP) instead of dropping; senders that
 // retry get everything through once the downstream is back.

@@ -129,6 +129,19 @@ func (s *sink) Stop() {
 	}
 }
 
+// GracefulStop stops the sink after answering the requests it is serving: a downstream that
+// goes away between requests. (Stop cuts them off; a request the sink recorded but could not
+// answer is sent again, which is at-least-once delivery, not loss.)
+func (s *sink) GracefulStop() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		srv.GracefulStop()
+	}
+}
+
 func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	c := pprofile.NewProfiles()
 	req.Profiles().CopyTo(c)
