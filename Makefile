@@ -6,7 +6,7 @@ TOOLS ?= $(or $(PROFSYM_TOOLS),$(HOME)/.cache/profsym/bin)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint
 SERVICES := symbolizer gateway collector
 # Go modules of their own inside the repository: `go test ./...` from the root does not enter them.
-MODULES := processor/symbolizeprocessor
+MODULES := processor/symbolizeprocessor services/gateway/otelcol
 export PATH := $(TOOLS):$(PATH)
 
 .PHONY: help build generate check-generated lint test test-short bench testdata fuzz-seeds demo clean
@@ -14,9 +14,10 @@ export PATH := $(TOOLS):$(PATH)
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-build: ## Build the three service binaries into bin/.
+build: ## Build the three service binaries into bin/, and the gateway as a Collector distribution (bin/gateway-otelcol).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
+	cd services/gateway/otelcol && $(GO) build -o $(CURDIR)/$(BIN)/gateway-otelcol .
 
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
 	$(GO) tool -modfile=tools/go.mod buf generate
@@ -32,6 +33,7 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	$(GO) vet ./...
 	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GOLANGCI_LINT) run ./...
+	cd services/gateway/otelcol && $(GOLANGCI_LINT) run ./...
 	$(GO) tool -modfile=tools/go.mod buf lint
 
 fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index format change) and of the CFI parser.

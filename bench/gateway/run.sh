@@ -4,11 +4,15 @@
 # other; read the CONCURRENCY=1 run: with several senders on 2 cores the latency phase is
 # unaffected but the machine is busier) and throughput (requests and
 # locations per second) for eBPF-profiler-shaped requests of LOCATIONS distinct locations over
-# MAPPINGS binaries, with a warm symbolizer. Two gateways are measured: with the in-process
-# result cache (the steady state of a fleet) and without it (every request asks the symbolizer).
+# MAPPINGS binaries, with a warm symbolizer. In one run, on the same symbolizer, sink and
+# requests, it measures the gateway as a Collector distribution (services/gateway/otelcol) and
+# the hand-written gateway it replaces, built from git at OLD_REF, both with their in-process
+# result cache (the steady state of a fleet); the hand-written one also without it
+# (UNCACHED=1: every request asks the symbolizer).
 #
 #   bench/gateway/run.sh
 #   LOCATIONS=500 MAPPINGS=20 DURATION=15s CONCURRENCY=8 bench/gateway/run.sh
+#   OLD_REF=main bench/gateway/run.sh
 set -euo pipefail
 
 LOCATIONS=${LOCATIONS:-500}
@@ -19,6 +23,9 @@ FUNCS=${FUNCS:-300}
 N=${N:-1000}
 DURATION=${DURATION:-15s}
 CONCURRENCY=${CONCURRENCY:-8}
+# The last commit whose services/gateway is the hand-written gateway.
+OLD_REF=${OLD_REF:-6e14302}
+UNCACHED=${UNCACHED:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d)
 PIDS=()
@@ -30,16 +37,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PYTHON=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}
+freeport() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 waitfor() { for _ in $(seq 1 200); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "timeout waiting for $1" >&2; exit 1; }
 
-echo "building symbolizer, gateway and driver" >&2
-(cd "$ROOT" && go build -o "$WORK/symbolizer" ./services/symbolizer && go build -o "$WORK/gateway" ./services/gateway &&
-	go build -o "$WORK/driver" ./bench/gateway/driver)
+echo "building symbolizer, driver, the Collector gateway and the hand-written gateway at $OLD_REF" >&2
+(cd "$ROOT" && go build -o "$WORK/symbolizer" ./services/symbolizer && go build -o "$WORK/driver" ./bench/gateway/driver)
+(cd "$ROOT/services/gateway/otelcol" && go build -o "$WORK/gateway-otelcol" .)
+# The old gateway from git, not from the work tree: it is what the distribution replaces.
+mkdir -p "$WORK/old"
+git -C "$ROOT" archive "$OLD_REF" go.mod go.sum gen pkg services/gateway | tar -x -C "$WORK/old"
+(cd "$WORK/old" && GOFLAGS=-mod=mod go build -o "$WORK/gateway-old" ./services/gateway)
 
 echo "compiling $LIBS libraries of $FUNCS functions (-O2 -g)" >&2
 mkdir -p "$WORK/libs"
-python3 - "$WORK/libs/lib.c" "$FUNCS" <<'PY'
+"$PYTHON" - "$WORK/libs/lib.c" "$FUNCS" <<'PY'
 import sys
 path, n = sys.argv[1], int(sys.argv[2])
 with open(path, "w") as f:
@@ -66,11 +78,11 @@ SINK=$(freeport)
 "$WORK/driver" -sink-listen "127.0.0.1:$SINK" &
 PIDS+=($!)
 
-run_gateway() { # label, extra flags...
+run_old() { # label, extra flags...
 	local label=$1; shift
 	local g h a
 	g=$(freeport); h=$(freeport); a=$(freeport)
-	"$WORK/gateway" --grpc-listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --admin-listen "127.0.0.1:$a" \
+	"$WORK/gateway-old" --grpc-listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --admin-listen "127.0.0.1:$a" \
 		--symbolizer-url "http://127.0.0.1:$SYM" --otlp-grpc-endpoint "127.0.0.1:$SINK" --otlp-insecure \
 		--log-level warn "$@" 2>"$WORK/gateway-$label.log" &
 	local pid=$!
@@ -82,6 +94,67 @@ run_gateway() { # label, extra flags...
 	kill "$pid"
 }
 
-echo "machine: $(nproc) cores, $(uname -r)"
-run_gateway cached
-run_gateway uncached --symbol-cache-entries=-1
+run_otelcol() { # label
+	local label=$1
+	local g h m hc
+	g=$(freeport); h=$(freeport); m=$(freeport); hc=$(freeport)
+	# The production pipeline (memory_limiter, symbolize, otlp_grpc with its in-memory sending
+	# queue and gzip), on loopback.
+	cat >"$WORK/$label.yaml" <<YAML
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:$hc
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:$g
+      http:
+        endpoint: 127.0.0.1:$h
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_mib: 1024
+    spike_limit_mib: 256
+  symbolize:
+    endpoint: http://127.0.0.1:$SYM
+exporters:
+  otlp_grpc:
+    endpoint: 127.0.0.1:$SINK
+    tls:
+      insecure: true
+    sending_queue:
+      num_consumers: 2
+service:
+  extensions: [health_check]
+  telemetry:
+    logs:
+      level: warn
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: $m
+  pipelines:
+    profiles:
+      receivers: [otlp]
+      processors: [memory_limiter, symbolize]
+      exporters: [otlp_grpc]
+YAML
+	"$WORK/gateway-otelcol" --config "$WORK/$label.yaml" 2>"$WORK/gateway-$label.log" &
+	local pid=$!
+	PIDS+=($pid)
+	waitfor "http://127.0.0.1:$hc/"
+	"$WORK/driver" -gateway "127.0.0.1:$g" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
+		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY"
+	curl -fsS "http://127.0.0.1:$m/metrics" | grep -E '^otelcol_(processor_symbolize_(frames_resolved|cache_hits)|receiver_accepted_profile_samples)' | sed "s/^/$label: /"
+	kill "$pid"
+}
+
+echo "machine: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+run_old hand-written-cached
+run_otelcol otelcol-cached
+if [ "$UNCACHED" = 1 ]; then run_old hand-written-uncached --symbol-cache-entries=-1; fi
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

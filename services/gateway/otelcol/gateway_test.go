@@ -1,0 +1,620 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/profsym/profsym/demo/pipeline"
+	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
+	"github.com/profsym/profsym/pkg/testsupport"
+)
+
+func uploadAll(t *testing.T, sym *testsupport.Symbolizer, bins []otlptest.Binary) {
+	t.Helper()
+	paths := make([]string, len(bins))
+	for i, b := range bins {
+		paths[i] = b.Path
+	}
+	sym.Upload(t, paths...)
+}
+
+// TestSymbolizesWithFullFidelity sends every producer shape through the gateway binary, over
+// gRPC and HTTP, and checks what a real OTLP downstream receives: the input plus symbols, no
+// orphan dictionary entries, frames as llvm-symbolizer names them; and the pprof files.
+func TestSymbolizesWithFullFidelity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	bins := otlptest.Binaries(t)
+	sym := testsupport.StartSymbolizer(t, "")
+	uploadAll(t, sym, bins)
+	sk := startSink(t)
+	pprofDir := t.TempDir()
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, pprofDir: pprofDir})
+
+	var total int64
+	check := func(t *testing.T, in pprofile.Profiles, cases []otlptest.Case) {
+		t.Helper()
+		total += int64(len(cases))
+		sk.settle(t, total, 30*time.Second)
+		reqs := sk.received()
+		last := reqs[len(reqs)-1]
+		out := otlptest.Resolve(last)
+		if err := otlptest.Compare(otlptest.Resolve(in), out); err != nil {
+			t.Fatal(err)
+		}
+		if err := otlpprofiles.Orphans(last); err != nil {
+			t.Fatalf("output dictionary: %v", err)
+		}
+		otlptest.CheckFrames(t, out, cases)
+		for _, s := range out {
+			attrs := fmt.Sprint(s.Stack[0].MappingAttrs)
+			if !strings.Contains(attrs, otlpattr.MappingHasFunctions) || !strings.Contains(attrs, otlpattr.MappingHasLineNumbers) {
+				t.Fatalf("symbolized mapping without has_* attributes: %v", attrs)
+			}
+		}
+	}
+	for _, sh := range []otlptest.Shape{otlptest.ShapeEBPF, otlptest.ShapeEBPFZero, otlptest.ShapePprof} {
+		t.Run(string(sh), func(t *testing.T) {
+			pd, cases := otlptest.BuildRequest(t, sh, bins)
+			in := pprofile.NewProfiles()
+			pd.CopyTo(in)
+			if err := g.send(t.Context(), pd); err != nil {
+				t.Fatal(err)
+			}
+			check(t, in, cases)
+		})
+	}
+	t.Run("http", func(t *testing.T) {
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
+		in := pprofile.NewProfiles()
+		pd.CopyTo(in)
+		body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /v1development/profiles: %s", resp.Status)
+		}
+		check(t, in, cases)
+	})
+
+	t.Run("pprof-files", func(t *testing.T) {
+		files, err := filepath.Glob(filepath.Join(pprofDir, "profile-*.pb.gz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) != 4 {
+			t.Fatalf("%d pprof files, want 4 (one per request)", len(files))
+		}
+		cmd := exec.CommandContext(t.Context(), "go", "tool", "pprof", "-raw", files[0])
+		cmd.Env = append(os.Environ(), "PPROF_BINARY_PATH="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof -raw: %v\n%s", err, out)
+		}
+		// An inline chain prints as consecutive lines of one location: leaf, then middle, then outer.
+		text := string(out)
+		i := strings.Index(text, " leaf ")
+		if i < 0 || !strings.Contains(text[i:], " middle ") || !strings.Contains(text[i:], " outer ") || !strings.Contains(text, "main.work") {
+			t.Fatalf("pprof -raw output lacks the inline chain leaf/middle/outer or the Go frames:\n%s", text[:min(len(text), 3000)])
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		m := g.metrics(t)
+		// The Collector's own counters of the pipeline, and the symbolize processor's.
+		for _, c := range []struct {
+			name   string
+			labels []string
+		}{
+			{"otelcol_receiver_accepted_profile_samples", nil},
+			{"otelcol_exporter_sent_profile_samples", []string{`exporter="otlp_grpc"`}},
+			{"otelcol_exporter_sent_profile_samples", []string{`exporter="pprof"`}},
+		} {
+			if got := m.sum(c.name, c.labels...); got != float64(total) {
+				t.Errorf("%s%v = %v, want %d; the pipeline's series: %v", c.name, c.labels, got, total, m.pipelineSeries())
+			}
+		}
+		resolved := 0.0
+		var names []string
+		for _, x := range m {
+			names = append(names, x.name)
+			if strings.HasPrefix(x.name, "otelcol_processor_symbolize_") && strings.Contains(x.name, "resolved") {
+				resolved += x.value
+			}
+		}
+		if resolved == 0 {
+			t.Errorf("no symbolize processor counter of resolved frames in /metrics; have %v", names)
+		}
+	})
+}
+
+// symbolizedRequests counts received requests whose leaf frames have lines, and those without.
+func symbolizedRequests(reqs []pprofile.Profiles) (yes, no int) {
+	for _, r := range reqs {
+		out := otlptest.Resolve(r)
+		if len(out) > 0 && len(out[0].Stack[0].Lines) > 0 {
+			yes++
+		} else {
+			no++
+		}
+	}
+	return yes, no
+}
+
+// TestDrillSymbolizerStoppedMidStream: a symbolizer that goes away delays data up to the
+// deadline, then it goes on unsymbolized; nothing is lost, and symbolization resumes.
+func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	noCache := 0
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), deadline: time.Second, cacheEntries: &noCache, downstream: sk.addr})
+	var sent int64
+	for i := range 30 {
+		switch i {
+		case 10:
+			sym.Stop()
+		case 20:
+			sym.Start(t)
+		}
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		g.sendRetry(t, pd)
+		sent += int64(len(cases))
+	}
+	sk.settle(t, sent, 60*time.Second)
+	if yes, no := symbolizedRequests(sk.received()); yes != 20 || no != 10 {
+		t.Fatalf("%d requests symbolized, %d not; want 20 and the 10 sent while the symbolizer was down", yes, no)
+	}
+}
+
+// TestDrillRedisStopped: the symbolizer's Redis going away slows symbolization, never stops it.
+func TestDrillRedisStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer, Redis and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	redis := testsupport.StartRedis(t)
+	sym := testsupport.StartSymbolizer(t, redis.URL())
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	noCache := 0
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), cacheEntries: &noCache, downstream: sk.addr})
+	var sent int64
+	for i := range 30 {
+		switch i {
+		case 10:
+			redis.Stop()
+		case 20:
+			redis.Restart()
+		}
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		g.sendRetry(t, pd)
+		sent += int64(len(cases))
+	}
+	sk.settle(t, sent, 60*time.Second)
+	if yes, no := symbolizedRequests(sk.received()); yes != 30 || no != 0 {
+		t.Fatalf("%d requests symbolized, %d not; Redis being down must not stop symbolization", yes, no)
+	}
+}
+
+// TestDrillDownstreamStoppedMidStream: a downstream that goes away under load and comes back
+// loses nothing: the sending queue holds what was accepted and retries it.
+func TestDrillDownstreamStoppedMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr})
+	var sent int64
+	for i := range 30 {
+		switch i {
+		case 10:
+			sk.GracefulStop()
+		case 20:
+			sk.Start(t)
+		}
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		g.sendRetry(t, pd)
+		sent += int64(len(cases))
+	}
+	sk.settle(t, sent, 60*time.Second)
+	if yes, no := symbolizedRequests(sk.received()); yes != 30 || no != 0 {
+		t.Fatalf("%d requests symbolized, %d not", yes, no)
+	}
+}
+
+// TestDrillDownstreamDownBackpressure: with the downstream away, a bounded sending queue fills
+// and the receiver answers UNAVAILABLE (gRPC) and 503 (HTTP) instead of dropping; senders that
+// retry get everything through once the downstream is back.
+func TestDrillDownstreamDownBackpressure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	sk.Stop()
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, queueSize: 3})
+
+	var sent int64
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	for {
+		err := g.send(t.Context(), pd)
+		if status.Code(err) == codes.Unavailable {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += int64(len(cases))
+		if sent > 50*int64(len(cases)) {
+			t.Fatal("the sending queue never filled")
+		}
+		pd, cases = otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	}
+	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP with a full sending queue: %s, want 503", resp.Status)
+	}
+
+	var wg sync.WaitGroup
+	var pushedBack atomic.Int64
+	var mu sync.Mutex
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				p, c := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+				pushedBack.Add(int64(g.sendRetry(t, p)))
+				mu.Lock()
+				sent += int64(len(c))
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	sk.Start(t)
+	wg.Wait()
+	sk.settle(t, sent, 60*time.Second)
+	if pushedBack.Load() == 0 {
+		t.Fatal("no sender was pushed back while the downstream was down")
+	}
+	// Each refusal is counted where operators look, not only answered.
+	m := g.metrics(t)
+	if refused := m.sum("otelcol_receiver_refused_profile_samples"); refused == 0 {
+		t.Error("otelcol_receiver_refused_profile_samples is 0 after refusals")
+	}
+	if failed := m.sum("otelcol_exporter_enqueue_failed_profile_samples", `exporter="otlp_grpc"`); failed == 0 {
+		t.Error("otelcol_exporter_enqueue_failed_profile_samples is 0 after a full queue")
+	}
+	if got := m.sum("otelcol_exporter_sent_profile_samples", `exporter="otlp_grpc"`); got != float64(sent) {
+		t.Errorf("otelcol_exporter_sent_profile_samples = %v, want %d", got, sent)
+	}
+}
+
+// TestDrillRestartWhileDownstreamDown: what the gateway acknowledged while the downstream was
+// away sits in the file_storage-backed sending queue; a gateway killed with SIGKILL and started
+// again sends all of it once the downstream is back.
+func TestDrillRestartWhileDownstreamDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	sk.Stop()
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, storageDir: t.TempDir()})
+
+	var sent int64
+	for range 10 {
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		if err := g.send(t.Context(), pd); err != nil {
+			t.Fatalf("send while the downstream is away: %v", err)
+		}
+		sent += int64(len(cases))
+	}
+	g.kill()
+	g.restart()
+	// More while the downstream is still away, to the restarted gateway.
+	for range 5 {
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+		if err := g.send(t.Context(), pd); err != nil {
+			t.Fatalf("send after the restart: %v", err)
+		}
+		sent += int64(len(cases))
+	}
+	sk.Start(t)
+	sk.settle(t, sent, 60*time.Second)
+	if yes, no := symbolizedRequests(sk.received()); yes != 15 || no != 0 {
+		t.Fatalf("%d requests symbolized, %d not; the queue holds symbolized data", yes, no)
+	}
+	// The persistent queue encodes requests as they stand (xpdata's request encoding), without
+	// the string-table references pdata's ProtoMarshaler would add.
+	for i, r := range sk.received() {
+		if err := otlpprofiles.Orphans(r); err != nil {
+			t.Fatalf("request %d after the disk queue: %v", i, err)
+		}
+	}
+}
+
+// TestDefaultConfigValidates checks the built-in configuration and the shipped examples with
+// the gateway's own validate command.
+func TestDefaultConfigValidates(t *testing.T) {
+	for _, args := range [][]string{
+		{"validate"},
+		{"validate", "--config", "config/local.yaml"},
+		{"validate", "--config", "config/production.yaml"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cmd := newCommand()
+			cmd.SetArgs(args)
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			if err := cmd.ExecuteContext(context.Background()); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, out.String())
+			}
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		if err := os.WriteFile(bad, []byte(strings.Replace(defaultConfig, "endpoint: ${env:PROFSYM_SYMBOLIZER:-http://127.0.0.1:7070}", "endpoint: ftp://x", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := newCommand()
+		cmd.SetArgs([]string{"validate", "--config", bad})
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "ftp://x") {
+			t.Fatalf("validate of a config with an ftp:// symbolizer: %v, want the endpoint refused", err)
+		}
+	})
+}
+
+// TestK8sAttributesPassthrough runs the contrib k8sattributes processor (v0.160.0 on this core)
+// on profiles: in passthrough mode it adds the sender's address as k8s.pod.ip to each resource,
+// and the rest of the request goes on as it came, symbolized.
+func TestK8sAttributesPassthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, k8sPassthrough: true})
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	in := pprofile.NewProfiles()
+	pd.CopyTo(in)
+	if err := g.send(t.Context(), pd); err != nil {
+		t.Fatal(err)
+	}
+	sk.settle(t, int64(len(cases)), 30*time.Second)
+	out := sk.received()[0]
+	rps := out.ResourceProfiles()
+	for i := range rps.Len() {
+		v, ok := rps.At(i).Resource().Attributes().Get("k8s.pod.ip")
+		if !ok || v.Str() != "127.0.0.1" {
+			t.Fatalf("resource %d: k8s.pod.ip = %v (present %v), want 127.0.0.1", i, v.AsString(), ok)
+		}
+		// Without the added attribute the output is the input plus symbols.
+		rps.At(i).Resource().Attributes().Remove("k8s.pod.ip")
+	}
+	if err := otlptest.Compare(otlptest.Resolve(in), otlptest.Resolve(out)); err != nil {
+		t.Fatal(err)
+	}
+	otlptest.CheckFrames(t, otlptest.Resolve(out), cases)
+}
+
+// readLengthPrefixed reads the file exporter's proto format: each request as a 4-byte
+// big-endian length, then the ExportProfilesServiceRequest.
+func readLengthPrefixed(t *testing.T, path string) []pprofile.Profiles {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []pprofile.Profiles
+	for len(b) > 0 {
+		if len(b) < 4 {
+			t.Fatalf("%s: %d trailing bytes, not a length", path, len(b))
+		}
+		n := binary.BigEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			t.Fatalf("%s: record of %d bytes, %d left", path, n, len(b)-4)
+		}
+		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b[4 : 4+n])
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, pd)
+		b = b[4+n:]
+	}
+	return out
+}
+
+// TestLocalDefaultRun runs the one-command local gateway: no --config, the built-in
+// configuration, with only its listen addresses moved to free ports by --set and the symbolizer
+// and output folder given by their environment variables. What was sent comes out symbolized in
+// the OTLP file and as pprof files.
+func TestLocalDefaultRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway and the symbolizer")
+	}
+	bins := otlptest.Binaries(t)
+	sym := testsupport.StartSymbolizer(t, "")
+	uploadAll(t, sym, bins)
+	bin, err := gatewayBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	t.Setenv("PROFSYM_SYMBOLIZER", sym.URL())
+	t.Setenv("PROFSYM_GATEWAY_OUTPUT", out)
+	logPath := filepath.Join(t.TempDir(), "gateway.log")
+	proc, ports, err := pipeline.StartService(t.Context(), "gateway", logPath, bin, 4, 60*time.Second,
+		func(p []int) ([]string, string) {
+			return []string{
+				"--set=receivers::otlp::protocols::grpc::endpoint=127.0.0.1:" + strconv.Itoa(p[0]),
+				"--set=receivers::otlp::protocols::http::endpoint=127.0.0.1:" + strconv.Itoa(p[1]),
+				"--set=extensions::health_check::endpoint=127.0.0.1:" + strconv.Itoa(p[3]),
+				fmt.Sprintf("--set=service::telemetry::metrics::readers=[{pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}}]", p[2]),
+			}, fmt.Sprintf("http://127.0.0.1:%d/", p[3])
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{t: t, proc: proc, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2])}
+	cc, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	g.client = pprofileotlp.NewGRPCClient(cc)
+
+	var in []otlptest.Sample
+	var cases []otlptest.Case
+	for _, sh := range []otlptest.Shape{otlptest.ShapeEBPF, otlptest.ShapePprof} {
+		pd, c := otlptest.BuildRequest(t, sh, bins)
+		in = append(in, otlptest.Resolve(pd)...)
+		cases = append(cases, c...)
+		if err := g.send(t.Context(), pd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SIGTERM: the Collector stops its receivers, then flushes and closes the exporters.
+	if err := proc.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatalf("stop: %v\n%s", err, proc.Tail(30))
+	}
+	var got []otlptest.Sample
+	for _, pd := range readLengthPrefixed(t, filepath.Join(out, "profiles.otlp.pb")) {
+		got = append(got, otlptest.Resolve(pd)...)
+		// The built-in configuration writes through the otlp_plain encoding.
+		if err := otlpprofiles.Orphans(pd); err != nil {
+			t.Fatalf("OTLP file output: %v", err)
+		}
+	}
+	if err := otlptest.Compare(in, got); err != nil {
+		t.Fatalf("OTLP file output: %v", err)
+	}
+	otlptest.CheckFrames(t, got, cases)
+	files, err := filepath.Glob(filepath.Join(out, "pprof", "profile-*.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("%d pprof files in %s, want 2", len(files), filepath.Join(out, "pprof"))
+	}
+}
+
+// TestMemoryLimiterRefuses: above memory_limiter's limit the gateway refuses data with gRPC
+// UNAVAILABLE and HTTP 503, which OTLP senders retry, and counts the refusal; what it accepted
+// before arrives whole, what it refused not at all. A limit of 2 MiB is below any Go process's
+// heap, so every request after the limiter's first check is refused.
+func TestMemoryLimiterRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
+	}
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	sk := startSink(t)
+	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, memoryLimitMiB: 2})
+	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+	// The limiter decides on its first check after start: what came before goes through.
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	var accepted int64
+	for {
+		err = g.send(t.Context(), pd)
+		if err == nil {
+			accepted += int64(len(cases))
+		}
+		if status.Code(err) == codes.Unavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("send above the memory limit: %v, want UNAVAILABLE", err)
+	}
+	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP above the memory limit: %s, want 503", resp.Status)
+	}
+	if refused := g.metrics(t).sum("otelcol_receiver_refused_profile_samples"); refused == 0 {
+		t.Error("otelcol_receiver_refused_profile_samples is 0 after refusals")
+	}
+	// Accepted requests arrive whole; refused ones not at all.
+	sk.settle(t, accepted, 30*time.Second)
+}
