@@ -217,6 +217,10 @@ func minioDrills(t *testing.T, rep *drillReport) {
 				loadDone <- fmt.Errorf("module %v with %d of %d addresses resolved and no message saying why", mod.GetStatus(), resolved(r), want)
 				return
 			}
+			if strings.Contains(mod.GetMessage(), m.Endpoint()) || strings.Contains(mod.GetMessage(), "http") {
+				loadDone <- fmt.Errorf("module message shows the store's endpoint to a client: %s", mod.GetMessage())
+				return
+			}
 			loadDone <- fmt.Errorf("module %v: %s (%d of %d resolved)", mod.GetStatus(), mod.GetMessage(), resolved(r), want)
 		}
 	}()
@@ -232,7 +236,7 @@ func minioDrills(t *testing.T, rep *drillReport) {
 	if errors.Is(loadErr, errDrillMissed) {
 		t.Fatal("the index load finished before MinIO was killed: the drill did not happen")
 	}
-	if loadErr != nil && strings.Contains(loadErr.Error(), "no message saying why") {
+	if loadErr != nil && (strings.Contains(loadErr.Error(), "no message saying why") || strings.Contains(loadErr.Error(), "store's endpoint")) {
 		t.Error(loadErr)
 	}
 	t.Logf("Symbolize with MinIO killed during the index load, after %v: %v", answeredIn.Round(time.Millisecond), loadErr)

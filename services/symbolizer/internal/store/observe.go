@@ -41,7 +41,27 @@ type observedLocal struct {
 
 func (o *observedLocal) LocalPath(key string) (string, error) { return o.l.LocalPath(key) }
 
-func (o *observed) report(ctx context.Context, op string, err error) {
+// ErrUnavailable matches (errors.Is) every failure of the backend itself, as opposed to a
+// missing object or a caller that gave up, so that answers to clients can say "the store is
+// unavailable" without the backend's own words (S3 endpoints, object keys, folder paths), which
+// stay in the server's log.
+var ErrUnavailable = errors.New("debuginfo store unavailable")
+
+// BackendError is a failure of the store's backend during Op.
+type BackendError struct {
+	Op  string
+	Err error
+}
+
+func (e *BackendError) Error() string { return "store " + e.Op + ": " + e.Err.Error() }
+func (e *BackendError) Unwrap() error { return e.Err }
+
+// Is makes every BackendError match ErrUnavailable.
+func (e *BackendError) Is(target error) bool { return target == ErrUnavailable }
+
+// report hands the outcome to the health tracker and returns err, as a *BackendError when it
+// is the backend's failure.
+func (o *observed) report(ctx context.Context, op string, err error) error {
 	switch {
 	case err == nil:
 		o.h.OK()
@@ -53,7 +73,9 @@ func (o *observed) report(ctx context.Context, op string, err error) {
 		// is the store's slowness and counts.
 	default:
 		o.h.Fail(op, err)
+		return &BackendError{Op: op, Err: err}
 	}
+	return err
 }
 
 // clientReader remembers whether the upload body itself failed.
@@ -76,14 +98,12 @@ func (o *observed) Put(ctx context.Context, key string, r io.Reader, size int64)
 	if err != nil && cr.err != nil {
 		return err
 	}
-	o.report(ctx, "put", err)
-	return err
+	return o.report(ctx, "put", err)
 }
 
 func (o *observed) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
 	rc, size, err := o.s.Open(ctx, key)
-	o.report(ctx, "open", err)
-	if err != nil {
+	if err = o.report(ctx, "open", err); err != nil {
 		return nil, 0, err
 	}
 	return &observedBody{rc: rc, o: o, ctx: ctx}, size, nil
@@ -100,7 +120,7 @@ type observedBody struct {
 func (b *observedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil && err != io.EOF {
-		b.o.report(b.ctx, "read", err)
+		err = b.o.report(b.ctx, "read", err)
 	}
 	return n, err
 }
@@ -109,38 +129,32 @@ func (b *observedBody) Close() error { return b.rc.Close() }
 
 func (o *observed) Size(ctx context.Context, key string) (int64, error) {
 	n, err := o.s.Size(ctx, key)
-	o.report(ctx, "size", err)
-	return n, err
+	return n, o.report(ctx, "size", err)
 }
 
 func (o *observed) Delete(ctx context.Context, key string) error {
 	err := o.s.Delete(ctx, key)
-	o.report(ctx, "delete", err)
-	return err
+	return o.report(ctx, "delete", err)
 }
 
 func (o *observed) Copy(ctx context.Context, src, dst string) error {
 	err := o.s.Copy(ctx, src, dst)
-	o.report(ctx, "copy", err)
-	return err
+	return o.report(ctx, "copy", err)
 }
 
 func (o *observed) List(ctx context.Context, prefix string) ([]string, error) {
 	keys, err := o.s.List(ctx, prefix)
-	o.report(ctx, "list", err)
-	return keys, err
+	return keys, o.report(ctx, "list", err)
 }
 
 func (o *observed) PresignPut(ctx context.Context, key string, expiry time.Duration) (string, map[string]string, bool, error) {
 	url, headers, ok, err := o.s.PresignPut(ctx, key, expiry)
-	o.report(ctx, "presign", err)
-	return url, headers, ok, err
+	return url, headers, ok, o.report(ctx, "presign", err)
 }
 
 func (o *observed) Ping(ctx context.Context) error {
 	err := o.s.Ping(ctx)
-	o.report(ctx, "ping", err)
-	return err
+	return o.report(ctx, "ping", err)
 }
 
 func (o *observed) String() string { return o.s.String() }

@@ -39,7 +39,7 @@ func TestObserveCountsTheStoresFailuresOnly(t *testing.T) {
 	if err := s.Put(ctx, "a/b", bytes.NewReader([]byte("xyz")), 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Size(ctx, "a/missing"); !errors.Is(err, ErrNotExist) {
+	if _, err := s.Size(ctx, "a/missing"); !errors.Is(err, ErrNotExist) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("size of a missing object: %v", err)
 	}
 	if err := s.Put(ctx, "a/c", failingReader{}, 3); err == nil {
@@ -69,8 +69,10 @@ func TestObserveCountsTheStoresFailuresOnly(t *testing.T) {
 	if err := s.Ping(ctx); err == nil {
 		t.Fatal("ping of a removed folder succeeded")
 	}
-	if err := s.Put(ctx, "a/d", bytes.NewReader([]byte("xyz")), 3); err == nil {
-		t.Fatal("put into a removed folder succeeded")
+	err = s.Put(ctx, "a/d", bytes.NewReader([]byte("xyz")), 3)
+	var be *BackendError
+	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &be) || be.Op != "put" {
+		t.Fatalf("put into a removed folder: %v, want the backend's failure of put", err)
 	}
 	if h.fails["ping"] != 1 || h.fails["put"] != 1 {
 		t.Fatalf("failures = %v, want one ping and one put", h.fails)

@@ -359,7 +359,18 @@ func unavailable(ctx context.Context, mod *symbolizerv1.Module, err error) *symb
 	if ctx.Err() != nil {
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
 	}
-	return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error())
+	return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(err))
+}
+
+// publicReason is what a caller is told of a failure: a failure of the store's backend is
+// named as such, without the backend's own words (its endpoint, bucket, object keys or
+// folder), which the server logs.
+func publicReason(err error) string {
+	var be *store.BackendError
+	if errors.As(err, &be) {
+		return fmt.Sprintf("%v (%s); retry later", store.ErrUnavailable, be.Op)
+	}
+	return err.Error()
 }
 
 // stringTable returns the string table of the file's index for reading cached results: a
@@ -514,7 +525,7 @@ func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.
 	}
 	if storeErr != nil {
 		s.opt.Logger.Warn("store lookup failed", "filename", mod.GetFilename(), "err", storeErr)
-		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, storeErr.Error()
+		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(storeErr)
 	}
 	if gnu := mod.GetGnuBuildId(); gnu != "" && s.fetch != nil {
 		found, err := s.fetch.Fetch(ctx, gnu)
