@@ -112,14 +112,18 @@ type rangeEntry struct {
 	seq      uint32
 }
 
+// lineRow is a row as added. 24 bytes: the end-of-sequence flag is file == endFile rather
+// than a field of its own, which alignment would round up to 32 bytes; a large Go binary adds
+// millions of rows, and the builder's array of them is its largest allocation.
 type lineRow struct {
 	addr   uint64
-	file   uint32
+	file   uint32 // endFile: end of a sequence, addresses from here on have no line until the next row
 	line   uint32
 	column uint32
-	end    bool // end of a sequence: addresses from here on have no line until the next row
 	seq    uint32
 }
+
+func (r lineRow) end() bool { return r.file == endFile }
 
 // NewBuilder returns an empty builder whose string 0 is "".
 func NewBuilder() *Builder {
@@ -199,7 +203,7 @@ func (b *Builder) AddLine(addr uint64, file, line, column uint32) {
 
 // EndSequence marks the end of a line sequence at addr (exclusive).
 func (b *Builder) EndSequence(addr uint64) {
-	b.lines = append(b.lines, lineRow{addr: addr, end: true, seq: uint32(len(b.lines))})
+	b.lines = append(b.lines, lineRow{addr: addr, file: endFile, seq: uint32(len(b.lines))})
 }
 
 // RaiseFidelity records that a source delivered at least f.
@@ -405,9 +409,9 @@ func (b *Builder) Build() (*Index, error) {
 			return c
 		}
 		switch {
-		case a.end && !b.end:
+		case a.end() && !b.end():
 			return -1
-		case !a.end && b.end:
+		case !a.end() && b.end():
 			return 1
 		}
 		// Otherwise the row added last wins: seq makes the order total, so an unstable sort
@@ -420,7 +424,7 @@ func (b *Builder) Build() (*Index, error) {
 	// third of its rows (statement boundaries), and on a large binary that is megabytes. Rows
 	// are counted first so that the index's table is allocated once, at its final size.
 	same := func(p, r *lineRow) bool {
-		return p.end == r.end && (p.end || p.file == r.file && p.line == r.line && p.column == r.column)
+		return p.end() == r.end() && (p.end() || p.file == r.file && p.line == r.line && p.column == r.column)
 	}
 	kept := 0
 	var prev *lineRow
@@ -444,7 +448,7 @@ func (b *Builder) Build() (*Index, error) {
 			prev = r
 			var row lnRow
 			row.setAddr(r.addr)
-			if r.end {
+			if r.end() {
 				row.file = endFile
 			} else {
 				row.file, row.line, row.col = r.file, r.line, r.column
@@ -474,7 +478,7 @@ func sortedRuns(rows []lineRow, cmp func(a, b lineRow) int) []span {
 	var runs []span
 	start := 0
 	for i := 1; i <= len(rows); i++ {
-		if i == len(rows) || rows[i-1].end || cmp(rows[i-1], rows[i]) > 0 {
+		if i == len(rows) || rows[i-1].end() || cmp(rows[i-1], rows[i]) > 0 {
 			runs = append(runs, span{start, i})
 			start = i
 		}
