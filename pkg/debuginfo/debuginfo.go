@@ -435,7 +435,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			if f == nil || !f.HasDWARF() {
 				continue
 			}
-			secs, err := f.DWARFSections()
+			secs, err := f.DWARFSectionsOf(dwarfsym.SectionNames...)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
@@ -449,7 +449,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					continue
 				}
 				if b.sup != nil {
-					if opts.Supplementary, err = b.sup.DWARFSections(); err != nil {
+					if opts.Supplementary, err = b.sup.DWARFSectionsOf(dwarfsym.SectionNames...); err != nil {
 						err = fmt.Errorf("supplementary file: %w", err)
 						warn("dwarf", err)
 						b.info.DWARFError = err.Error()

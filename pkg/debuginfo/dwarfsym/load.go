@@ -20,6 +20,12 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
 
+// SectionNames are the DWARF sections Load reads, by key (the section name without
+// ".debug_"): what a caller needs to read and decompress, and no more. Location lists, types
+// and address ranges are not among them; .debug_loclists alone is often larger than
+// .debug_info.
+var SectionNames = []string{"info", "abbrev", "line", "str", "line_str", "str_offsets", "addr", "rnglists", "ranges"}
+
 // Options tunes Load.
 type Options struct {
 	// Workers is the number of goroutines that decode compilation units; 0 means GOMAXPROCS.
