@@ -6,7 +6,7 @@
 # (its sources), and written under a temporary name first so an interrupted run
 # never leaves a half-written binary behind. At most two compiler jobs run at once.
 #
-# Needs: gcc/g++, clang/clang++, ld.lld and llvm-dwp (LLVM 14), binutils objcopy/nm, xz, dwz, go, rustc,
+# Needs: gcc/g++, clang/clang++, ld.lld and llvm-dwp (LLVM 14), binutils objcopy/nm/dwp, xz, dwz, go, rustc,
 # apt-get + dpkg-source (dpkg-dev) and network access to Debian's apt mirror for the Debian
 # package (fetched once, then reused from testdata/build/debian).
 #
@@ -136,23 +136,28 @@ spawn compile cxx-gcc-O2-lto cxx g++ -O2 -g -flto=1 -fPIE -pie
 spawn compile c-gcc-O2-lto c gcc -O2 -g -flto=1 -fno-pie -no-pie
 spawn compile cxx-clang-O2-lto cxx clang++ -O2 -g -flto -fuse-ld=lld -fPIE -pie
 
-# -gsplit-dwarf (DWARF 5): skeleton units in the executable, functions and inlined instances in
-# .dwo files, packed by llvm-dwp into NAME.dwp beside it, where llvm-symbolizer looks (binutils'
-# dwp 2.40 crashes on DWARF 5). The .dwo files are removed, so the package is the only copy.
+# -gsplit-dwarf: skeleton units in the executable, functions and inlined instances in .dwo
+# files, packed into NAME.dwp beside it, where llvm-symbolizer looks. The .dwo files are
+# removed, so the package is the only copy. DWARF 5 is packed by llvm-dwp (binutils' dwp 2.40
+# crashes on it); DWARF 4 (GNU's split units: DW_AT_GNU_dwo_name skeletons,
+# DW_FORM_GNU_addr_index) by binutils' dwp, which writes GNU's unit index version 2.
+# split_compile NAME LANG CC PACKER FLAGS...
 split_compile() {
-	local name=$1 lang=$2 cc=$3 target=$out/bin/$1
-	shift 3
+	local name=$1 lang=$2 cc=$3 packer=$4 target=$out/bin/$1
+	shift 4
 	local deps
 	if [[ $lang == c ]]; then deps=("${c_deps[@]}"); else deps=("${cxx_deps[@]}"); fi
 	uptodate "$target" "${deps[@]}" && [[ -e $target.dwp ]] && return 0
 	rm -f "$out/bin/$name".tmp-*.dwo
 	compile "$name" "$lang" "$cc" -gsplit-dwarf "$@"
-	llvm-dwp -e "$target" -o "$target.dwp.tmp"
+	"$packer" -e "$target" -o "$target.dwp.tmp"
 	rm -f "$out/bin/$name".tmp-*.dwo "$out/bin/$name"-*.dwo
 	mv -f "$target.dwp.tmp" "$target.dwp"
 }
-spawn split_compile cxx-gcc-O2-dw5-split cxx g++ -O2 -gdwarf-5 -fPIE -pie
-spawn split_compile c-gcc-O3-dw5-split c gcc -O3 -gdwarf-5 -fno-pie -no-pie
+spawn split_compile cxx-gcc-O2-dw5-split cxx g++ llvm-dwp -O2 -gdwarf-5 -fPIE -pie
+spawn split_compile c-gcc-O3-dw5-split c gcc llvm-dwp -O3 -gdwarf-5 -fno-pie -no-pie
+spawn split_compile cxx-gcc-O2-dw4-split cxx g++ dwp -O2 -gdwarf-4 -fno-pie -no-pie
+spawn split_compile c-gcc-O3-dw4-split c gcc dwp -O3 -gdwarf-4 -fPIE -pie
 
 build_go() {
 	local target=$out/bin/$1

@@ -5,22 +5,37 @@
 #   cold   wall time to open the binary, build what the tool needs and resolve the first
 #          10,000 addresses (one process, addresses on stdin, JSON output to /dev/null)
 #   warm   addresses per second once the index exists: the marginal rate between a 10,000-
-#          and a $BIG-address batch, (BIG - 10000) / (t_BIG - t_10k), the same for both tools
+#          and a $BIG-address batch, (BIG - 10000) / (cpu_BIG - cpu_10k), in process CPU time
+#          (user + system), which a shared machine's waiting for a CPU does not inflate. Ours is
+#          taken with the index cache filled (--cache-dir), so that the index build, whose
+#          time varies by more than the whole warm part on a 150 MB binary, is not in the
+#          difference; llvm-symbolizer has no such cache and parses lazily as it goes. Ours
+#          takes its big batch at $OURS_BIG addresses: at 200,000 the difference is a tenth
+#          of a second against the index load's 0.6 s, and the best-of-runs of either side
+#          moves it by as much.
 #   rss    peak resident set size of the $BIG batch (/usr/bin/time -f %M)
 #   cached cold again, ours with the index cache filled by an earlier run (--cache-dir): what a
-#          second `symbolizer symbolize` on the same binary costs. Every other figure of ours
-#          is taken with --no-cache.
+#          second `symbolizer symbolize` on the same binary costs. cold and rss of ours are
+#          taken with --no-cache.
+#
+# Then, when MinIO is there, stripped Go: MinIO stripped of its symbol table and DWARF
+# (pclntab only), 20,000 addresses in one process, ours (--no-cache, with inline frames)
+# against `go tool addr2line` (built once; functions and lines, no inline frames): wall time,
+# CPU time and peak RSS.
 #
 # Binaries: MinIO (a Go binary over 100 MB with DWARF, from .ci/install-deps), the zstd CLI
 # from Debian's source package and a C++ corpus binary (both from testdata/build.sh).
-# Each measurement is the best of $REPEAT runs (default 3) to damp noise from a shared machine.
+# Each measurement is the best of $REPEAT runs (default 3) to damp noise from a shared machine;
+# the load average is printed with the table.
 #
 # Usage: bench/symbolize/run.sh [BINARY...]    (default: the three above)
-# Env:   BIG (default 200000), REPEAT (default 3), PROFSYM_TOOLS (where MinIO is).
+# Env:   BIG (default 200000), OURS_BIG (default 1000000), REPEAT (default 3), PROFSYM_TOOLS
+#        (where MinIO is).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIG=${BIG:-200000}
+OURS_BIG=${OURS_BIG:-1000000}
 REPEAT=${REPEAT:-3}
 SMALL=10000
 tools=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}
@@ -49,32 +64,37 @@ else
 	bins+=("$root/testdata/build/bin/zstd-deb" "$root/testdata/build/bin/cxx-gcc-O2-dw5-pie")
 fi
 
-log "building the symbolizer CLI and the address sampler"
-(cd "$root" && go build -o "$work/symbolizer" ./services/symbolizer && go build -o "$work/sample" ./bench/symbolize/sample)
+log "building the symbolizer CLI, the address sampler and go tool addr2line"
+(cd "$root" && go build -o "$work/symbolizer" ./services/symbolizer && go build -o "$work/sample" ./bench/symbolize/sample &&
+	go build -o "$work/addr2line" cmd/addr2line)
 
 ours() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON --no-cache; }
 cached() { "$work/symbolizer" symbolize --obj "$1" --output-style=JSON --cache-dir "$work/cache"; }
 llvm() { llvm-symbolizer --obj="$1" --output-style=JSON; }
+a2l() { "$work/addr2line" "$1"; }
 
-# measure TOOL BIN ADDRS -> "wall_seconds max_rss_kb" (best wall and best RSS of REPEAT runs);
-# checks that the tool answered every address.
+# measure TOOL BIN ADDRS [LINES_PER_ADDRESS] -> "wall_seconds max_rss_kb cpu_seconds" (the best
+# of REPEAT runs, each figure on its own); checks that the tool answered every address.
 measure() {
-	local tool=$1 bin=$2 addrs=$3 best_t= best_m= i t m lines want
-	want=$(wc -l <"$addrs")
+	local tool=$1 bin=$2 addrs=$3 per=${4:-1} best_t= best_m= best_c= i t m u s c lines want
+	want=$(($(wc -l <"$addrs") * per))
 	for ((i = 0; i < REPEAT; i++)); do
-		/usr/bin/time -f '%e %M' -o "$work/time" bash -c "$(declare -f ours cached llvm); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
+		/usr/bin/time -f '%e %M %U %S' -o "$work/time" bash -c "$(declare -f ours cached llvm a2l); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
 		lines=$(wc -l <"$work/out")
 		if ((lines != want)); then
-			log "$tool on $(basename "$bin"): $lines answers for $want addresses"
+			log "$tool on $(basename "$bin"): $lines answer lines for $want"
 			exit 1
 		fi
-		read -r t m <"$work/time"
+		read -r t m u s <"$work/time"
+		c=$(awk "BEGIN{print $u + $s}")
 		if [[ -z $best_t ]] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t; fi
+		if [[ -z $best_c ]] || awk "BEGIN{exit !($c < $best_c)}"; then best_c=$c; fi
 		if [[ -z $best_m ]] || ((m < best_m)); then best_m=$m; fi
 	done
-	echo "$best_t $best_m"
+	echo "$best_t $best_m $best_c"
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 for bin in "${bins[@]}"; do
 	name=$(basename "$bin")
@@ -84,18 +104,20 @@ for bin in "${bins[@]}"; do
 	fi
 	"$work/sample" -bin "$bin" -n "$SMALL" -seed 1 -o "$work/$name.small"
 	"$work/sample" -bin "$bin" -n "$BIG" -seed 2 -o "$work/$name.big"
+	"$work/sample" -bin "$bin" -n "$OURS_BIG" -seed 4 -o "$work/$name.oursbig"
 	log "$name (${size} MB): ours"
-	read -r os_t os_m < <(measure ours "$bin" "$work/$name.small")
-	read -r ob_t ob_m < <(measure ours "$bin" "$work/$name.big")
+	read -r os_t os_m _ < <(measure ours "$bin" "$work/$name.small")
+	read -r ob_t ob_m _ < <(measure ours "$bin" "$work/$name.big")
 	cached "$bin" <"$work/$name.small" >/dev/null # fills the cache
-	read -r oc_t _ < <(measure cached "$bin" "$work/$name.small")
+	read -r oc_t _ oc_c < <(measure cached "$bin" "$work/$name.small")
+	read -r _ _ ocb_c < <(measure cached "$bin" "$work/$name.oursbig")
 	log "$name (${size} MB): llvm-symbolizer"
-	read -r ls_t ls_m < <(measure llvm "$bin" "$work/$name.small")
-	read -r lb_t lb_m < <(measure llvm "$bin" "$work/$name.big")
-	rows+=("$(awk -v n="$name" -v sz="$size" -v big="$BIG" -v small="$SMALL" \
-		-v ost="$os_t" -v oct="$oc_t" -v obt="$ob_t" -v obm="$ob_m" -v lst="$ls_t" -v lbt="$lb_t" -v lbm="$lb_m" 'BEGIN {
-		dow = obt - ost; dlw = lbt - lst
-		ow = dow > 0 ? (big - small) / dow : 0
+	read -r ls_t ls_m ls_c < <(measure llvm "$bin" "$work/$name.small")
+	read -r lb_t lb_m lb_c < <(measure llvm "$bin" "$work/$name.big")
+	rows+=("$(awk -v n="$name" -v sz="$size" -v big="$BIG" -v obig="$OURS_BIG" -v small="$SMALL" \
+		-v ost="$os_t" -v oct="$oc_t" -v occ="$oc_c" -v ocbc="$ocb_c" -v obm="$ob_m" -v lst="$ls_t" -v lsc="$ls_c" -v lbc="$lb_c" -v lbm="$lb_m" 'BEGIN {
+		dow = ocbc - occ; dlw = lbc - lsc
+		ow = dow > 0 ? (obig - small) / dow : 0
 		lw = dlw > 0 ? (big - small) / dlw : 0
 		printf "%-22s %5d | %7.2f %7.2f %6.2fx | %7.2f %6.2fx | %10.0f %10.0f %6.2fx | %7.1f %7.1f %6.2fx\n",
 			n, sz, ost, lst, (ost > 0 ? lst / ost : 0), oct, (oct > 0 ? lst / oct : 0), ow, lw, (lw > 0 ? ow / lw : 0),
@@ -103,7 +125,28 @@ for bin in "${bins[@]}"; do
 	}')")
 done
 
-printf '\n%-22s %5s | %-23s | %-15s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "cached (s)" "warm (addresses/s)" "peak RSS, ${BIG} addrs (MB)"
+stripped=
+if [[ -x $tools/minio ]]; then
+	log "stripped MinIO (pclntab only): ours and go tool addr2line"
+	strip -o "$work/minio-stripped" "$tools/minio"
+	"$work/sample" -bin "$tools/minio" -n 20000 -seed 3 -o "$work/stripped.addrs"
+	read -r so_t so_m so_c < <(measure ours "$work/minio-stripped" "$work/stripped.addrs")
+	read -r sa_t sa_m sa_c < <(measure a2l "$work/minio-stripped" "$work/stripped.addrs" 2)
+	stripped=$(awk -v ot="$so_t" -v om="$so_m" -v oc="$so_c" -v at="$sa_t" -v am="$sa_m" -v ac="$sa_c" 'BEGIN {
+		printf "%-22s | %7.2f %7.2f %6.2fx | %7.2f %7.2f %6.2fx | %7.1f %7.1f %6.2fx\n",
+			"minio, stripped", ot, at, (ot > 0 ? at / ot : 0), oc, ac, (oc > 0 ? ac / oc : 0),
+			om / 1024, am / 1024, (am > 0 ? om / am : 0)
+	}')
+fi
+
+printf '\n%-22s %5s | %-23s | %-15s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "cached (s)" "warm (addresses/CPU s)" "peak RSS, ${BIG} addrs (MB)"
 printf '%-22s %5s | %7s %7s %7s | %7s %7s | %10s %10s %7s | %7s %7s %7s\n' binary MB ours llvm "llvm/us" ours "llvm/us" ours llvm "us/llvm" ours llvm "us/llvm"
 printf '%s\n' "${rows[@]}"
 printf '\ncold ratio > 1: we are faster; warm ratio: our throughput over llvm-symbolizer'"'"'s; RSS ratio <= 1: we use no more memory. Best of %d runs each.\n' "$REPEAT"
+if [[ -n $stripped ]]; then
+	printf '\n%-22s | %-23s | %-23s | %-23s\n' "20,000 addresses" "wall (s)" "CPU (s)" "peak RSS (MB)"
+	printf '%-22s | %7s %7s %7s | %7s %7s %7s | %7s %7s %7s\n' binary ours a2l "a2l/us" ours a2l "a2l/us" ours a2l "us/a2l"
+	printf '%s\n' "$stripped"
+	printf 'a2l: go tool addr2line (no inline frames); ours with inline frames. Time ratios > 1: we are faster.\n'
+fi
+printf 'load average: %s before, %s after (%d CPUs)\n' "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"

@@ -138,6 +138,10 @@ func corpusCases() []corpusCase {
 		corpusCase{name: "cxx-gcc-O2-dw5-split", check: dwarfPackage},
 		corpusCase{name: "c-gcc-O3-dw5-split", ref: "c-gcc-O3-dw5-nopie", check: dwarfPackage,
 			refWhy: "llvm-symbolizer 14 drops the inlined frames of this package's kernels.c unit (it prints only the outermost function); it answers on the twin built without -gsplit-dwarf, whose code is identical"},
+		// GNU's DWARF 4 split units, packed by binutils' dwp (unit index version 2).
+		corpusCase{name: "cxx-gcc-O2-dw4-split", check: dwarfPackage},
+		corpusCase{name: "c-gcc-O3-dw4-split", ref: "c-gcc-O3-dw4-pie", check: dwarfPackage,
+			refWhy: "llvm-symbolizer 14 reads wrong inline chains for this package's kernels.c unit (at three in four addresses it names other inlined functions or none); it answers on the twin built without -gsplit-dwarf, whose code is identical and where it agrees with us"},
 	)
 	const zstdWhy = "llvm-symbolizer 14 cannot read zstd-compressed sections; it answers on the uncompressed twin"
 	const splitWhy = "stripped: llvm-symbolizer answers on the unstripped twin (same DWARF as the split debug file)"

@@ -435,7 +435,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			if f == nil || !f.HasDWARF() {
 				continue
 			}
-			secs, err := f.DWARFSections()
+			secs, err := f.DWARFSectionsOf(dwarfsym.SectionNames...)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
@@ -449,7 +449,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					continue
 				}
 				if b.sup != nil {
-					if opts.Supplementary, err = b.sup.DWARFSections(); err != nil {
+					if opts.Supplementary, err = b.sup.DWARFSectionsOf(dwarfsym.SectionNames...); err != nil {
 						err = fmt.Errorf("supplementary file: %w", err)
 						warn("dwarf", err)
 						b.info.DWARFError = err.Error()
@@ -469,8 +469,8 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			}
 			if st.SkeletonsWithoutPackage > 0 {
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
-					"split DWARF: %d skeleton units whose functions were not read (DWARF 5 needs the DWARF package %s.dwp; "+
-						"DWARF 4 GNU split units are not read): functions from the symbol table, no inlined frames",
+					"split DWARF: %d skeleton units whose functions were not read (neither the DWARF package %s.dwp "+
+						"nor their .dwo files were found): functions from the symbol table, no inlined frames",
 					st.SkeletonsWithoutPackage, b.path))
 			}
 			b.info.DWARFError = ""
@@ -527,7 +527,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 // compiler wrote them, or beside the binary), as llvm-symbolizer looks for them. Nil without
 // error when f has no skeleton units or none of these exists.
 func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
-	if !hasSkeletonUnits(f) {
+	if !dwarfsym.HasSplitUnits(secs, byteOrder(f.ELF())) {
 		return nil, nil
 	}
 	cands := []string{b.opts.DWARFPackage}
@@ -631,22 +631,6 @@ func uniq(ss []string) []string {
 		}
 	}
 	return out
-}
-
-// hasSkeletonUnits reports whether f's DWARF has skeleton units (DWARF 5 -gsplit-dwarf),
-// from the first unit header: compilers split every unit of a build or none.
-func hasSkeletonUnits(f *elfx.File) bool {
-	s := f.Section(".debug_info")
-	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 {
-		return s != nil && s.Flags&elf.SHF_COMPRESSED != 0
-	}
-	var hdr [12]byte
-	if _, err := f.ReaderAt().ReadAt(hdr[:], int64(s.Offset)); err != nil {
-		return false
-	}
-	order := byteOrder(f.ELF())
-	// unit_length (4), version (2), unit_type (1) in 32-bit DWARF 5.
-	return order.Uint32(hdr[:]) < 0xfffffff0 && order.Uint16(hdr[4:]) == 5 && hdr[6] == 0x04
 }
 
 // goDWARFLines adds the DWARF line table of a Go binary that carries DWARF, and reports whether

@@ -78,17 +78,67 @@ func TestSplitDWARFPackage(t *testing.T) {
 		t.Errorf("package given: %v, package %q, fidelity %v", err, info.DWARFPackage, ix.Fidelity())
 	}
 
-	// DWARF 4 split units (GNU's extension, packed by binutils' dwp) are not read: the
-	// skeletons' lines answer and the warning says so.
-	v4 := filepath.Join(dir, "a4")
-	elfxtest.Run(t, "g++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", v4+".o", filepath.Join(dir, "a.cc"))
-	elfxtest.Run(t, "g++", "-o", v4, v4+".o")
-	ix, info, err = debuginfo.OpenIndex(v4, debuginfo.Options{})
+}
+
+// TestSplitDWARF4 is TestSplitDWARFPackage for GNU's DWARF 4 split units (gcc -gdwarf-4
+// -gsplit-dwarf: DW_AT_GNU_dwo_name skeletons, DW_FORM_GNU_addr_index/str_index, range lists
+// in the executable), read from the unpacked .dwo files and from a package made by binutils'
+// dwp (unit index version 2), each as llvm-symbolizer reads them.
+func TestSplitDWARF4(t *testing.T) {
+	elfxtest.Need(t, "g++", "dwp", "llvm-symbolizer")
+	dir := t.TempDir()
+	for name, text := range dwzSources {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "a4")
+	var objs []string
+	for _, src := range []string{"a.cc", "b.cc"} {
+		obj := filepath.Join(dir, strings.TrimSuffix(src, ".cc")+".o")
+		elfxtest.Run(t, "g++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", obj, filepath.Join(dir, src))
+		objs = append(objs, obj)
+	}
+	// Two units (b.cc's main renamed away), so that the second unit's address and range list
+	// bases are not zero.
+	elfxtest.Run(t, "objcopy", "--redefine-sym", "main=b_main", objs[1])
+	elfxtest.Run(t, "g++", append([]string{"-o", bin}, objs...)...)
+
+	ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "DWARF 4 GNU split units are not read") {
-		t.Errorf("DWARF 4 split: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
+	if !strings.Contains(info.DWARFPackage, "2 .dwo files") || info.DWARFVersion != 4 || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf(".dwo files: package %q, DWARF %d, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFVersion, ix.Fidelity(), info.Warnings)
+	}
+	n := agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading the .dwo files", n)
+
+	elfxtest.Run(t, "dwp", "-e", bin, "-o", bin+".dwp")
+	for _, o := range objs {
+		if err := os.Remove(strings.TrimSuffix(o, ".o") + ".dwo"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.DWARFPackage != bin+".dwp" || info.DWARFError != "" || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf("package %q, DWARF error %q, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFError, ix.Fidelity(), info.Warnings)
+	}
+	n = agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading the same version 2 .dwp", n)
+
+	if err := os.Remove(bin + ".dwp"); err != nil {
+		t.Fatal(err)
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "2 skeleton units whose functions were not read") {
+		t.Errorf("without package and .dwo files: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
 	}
 }
 

@@ -43,7 +43,13 @@ const (
 	atRnglistsBase   = 0x74
 	atMIPSLinkage    = 0x2007
 	atDwoName        = 0x76
-	atGNUDwoName     = 0x2130 // DWARF 4 -gsplit-dwarf skeleton (GNU extension)
+	// DWARF 4 -gsplit-dwarf (GNU extension, the pre-standard form of DWARF 5's split units):
+	// the skeleton names its .dwo file and carries the DWO ID and the bases the split unit's
+	// address indexes and range list offsets are relative to; the split unit repeats the ID.
+	atGNUDwoName    = 0x2130
+	atGNUDwoID      = 0x2131
+	atGNURangesBase = 0x2132
+	atGNUAddrBase   = 0x2133
 )
 
 const (
@@ -204,10 +210,15 @@ type unitCtx struct {
 	stmtList       int64 // -1 when the unit has no line table
 	name           string
 	gnuSkeleton    bool   // a DWARF 4 GNU skeleton: its functions are in a .dwo file
-	dwoName        string // the .dwo file of a DWARF 5 skeleton unit
-	tag            uint64
-	rootOff        uint64 // offset of the first child entry
-	rootChildren   bool
+	dwoName        string // the .dwo file of a skeleton unit (DWARF 5 or GNU)
+	// gnuRangesBase is a GNU skeleton's DW_AT_GNU_ranges_base: its split unit's range list
+	// offsets are relative to it, in the executable's .debug_ranges. rangesBase is what this
+	// unit's own DWARF 4 range list offsets are relative to (the skeleton's own are absolute,
+	// as llvm and gdb read them).
+	gnuRangesBase, rangesBase uint64
+	tag                       uint64
+	rootOff                   uint64 // offset of the first child entry
+	rootChildren              bool
 }
 
 // attrVal is one decoded attribute: strings in s, numbers and references in u.
@@ -487,8 +498,9 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 			}
 		}
 		for _, sp := range a.attrs {
-			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase) ||
-				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atGNUDwoName || sp.attr == atDwoName)
+			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase || sp.attr == atGNUAddrBase) ||
+				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList ||
+					sp.attr == atGNUDwoName || sp.attr == atDwoName || sp.attr == atGNUDwoID || sp.attr == atGNURangesBase)
 			v, err := s.readAttr(r, u, sp.form, sp.implicit, want)
 			if err != nil {
 				return nil, fmt.Errorf("root entry: %w", err)
@@ -499,7 +511,7 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 			switch sp.attr {
 			case atStrOffsetsBase:
 				u.strOffsetsBase = v.u
-			case atAddrBase:
+			case atAddrBase, atGNUAddrBase:
 				u.addrBase = v.u
 			case atRnglistsBase:
 				u.rnglistsBase = v.u
@@ -516,9 +528,18 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 					u.stmtList = int64(v.u)
 				}
 			case atGNUDwoName:
-				u.gnuSkeleton = true
+				u.gnuSkeleton, u.dwoName = true, v.s
 			case atDwoName:
 				u.dwoName = v.s
+			case atGNUDwoID:
+				// Before DWARF 5 the DWO ID is an attribute of the root, not of the header.
+				if h.version < 5 && v.class == clsConst {
+					u.hdr.dwoID = v.u
+				}
+			case atGNURangesBase:
+				if v.class == clsSecOff || v.class == clsConst {
+					u.gnuRangesBase = v.u
+				}
 			}
 		}
 	}
@@ -534,16 +555,17 @@ func (s *dieSecs) rangeList(u *unitCtx, v attrVal, out [][2]uint64) ([][2]uint64
 		if v.class != clsSecOff && v.class != clsConst {
 			return out, fmt.Errorf("DW_AT_ranges of class %d", v.class)
 		}
-		if v.u >= uint64(len(s.ranges)) {
-			return out, fmt.Errorf("range list offset %#x beyond .debug_ranges", v.u)
+		off := v.u + u.rangesBase
+		if off < v.u || off >= uint64(len(s.ranges)) {
+			return out, fmt.Errorf("range list offset %#x beyond .debug_ranges", off)
 		}
-		r := &secReader{data: s.ranges, off: int(v.u), order: s.order}
+		r := &secReader{data: s.ranges, off: int(off), order: s.order}
 		base := u.base
 		maxAddr := ^uint64(0) >> (64 - 8*uint(u.addrSize))
 		for n := 0; n < maxRanges; n++ {
 			lo, hi := r.uN(u.addrSize), r.uN(u.addrSize)
 			if r.err != nil {
-				return out, fmt.Errorf("range list at %#x: %w", v.u, r.err)
+				return out, fmt.Errorf("range list at %#x: %w", off, r.err)
 			}
 			switch {
 			case lo == 0 && hi == 0:
@@ -554,7 +576,7 @@ func (s *dieSecs) rangeList(u *unitCtx, v attrVal, out [][2]uint64) ([][2]uint64
 				out = append(out, [2]uint64{base + lo, base + hi})
 			}
 		}
-		return out, fmt.Errorf("range list at %#x: more than %d entries", v.u, maxRanges)
+		return out, fmt.Errorf("range list at %#x: more than %d entries", off, maxRanges)
 	}
 	off := v.u
 	switch v.class {

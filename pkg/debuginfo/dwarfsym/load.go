@@ -20,6 +20,12 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
 
+// SectionNames are the DWARF sections Load reads, by key (the section name without
+// ".debug_"): what a caller needs to read and decompress, and no more. Location lists, types
+// and address ranges are not among them; .debug_loclists alone is often larger than
+// .debug_info.
+var SectionNames = []string{"info", "abbrev", "line", "str", "line_str", "str_offsets", "addr", "rnglists", "ranges"}
+
 // Options tunes Load.
 type Options struct {
 	// Workers is the number of goroutines that decode compilation units; 0 means GOMAXPROCS.
@@ -176,7 +182,7 @@ type unitHeader struct {
 	version  int
 	dwarf64  bool
 	unitType uint8  // DWARF 5 DW_UT_*; 0 before DWARF 5
-	dwoID    uint64 // of DWARF 5 skeleton and split units
+	dwoID    uint64 // of DWARF 5 skeleton and split units (DWARF 4's is an attribute: see openUnit)
 }
 
 // scanUnits walks the unit headers of .debug_info, so that units can be handed to workers.
@@ -518,12 +524,7 @@ func (dc *decoder) decodeUnit(i int) error {
 			return err
 		}
 	}
-	if u.gnuSkeleton && !u.rootChildren && !dc.linesOnly {
-		// DWARF 4 split units (GNU's pre-standard packages, index version 2) are not read.
-		dc.res.noPkg = 1
-		return nil
-	}
-	if u.tag == tagSkeletonUnit && !dc.linesOnly {
+	if (u.tag == tagSkeletonUnit || u.gnuSkeleton) && !dc.linesOnly {
 		// A unit whose split unit is missing (no package, or a .dwo file not found)
 		// keeps its line table; Load counts it rather than fail the others.
 		if _, ok := dc.pkg.unit(u.hdr.dwoID); !ok {

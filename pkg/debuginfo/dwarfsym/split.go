@@ -10,6 +10,13 @@ import (
 // to .dwo files, which dwp or llvm-dwp packs into one .dwp beside the executable. A DWARF
 // package is read here: its .debug_cu_index says which part of each .dwo section belongs to
 // which DWO ID.
+//
+// Two generations exist. DWARF 5 split units (unit types DW_UT_skeleton/DW_UT_split_compile,
+// index version 5) and GNU's pre-standard DWARF 4 extension that gcc -gdwarf-4 -gsplit-dwarf
+// still writes: an ordinary compile unit root with DW_AT_GNU_dwo_name/_dwo_id/_addr_base/
+// _ranges_base, DW_FORM_GNU_addr_index/_str_index, a .debug_str_offsets.dwo without header,
+// range lists left in the executable's .debug_ranges, and binutils' dwp index version 2. Both
+// are read the same way.
 
 // PackageSectionNames are the sections of a DWARF package that Load reads, by key (the
 // section name without ".debug_").
@@ -43,20 +50,22 @@ const (
 // maxIndexUnits bounds the units an index may declare before any is read.
 const maxIndexUnits = 1 << 22
 
-// NewPackage parses the sections of a DWARF package (keys as in PackageSectionNames). Only
-// DWARF 5 packages (index version 5) are read: GNU's pre-standard version 2 (DWARF 4
-// -gsplit-dwarf) is refused with an error that says so.
+// NewPackage parses the sections of a DWARF package (keys as in PackageSectionNames): DWARF 5
+// packages (index version 5) and GNU's version 2 of DWARF 4 -gsplit-dwarf builds.
 func NewPackage(secs map[string][]byte, order binary.ByteOrder) (*Package, error) {
 	idx := secs["cu_index"]
 	if len(idx) < 16 {
 		return nil, fmt.Errorf("dwp: .debug_cu_index of %d bytes", len(idx))
 	}
 	r := &secReader{data: idx, order: order}
-	version := r.u16()
-	r.u16() // padding
+	// GNU's version is a 4-byte field; DWARF 5's is 2 bytes followed by 2 of padding.
+	version := r.u32()
+	if version != 2 {
+		version = uint32(order.Uint16(idx))
+	}
 	nSect, nUnits, nSlots := uint64(r.u32()), uint64(r.u32()), uint64(r.u32())
-	if version != 5 {
-		return nil, fmt.Errorf("dwp: unit index version %d: only DWARF 5 packages are read", version)
+	if version != 5 && version != 2 {
+		return nil, fmt.Errorf("dwp: unit index version %d: only versions 2 (GNU, DWARF 4) and 5 are read", version)
 	}
 	if nSect == 0 || nSect > 64 || nUnits > maxIndexUnits || nSlots > 2*maxIndexUnits || nUnits > nSlots {
 		return nil, fmt.Errorf("dwp: unit index of %d sections, %d units, %d slots", nSect, nUnits, nSlots)
@@ -76,8 +85,9 @@ func NewPackage(secs map[string][]byte, order binary.ByteOrder) (*Package, error
 	kinds := make([]uint32, nSect)
 	for i := range kinds {
 		kinds[i] = r.u32()
-		if kinds[i] == 0 || kinds[i] >= sectMax || kinds[i] == 2 {
-			return nil, fmt.Errorf("dwp: unit index names section kind %d", kinds[i])
+		// Kind 2 is DW_SECT_TYPES in version 2 and reserved in version 5.
+		if kinds[i] == 0 || kinds[i] >= sectMax || kinds[i] == 2 && version == 5 {
+			return nil, fmt.Errorf("dwp: unit index version %d names section kind %d", version, kinds[i])
 		}
 	}
 	offs, sizes := r.off, r.off+int(nUnits*nSect*4)
@@ -91,6 +101,12 @@ func NewPackage(secs map[string][]byte, order binary.ByteOrder) (*Package, error
 		}
 		var c contribution
 		for k, kind := range kinds {
+			// Version 2 numbers the same kinds as version 5 up to DW_SECT_STR_OFFSETS (6);
+			// its 2 (types), 7 (macinfo) and 8 (macro) are nothing read here, and 8 must not
+			// be taken for version 5's range lists.
+			if version == 2 && (kind == 2 || kind > sectStrOffsets) {
+				continue
+			}
 			at := (uint64(row)-1)*nSect*4 + uint64(k)*4
 			c.off[kind] = uint64(order.Uint32(idx[offs+int(at):]))
 			c.size[kind] = uint64(order.Uint32(idx[sizes+int(at):]))
@@ -153,16 +169,65 @@ func SplitUnits(secs map[string][]byte, order binary.ByteOrder) ([]SplitUnit, er
 	cache := map[uint64]*abbrevTable{}
 	var out []SplitUnit
 	for _, h := range units {
-		if h.unitType != utSkeleton {
+		if h.version >= 5 && h.unitType != utSkeleton {
 			continue
 		}
 		u, err := s.openUnit(h, cache)
 		if err != nil {
 			return nil, fmt.Errorf("dwarfsym: unit at offset %#x: %w", h.off, err)
 		}
-		out = append(out, SplitUnit{DWOID: h.dwoID, CompDir: u.compDir, DWOName: u.dwoName})
+		if h.version < 5 && !u.gnuSkeleton {
+			continue
+		}
+		out = append(out, SplitUnit{DWOID: u.hdr.dwoID, CompDir: u.compDir, DWOName: u.dwoName})
 	}
 	return out, nil
+}
+
+// HasSplitUnits reports whether the first unit of DWARF sections (keys as in Load) is a
+// skeleton, DWARF 5's or GNU's: compilers split every unit of a build or none.
+func HasSplitUnits(secs map[string][]byte, order binary.ByteOrder) bool {
+	units, err := scanUnits(secs["info"], order)
+	if err != nil || len(units) == 0 {
+		return false
+	}
+	h := units[0]
+	if h.version >= 5 {
+		return h.unitType == utSkeleton
+	}
+	s := &dieSecs{info: secs["info"], abbrev: secs["abbrev"], str: secs["str"], lineStr: secs["line_str"],
+		strOffsets: secs["str_offsets"], addr: secs["addr"], order: order}
+	u, err := s.openUnit(h, map[uint64]*abbrevTable{})
+	return err == nil && u.gnuSkeleton
+}
+
+// splitUnitID returns the DWO ID of the one split unit of a .dwo file's sections (keys as in
+// PackageSectionNames): from the header in DWARF 5, from the root's DW_AT_GNU_dwo_id before.
+func splitUnitID(secs map[string][]byte, order binary.ByteOrder) (uint64, error) {
+	units, err := scanUnits(secs["info.dwo"], order)
+	if err != nil {
+		return 0, err
+	}
+	if len(units) != 1 {
+		return 0, fmt.Errorf("%d units, want one split compilation unit", len(units))
+	}
+	h := units[0]
+	if h.version >= 5 {
+		if h.unitType != utSplitCompile {
+			return 0, fmt.Errorf("unit of type %#x, want a split compilation unit", h.unitType)
+		}
+		return h.dwoID, nil
+	}
+	s := &dieSecs{info: secs["info.dwo"], abbrev: secs["abbrev.dwo"], str: secs["str.dwo"],
+		strOffsets: secs["str_offsets.dwo"], order: order}
+	u, err := s.openUnit(h, map[uint64]*abbrevTable{})
+	if err != nil {
+		return 0, err
+	}
+	if u.hdr.dwoID == 0 {
+		return 0, fmt.Errorf("DWARF %d unit without DW_AT_GNU_dwo_id", h.version)
+	}
+	return u.hdr.dwoID, nil
 }
 
 // NewPackageFromObjects makes a Package of .dwo files (each one's sections, keyed as in
@@ -170,18 +235,15 @@ func SplitUnits(secs map[string][]byte, order binary.ByteOrder) ([]SplitUnit, er
 func NewPackageFromObjects(objs []map[string][]byte, order binary.ByteOrder) (*Package, error) {
 	p := &Package{units: make(map[uint64]contribution, len(objs))}
 	for i, secs := range objs {
-		units, err := scanUnits(secs["info.dwo"], order)
+		id, err := splitUnitID(secs, order)
 		if err != nil {
 			return nil, fmt.Errorf("dwo %d: %w", i, err)
-		}
-		if len(units) != 1 || units[0].unitType != utSplitCompile {
-			return nil, fmt.Errorf("dwo %d: %d units, want one split compilation unit", i, len(units))
 		}
 		c := contribution{secs: secs}
 		for kind, key := range map[int]string{sectInfo: "info.dwo", sectAbbrev: "abbrev.dwo", sectStrOffsets: "str_offsets.dwo", sectRnglists: "rnglists.dwo"} {
 			c.size[kind] = uint64(len(secs[key]))
 		}
-		p.units[units[0].dwoID] = c
+		p.units[id] = c
 	}
 	return p, nil
 }
@@ -189,13 +251,13 @@ func NewPackageFromObjects(objs []map[string][]byte, order binary.ByteOrder) (*P
 // splitUnit decodes the split unit of skeleton unit u from the package into the unit result
 // dc is filling, with the skeleton's line table (files), addresses and base: a split unit
 // names files by the skeleton's line table and addresses by index into the executable's
-// .debug_addr.
+// .debug_addr; a DWARF 4 one keeps its range lists in the executable's .debug_ranges too.
 func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 	c, ok := dc.pkg.unit(u.hdr.dwoID)
 	if !ok {
 		return fmt.Errorf("skeleton unit %q: DWO ID %#x is not in the DWARF package", u.name, u.hdr.dwoID)
 	}
-	secs := map[string][]byte{"str": dc.pkg.sections(c)["str.dwo"], "addr": dc.sec["addr"]}
+	secs := map[string][]byte{"str": dc.pkg.sections(c)["str.dwo"], "addr": dc.sec["addr"], "ranges": dc.sec["ranges"]}
 	for _, p := range []struct {
 		key, dwo string
 		kind     int
@@ -210,8 +272,8 @@ func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 	if err != nil {
 		return fmt.Errorf("split unit of DWO ID %#x: %w", u.hdr.dwoID, err)
 	}
-	if len(units) != 1 || units[0].dwoID != u.hdr.dwoID {
-		return fmt.Errorf("split unit of DWO ID %#x: the package's part holds %d units, not that one", u.hdr.dwoID, len(units))
+	if len(units) != 1 {
+		return fmt.Errorf("split unit of DWO ID %#x: the package's part holds %d units, not one", u.hdr.dwoID, len(units))
 	}
 	sub := newDecoder(secs, dc.s.order, units, dc.shared)
 	sub.res, sub.strIdx, sub.display = dc.res, dc.strIdx, dc.display
@@ -219,8 +281,13 @@ func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 	if err != nil {
 		return fmt.Errorf("split unit of DWO ID %#x: %w", u.hdr.dwoID, err)
 	}
-	// Its addresses are indexes into the skeleton's part of .debug_addr.
+	if su.hdr.dwoID != u.hdr.dwoID {
+		return fmt.Errorf("split unit of DWO ID %#x: the package's part holds the unit of DWO ID %#x", u.hdr.dwoID, su.hdr.dwoID)
+	}
+	// Its addresses are indexes into the skeleton's part of .debug_addr, its DWARF 4 range
+	// list offsets relative to the skeleton's DW_AT_GNU_ranges_base.
 	su.addrBase = u.addrBase
+	su.rangesBase = u.gnuRangesBase
 	if su.base == 0 {
 		su.base = u.base
 	}

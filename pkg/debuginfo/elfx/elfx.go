@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zlib"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -381,20 +382,37 @@ func (f *File) decompress(name string, typ elf.CompressionType, comp []byte, siz
 		rd = zr
 	}
 	// The claimed size is trusted only up to what the stream really produces: the buffer
-	// starts small and grows with the output, so a lying header costs no memory.
+	// starts small and doubles with the output, up to the claimed size, so a lying header
+	// costs no memory. It is filled to exactly the claimed size: bytes.Buffer, which this used
+	// to read into, doubles its array whenever fewer than 512 bytes are free, so nearly every
+	// section ended in an array twice its size, all of it kept for as long as the section.
 	initial := size
 	if c := uint64(len(comp))*4 + 4096; initial > c {
 		initial = c
 	}
-	out := bytes.NewBuffer(make([]byte, 0, initial))
-	n, err := io.Copy(out, io.LimitReader(rd, int64(size)+1))
-	if err != nil {
+	out := make([]byte, 0, initial)
+	for uint64(len(out)) < size {
+		if len(out) == cap(out) {
+			out = slices.Grow(out, int(min(uint64(cap(out)), size-uint64(len(out)))))
+		}
+		m, err := io.ReadFull(rd, out[len(out):min(uint64(cap(out)), size)])
+		out = out[:len(out)+m]
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil, fmt.Errorf("section %s: %s stream gave %d bytes, header says %d: %w", name, typ, len(out), size, errors.Join(ErrCompression, errSizeMismatch))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("section %s: decompress %s: %w: %w", name, typ, ErrCompression, err)
+		}
+	}
+	// The stream must end here; reading on also checks its trailer (zstd's checksum).
+	var probe [1]byte
+	switch m, err := io.ReadFull(rd, probe[:]); {
+	case m > 0:
+		return nil, fmt.Errorf("section %s: %s stream gave more than the %d bytes the header says: %w", name, typ, size, errors.Join(ErrCompression, errSizeMismatch))
+	case err != io.EOF:
 		return nil, fmt.Errorf("section %s: decompress %s: %w: %w", name, typ, ErrCompression, err)
 	}
-	if uint64(n) != size {
-		return nil, fmt.Errorf("section %s: %s stream gave %d bytes, header says %d: %w", name, typ, n, size, errors.Join(ErrCompression, errSizeMismatch))
-	}
-	return out.Bytes(), nil
+	return out, nil
 }
 
 // DWARFSectionNames are the DWARF sections DWARFSections returns, by key (the section name

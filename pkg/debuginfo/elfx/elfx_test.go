@@ -72,6 +72,10 @@ func TestDWARFSectionsAllCompressions(t *testing.T) {
 				if !bytes.Equal(secs[k], w) {
 					t.Errorf("section %s differs from the uncompressed build (%d vs %d bytes)", k, len(secs[k]), len(w))
 				}
+				// A section is held for the whole index build: no room beyond its bytes.
+				if cap(secs[k]) != len(secs[k]) {
+					t.Errorf("section %s: %d bytes in an array of %d", k, len(secs[k]), cap(secs[k]))
+				}
 			}
 			// debug/dwarf must accept what we hand it and find the functions and lines.
 			d, err := f.DWARF()

@@ -40,8 +40,8 @@ func TestSortedRunsOrdersAsASort(t *testing.T) {
 							return -1
 						}
 						return 1
-					case a.end != b.end:
-						if a.end {
+					case a.end() != b.end():
+						if a.end() {
 							return -1
 						}
 						return 1

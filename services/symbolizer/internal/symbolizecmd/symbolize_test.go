@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -233,5 +234,30 @@ func TestInteractive(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAppendJSONString: every byte value, at every position of strings long enough for the
+// 8-byte steps and their tail, is quoted as encoding/json quotes it (without HTML escaping).
+func TestAppendJSONString(t *testing.T) {
+	want := func(s string) string {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	for n := 1; n <= 19; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				s := []byte(strings.Repeat("a/b_", 5)[:n])
+				s[pos] = byte(c)
+				if got, w := string(appendJSONString(nil, string(s))), want(string(s)); got != w {
+					t.Fatalf("byte %#x at %d of %d: %s, want %s", c, pos, n, got, w)
+				}
+			}
+		}
 	}
 }
