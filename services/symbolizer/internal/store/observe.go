@@ -119,7 +119,7 @@ type observedBody struct {
 
 func (b *observedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		err = b.o.report(b.ctx, "read", err)
 	}
 	return n, err
