@@ -98,7 +98,7 @@ func itaniumName(name string) string {
 	if i := strings.IndexByte(name, '.'); i > 0 {
 		base, suffix = name[:i], name[i:]
 	}
-	out, err := demangle.ToString(base, append(opts, demangle.NoRust)...)
+	out, err := demangle.ToString(base, opts...)
 	if err != nil {
 		return name
 	}

@@ -552,11 +552,6 @@ var failureTests = []struct {
 		15,
 	},
 	{
-		"_ZN0_17h0000000000002718E",
-		"expected positive number",
-		4,
-	},
-	{
 		"_ZcvUlT_E_",
 		"cast template parameter not in scope",
 		10,

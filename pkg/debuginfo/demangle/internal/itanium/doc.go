@@ -12,6 +12,9 @@
 //     it outside that encoding (LLVM and libiberty do; libstdc++'s call_once lambdas in
 //     once_flag::_Prepare_execution printed the enclosing template's argument), and the
 //     LLVM-style operand of & is parenthesized when it is a function with its parameters.
+//   - The old-style (legacy) Rust decoder is removed: the demangle package decodes those
+//     names itself, as LLVM prints them, and calls this fork for Itanium and v0 only; the
+//     NoRust option stays accepted and has nothing left to switch off.
 //   - The upstream test cases that encoded the old substitution numbering are left out, as
 //     is the 5 MB LLVM case file; testdata/rust.test is shipped as rust-check.txt, since the
 //     repository ignores *.test files.

@@ -80,6 +80,11 @@ func oneRustTest(t *testing.T, report int, input, expect string) {
 // skipExpectedRustTest reports whether to skip a test in
 // rust-demangle-expected.
 func skipExpectedRustTest(t testing.TB, format, input string, report int) bool {
+	// Legacy Rust names (_ZN...17h<hash>E) are decoded by the demangle package above this
+	// fork, the way LLVM prints them, and tested there; the fork only parses Itanium and v0.
+	if strings.HasPrefix(input, "_ZN") {
+		return true
+	}
 	if len(format) > 0 && format[0] == '-' {
 		for _, arg := range strings.Fields(format) {
 			switch arg {
