@@ -27,11 +27,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
 	// The gateway gzips its exports: the sink must read gzip.
 	_ "google.golang.org/grpc/encoding/gzip"
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -417,7 +419,6 @@ func (l *load) request(id string) (pprofile.Profiles, error) {
 // sink is the downstream: an OTLP/gRPC server that records every request by its ID, and
 // whether its frames came symbolized.
 type sink struct {
-	pprofileotlp.UnimplementedGRPCServer
 	addr       string
 	mu         sync.Mutex
 	got        map[string]int
@@ -434,8 +435,7 @@ func startSink(t *testing.T) *sink {
 		t.Fatal(err)
 	}
 	s := &sink{addr: ln.Addr().String(), got: map[string]int{}, symbolized: map[string]bool{}}
-	srv := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(srv, s)
+	srv := otlptest.NewProfilesServer(s.Export)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return s

@@ -23,6 +23,7 @@ import (
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -398,7 +399,6 @@ func (s *sender) recover(ctx context.Context, sk *sampleSink, limit time.Duratio
 // sampleSink is a downstream that counts, per request, its deliveries and its samples, and
 // whether it came symbolized.
 type sampleSink struct {
-	pprofileotlp.UnimplementedGRPCServer
 	addr       string
 	mu         sync.Mutex
 	got        map[string]int
@@ -415,8 +415,7 @@ func startSampleSink(t *testing.T) *sampleSink {
 	}
 	s := &sampleSink{addr: ln.Addr().String(), got: map[string]int{}, samples: map[string]int{},
 		symbolized: map[string]bool{}}
-	srv := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(srv, s)
+	srv := otlptest.NewProfilesServer(s.Export)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return s

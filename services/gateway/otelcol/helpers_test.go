@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+
 	// The OTLP exporter compresses with gzip by default; the sink, like a backend, decompresses.
 	_ "google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/status"
@@ -73,8 +74,6 @@ func removeGatewayBinary() error {
 // sink is a downstream OTLP/gRPC endpoint that records what it receives; it can be stopped
 // and started again on the same port.
 type sink struct {
-	// pprofileotlp.GRPCServer has an unexported method: embedding is the only way to implement it.
-	pprofileotlp.UnimplementedGRPCServer
 	mu       sync.Mutex
 	addr     string
 	srv      *grpc.Server
@@ -106,8 +105,7 @@ func (s *sink) Start(t *testing.T) {
 		t.Fatalf("sink listen: %v", err)
 	}
 	s.addr = ln.Addr().String()
-	srv := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(srv, s)
+	srv := otlptest.NewProfilesServer(s.Export)
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
