@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
@@ -18,8 +19,6 @@ import (
 
 // Sink is a running receiver.
 type Sink struct {
-	pprofileotlp.UnimplementedGRPCServer
-
 	Addr string
 	srv  *grpc.Server
 
@@ -36,8 +35,8 @@ func Start(ctx context.Context, addr string) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otlpsink: listen %s: %w", addr, err)
 	}
-	s := &Sink{Addr: lis.Addr().String(), srv: grpc.NewServer(), arrived: make(chan struct{}, 1)}
-	pprofileotlp.RegisterGRPCServer(s.srv, s)
+	s := &Sink{Addr: lis.Addr().String(), arrived: make(chan struct{}, 1)}
+	s.srv = otlptest.NewProfilesServer(s.Export)
 	go func() {
 		// Serve returns nil after Stop; anything else ends the sink under a running test.
 		if err := s.srv.Serve(lis); err != nil {
