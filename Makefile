@@ -4,9 +4,10 @@ GO ?= go
 BIN := bin
 TOOLS ?= $(or $(PROFSYM_TOOLS),$(HOME)/.cache/profsym/bin)
 GOLANGCI_LINT ?= $(TOOLS)/golangci-lint
-SERVICES := symbolizer gateway collector
+# The gateway is a Go module of its own (an OpenTelemetry Collector distribution), built from its directory.
+SERVICES := symbolizer collector
 # Go modules of their own inside the repository: `go test ./...` from the root does not enter them.
-MODULES := processor/symbolizeprocessor services/gateway/otelcol
+MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
 .PHONY: help build generate check-generated lint test test-short bench testdata fuzz-seeds demo clean
@@ -14,10 +15,10 @@ export PATH := $(TOOLS):$(PATH)
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-build: ## Build the three service binaries into bin/, and the gateway as a Collector distribution (bin/gateway-otelcol).
+build: ## Build the three service binaries into bin/ (symbolizer, gateway, collector).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
-	cd services/gateway/otelcol && $(GO) build -o $(CURDIR)/$(BIN)/gateway-otelcol .
+	cd services/gateway && $(GO) build -o $(CURDIR)/$(BIN)/gateway .
 
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
 	$(GO) tool -modfile=tools/go.mod buf generate
@@ -33,7 +34,7 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	$(GO) vet ./...
 	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GOLANGCI_LINT) run ./...
-	cd services/gateway/otelcol && $(GOLANGCI_LINT) run ./...
+	cd services/gateway && $(GOLANGCI_LINT) run ./...
 	$(GO) tool -modfile=tools/go.mod buf lint
 
 fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index format change) and of the CFI parser.

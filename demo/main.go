@@ -180,9 +180,9 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 		return err
 	}
 	logs := filepath.Join(dir, "logs")
-	otlpDir := filepath.Join(dir, "otlp")
+	otlpFile := filepath.Join(dir, "otlp", "profiles.otlp.pb")
 	pprofDir := filepath.Join(dir, "pprof")
-	for _, d := range []string{logs, otlpDir, pprofDir} {
+	for _, d := range []string{logs, filepath.Dir(otlpFile), pprofDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
@@ -246,25 +246,18 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 	}
 
 	// 5. Gateway.
-	u.Step("Starting the gateway: OTLP in, symbolized OTLP and pprof files out")
-	gw, gports, err := pipeline.StartService(ctx, "gateway", filepath.Join(logs, "gateway.log"), bins.Gateway, 3, 30*time.Second,
-		func(p []int) ([]string, string) {
-			return []string{
-				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]),
-				"--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
-				"--symbolizer-url", symURL, "--output-dir", otlpDir, "--pprof-dir", pprofDir,
-				// The collector gives its last export 5s at shutdown: symbolization must
-				// give up (and send the data unsymbolized) well before that.
-				"--symbolize-timeout", "3s", "--shutdown-timeout", "20s",
-			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-		})
+	u.Step("Starting the gateway: OTLP in, symbolized OTLP file and pprof files out")
+	gw, gports, err := pipeline.StartGateway(ctx, bins.Gateway, filepath.Join(dir, "gateway.yaml"), filepath.Join(logs, "gateway.log"),
+		pipeline.GatewayConfig{Symbolizer: symURL, OutputFile: otlpFile, PprofDir: pprofDir,
+			// The collector gives its last export 5s at shutdown: symbolization must give up
+			// (and send the data unsymbolized) well before that.
+			Timeout: 3 * time.Second, Deadline: 3 * time.Second}, 60*time.Second)
 	if err != nil {
 		return err
 	}
 	kids.add(gw)
-	gwAddr := "127.0.0.1:" + strconv.Itoa(gports[0])
-	u.Info("OTLP/gRPC on %s, metrics on http://127.0.0.1:%d/metrics", gwAddr, gports[2])
+	gwAddr := gports.GRPCAddr()
+	u.Info("an OpenTelemetry Collector (config: %s): OTLP/gRPC on %s, metrics on %s", filepath.Join(dir, "gateway.yaml"), gwAddr, gports.MetricsURL())
 
 	// 6. Collector.
 	u.Step("Starting the eBPF collector: every CPU at %d Hz, node-side upload of binaries with symbols", c.Frequency)
@@ -320,7 +313,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 
 	// 9. Results.
 	u.Step("Reading the gateway's OTLP output")
-	if err := report(u, c, dir, otlpDir, pprofDir, collectorOut, wl, wlProc.PID()); err != nil {
+	if err := report(u, c, dir, otlpFile, pprofDir, collectorOut, wl, wlProc.PID()); err != nil {
 		return err
 	}
 	if interrupted {
@@ -359,13 +352,13 @@ func waitRun(ctx context.Context, u *ui, d time.Duration, wl *pipeline.Proc) boo
 	}
 }
 
-func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeline.Workload, wlPID int) error {
-	out, files, err := pipeline.ReadOTLPDir(otlpDir)
+func report(u *ui, c cli, dir, otlpFile, pprofDir, collectorOut string, wl pipeline.Workload, wlPID int) error {
+	out, err := pipeline.ReadOTLPFile(otlpFile)
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
-		return fmt.Errorf("the gateway wrote no OTLP files to %s; see %s", otlpDir, filepath.Join(dir, "logs"))
+	if len(out) == 0 {
+		return fmt.Errorf("the gateway wrote no OTLP request to %s; see %s", otlpFile, filepath.Join(dir, "logs"))
 	}
 	stacks, err := pipeline.Stacks(out)
 	if err != nil {
@@ -463,7 +456,7 @@ func report(u *ui, c cli, dir, otlpDir, pprofDir, collectorOut string, wl pipeli
 		mergedOK = true
 	}
 	u.Heading("Files")
-	fmt.Fprintf(u.out, "  OTLP (symbolized, full fidelity): %s (%s)\n", otlpDir, plural(len(files), "file"))
+	fmt.Fprintf(u.out, "  OTLP (symbolized, full fidelity): %s (%s, each a 4-byte length and the protobuf)\n", otlpFile, plural(len(out), "request"))
 	fmt.Fprintf(u.out, "  pprof, one per process and interval: %s (%s)\n", pprofDir, plural(len(pprofFiles), "file"))
 	fmt.Fprintf(u.out, "  what the collector sent (unsymbolized): %s\n", collectorOut)
 	if mergedOK {

@@ -97,10 +97,13 @@ func TestDemo(t *testing.T) {
 			t.Errorf("printed path does not exist: %v", err)
 		}
 	}
-	otlpFiles, _ := filepath.Glob(filepath.Join(dir, "otlp", "*.otlp.pb"))
+	otlpOut, err := pipeline.ReadOTLPFile(filepath.Join(dir, "otlp", "profiles.otlp.pb"))
+	if err != nil {
+		t.Error(err)
+	}
 	pprofFiles, _ := filepath.Glob(filepath.Join(dir, "pprof", "*.pb.gz"))
-	if len(otlpFiles) == 0 || len(pprofFiles) == 0 {
-		t.Errorf("OTLP files %d, pprof files %d; want both", len(otlpFiles), len(pprofFiles))
+	if len(otlpOut) == 0 || len(pprofFiles) == 0 {
+		t.Errorf("OTLP requests %d, pprof files %d; want both", len(otlpOut), len(pprofFiles))
 	}
 	merged := filepath.Join(dir, "workload.pb.gz")
 	if !strings.Contains(text, "go tool pprof -top "+merged) {

@@ -42,7 +42,7 @@ func moduleRoot(t *testing.T) string {
 }
 
 // TestPipeline runs collector -> gateway -> symbolizer (S3 store on MinIO, result cache in
-// Redis) -> OTLP files, with the stripped workload running and its debuginfo uploaded as CI
+// Redis) -> an OTLP file, with the stripped workload running and its debuginfo uploaded as CI
 // would, and checks the symbolized output against what the collector sent.
 func TestPipeline(t *testing.T) {
 	requireRoot(t)
@@ -138,17 +138,11 @@ func TestPipeline(t *testing.T) {
 		t.Fatalf("symbolizer upload did not upload:\n%s", out)
 	}
 
-	gw, gp, err := pipeline.StartService(ctx, "gateway", filepath.Join(logs, "gateway.log"), bins.Gateway, 3, 30*time.Second,
-		func(p []int) ([]string, string) {
-			return []string{
-				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]),
-				"--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
-				"--symbolizer-url", symURL, "--output-dir", otlpDir, "--shutdown-timeout", "20s",
-				// Within the 5s the collector gives its last export at shutdown.
-				"--symbolize-timeout", "3s",
-			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-		})
+	otlpFile := filepath.Join(otlpDir, "profiles.otlp.pb")
+	gw, gp, err := pipeline.StartGateway(ctx, bins.Gateway, filepath.Join(dir, "gateway.yaml"), filepath.Join(logs, "gateway.log"),
+		pipeline.GatewayConfig{Symbolizer: symURL, OutputFile: otlpFile,
+			// Within the 5s the collector gives its last export at shutdown.
+			Timeout: 3 * time.Second, Deadline: 3 * time.Second}, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +152,7 @@ func TestPipeline(t *testing.T) {
 	col, _, err := pipeline.StartService(ctx, "collector", filepath.Join(logs, "collector.log"), bins.Collector, 1, 60*time.Second,
 		func(p []int) ([]string, string) {
 			addr := "127.0.0.1:" + strconv.Itoa(p[0])
-			return []string{"--gateway", "127.0.0.1:" + strconv.Itoa(gp[0]), "--gateway-insecure",
+			return []string{"--gateway", gp.GRPCAddr(), "--gateway-insecure",
 				"--frequency", "99", "--interval", "3s", "--output-file", sent, "--metrics-addr", addr,
 				"--upload-debuginfo", "--symbolizer-url", symURL, "--upload-token-file", tokenFile,
 				// Small cap: the test's own binaries (MinIO is 150 MB) would hold the queue
@@ -202,7 +196,7 @@ func TestPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, files, err := pipeline.ReadOTLPDir(otlpDir)
+	out, err := pipeline.ReadOTLPFile(otlpFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +209,7 @@ func TestPipeline(t *testing.T) {
 		t.Fatalf("gateway output: %v", err)
 	}
 	nIn, nOut := pipeline.TotalSamples(inStacks), pipeline.TotalSamples(outStacks)
-	t.Logf("collector sent %d requests, %d samples; gateway wrote %d files, %d samples", len(in), nIn, len(files), nOut)
+	t.Logf("collector sent %d requests, %d samples; gateway wrote %d requests, %d samples", len(in), nIn, len(out), nOut)
 	if nIn == 0 || nIn != nOut {
 		t.Fatalf("samples: collector sent %d, gateway wrote %d; want equal and non-zero", nIn, nOut)
 	}

@@ -83,13 +83,9 @@ func TestUploadOnly(t *testing.T) {
 	t.Cleanup(func() { sym.Stop(syscall.SIGKILL, time.Second) })
 	symURL := "http://127.0.0.1:" + strconv.Itoa(sp[0])
 
-	gw, gp, err := pipeline.StartService(ctx, "gateway", filepath.Join(logs, "gateway.log"), bins.Gateway, 3, 30*time.Second,
-		func(p []int) ([]string, string) {
-			return []string{
-				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]), "--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]), "--symbolizer-url", symURL, "--output-dir", otlpDir,
-			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-		})
+	otlpFile := filepath.Join(otlpDir, "profiles.otlp.pb")
+	gw, gp, err := pipeline.StartGateway(ctx, bins.Gateway, filepath.Join(dir, "gateway.yaml"), filepath.Join(logs, "gateway.log"),
+		pipeline.GatewayConfig{Symbolizer: symURL, OutputFile: otlpFile}, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +126,7 @@ func TestUploadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(gp[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(gp.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +140,7 @@ func TestUploadOnly(t *testing.T) {
 	if err := col.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatalf("stop collector: %v", err)
 	}
-	out, _, err := pipeline.ReadOTLPDir(otlpDir)
+	out, err := pipeline.ReadOTLPFile(otlpFile)
 	if err != nil {
 		t.Fatal(err)
 	}

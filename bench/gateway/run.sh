@@ -5,7 +5,7 @@
 # unaffected but the machine is busier) and throughput (requests and
 # locations per second) for eBPF-profiler-shaped requests of LOCATIONS distinct locations over
 # MAPPINGS binaries, with a warm symbolizer. In one run, on the same symbolizer, sink and
-# requests, it measures the gateway as a Collector distribution (services/gateway/otelcol) and
+# requests, it measures the gateway, a Collector distribution (services/gateway), and
 # the hand-written gateway it replaces, built from git at OLD_REF, both with their in-process
 # result cache (the steady state of a fleet); the hand-written one also without it
 # (UNCACHED=1: every request asks the symbolizer).
@@ -43,7 +43,7 @@ waitfor() { for _ in $(seq 1 200); do curl -fsS "$1" >/dev/null 2>&1 && return 0
 
 echo "building symbolizer, driver, the Collector gateway and the hand-written gateway at $OLD_REF" >&2
 (cd "$ROOT" && go build -o "$WORK/symbolizer" ./services/symbolizer && go build -o "$WORK/driver" ./bench/gateway/driver)
-(cd "$ROOT/services/gateway/otelcol" && go build -o "$WORK/gateway-otelcol" .)
+(cd "$ROOT/services/gateway" && go build -o "$WORK/gateway-otelcol" .)
 # The old gateway from git, not from the work tree: it is what the distribution replaces.
 mkdir -p "$WORK/old"
 git -C "$ROOT" archive "$OLD_REF" go.mod go.sum gen pkg services/gateway | tar -x -C "$WORK/old"

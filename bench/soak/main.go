@@ -32,11 +32,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
 	// The gateway gzips its exports.
 	_ "google.golang.org/grpc/encoding/gzip"
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
 func main() {
@@ -147,17 +149,15 @@ func run(duration, every time.Duration, rate int, tools string) error {
 	if err != nil {
 		return err
 	}
-	gwPorts, err := start("gateway", 3, func(p []int) ([]string, string) {
-		return []string{"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]), "--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-			"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]), "--symbolizer-url", symURL,
-			"--otlp-grpc-endpoint", sk.addr, "--otlp-insecure"}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-	}, bins.Gateway)
+	gw, gwPorts, err := pipeline.StartGateway(ctx, bins.Gateway, filepath.Join(dir, "gateway.yaml"), filepath.Join(logs, "gateway.log"),
+		pipeline.GatewayConfig{Symbolizer: symURL, Downstream: sk.addr, JSONLogs: true}, time.Minute)
 	if err != nil {
 		return err
 	}
+	procs = append(procs, gw)
 	colPorts, err := start("collector", 1, func(p []int) ([]string, string) {
 		addr := "127.0.0.1:" + strconv.Itoa(p[0])
-		return []string{"--gateway", "127.0.0.1:" + strconv.Itoa(gwPorts[0]), "--gateway-insecure", "--interval", "10s",
+		return []string{"--gateway", gwPorts.GRPCAddr(), "--gateway-insecure", "--interval", "10s",
 			"--metrics-addr", addr, "--upload-debuginfo", "--symbolizer-url", symURL, "--upload-token-file", tokenFile,
 			"--upload-max-bytes", "1048576"}, "http://" + addr + "/readyz"
 	}, bins.Collector)
@@ -178,7 +178,7 @@ func run(duration, every time.Duration, rate int, tools string) error {
 	if err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(gwPorts[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(gwPorts.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
@@ -189,17 +189,20 @@ func run(duration, every time.Duration, rate int, tools string) error {
 	defer stopLoad()
 	go gen.run(loadCtx, time.Second/time.Duration(max(rate, 1)))
 
+	// The Collector's own telemetry has no goroutine count: the gateway's column is its Go heap.
 	watched := []struct {
 		name, metrics string
 		proc          *pipeline.Proc
+		gauge, column string
+		scale         float64
 	}{
-		{"gateway", "http://127.0.0.1:" + strconv.Itoa(gwPorts[2]) + "/metrics", procs[3]},
-		{"symbolizer", symURL + "/metrics", procs[2]},
-		{"collector", "http://127.0.0.1:" + strconv.Itoa(colPorts[0]) + "/metrics", procs[4]},
+		{"gateway", gwPorts.MetricsURL(), procs[3], "otelcol_process_runtime_heap_alloc_bytes", "heapMiB", 1 << 20},
+		{"symbolizer", symURL + "/metrics", procs[2], "go_goroutines", "gorout", 1},
+		{"collector", "http://127.0.0.1:" + strconv.Itoa(colPorts[0]) + "/metrics", procs[4], "go_goroutines", "gorout", 1},
 	}
 	head := fmt.Sprintf("%8s", "interval")
 	for _, w := range watched {
-		head += fmt.Sprintf(" | %-10s %7s %6s %6s", w.name, "RSS MiB", "gorout", "files")
+		head += fmt.Sprintf(" | %-10s %7s %7s %6s", w.name, "RSS MiB", w.column, "files")
 	}
 	fmt.Println(head + " | p99 ms  sent/s  out/s  errors")
 	t := time.NewTicker(every)
@@ -214,7 +217,7 @@ func run(duration, every time.Duration, rate int, tools string) error {
 		}
 		line := fmt.Sprintf("%8d", n)
 		for _, w := range watched {
-			line += fmt.Sprintf(" | %-10s %7d %6.0f %6d", "", pipeline.RSS(w.proc.PID())>>20, gauge(ctx, w.metrics, "go_goroutines"), openFiles(w.proc.PID()))
+			line += fmt.Sprintf(" | %-10s %7d %7.0f %6d", "", pipeline.RSS(w.proc.PID())>>20, gauge(ctx, w.metrics, w.gauge)/w.scale, openFiles(w.proc.PID()))
 		}
 		sent, out := gen.sent.Load(), sk.requests.Load()
 		secs := every.Seconds()
@@ -282,7 +285,6 @@ func (g *generator) p99() time.Duration {
 
 // sink is the downstream: it counts what it receives.
 type sink struct {
-	pprofileotlp.UnimplementedGRPCServer
 	addr     string
 	requests atomic.Int64
 }
@@ -294,8 +296,7 @@ func startSink() (*sink, error) {
 		return nil, err
 	}
 	s := &sink{addr: ln.Addr().String()}
-	srv := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(srv, s)
+	srv := otlptest.NewProfilesServer(s.Export)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			log.Printf("sink: %v", err)

@@ -295,8 +295,10 @@ type Binaries struct {
 	Symbolizer, Gateway, Collector string
 }
 
-// BuildServices builds the three services of the module at root into dir. The go command
-// runs in its own process group and is killed when ctx ends.
+// BuildServices builds the three services of the repository at root into dir: the symbolizer
+// and the collector from the root module, the gateway (a Go module of its own, an
+// OpenTelemetry Collector distribution) from its directory. The go commands run in their own
+// process group and are killed when ctx ends.
 func BuildServices(ctx context.Context, root, dir string) (Binaries, error) {
 	gotool, err := GoTool()
 	if err != nil {
@@ -305,18 +307,24 @@ func BuildServices(ctx context.Context, root, dir string) (Binaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("binaries dir: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, gotool, "build", "-o", dir+string(filepath.Separator),
-		"./services/symbolizer", "./services/gateway", "./services/collector")
-	cmd.Dir = root
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return Binaries{}, fmt.Errorf("go build: %w", ctx.Err())
+	builds := []struct{ dir, what string }{
+		{root, "./services/symbolizer ./services/collector"},
+		{filepath.Join(root, "services", "gateway"), "."},
+	}
+	for _, b := range builds {
+		args := append([]string{"build", "-o", dir + string(filepath.Separator)}, strings.Fields(b.what)...)
+		cmd := exec.CommandContext(ctx, gotool, args...)
+		cmd.Dir = b.dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			if ctx.Err() != nil {
+				return Binaries{}, fmt.Errorf("go build: %w", ctx.Err())
+			}
+			return Binaries{}, fmt.Errorf("go build %s in %s: %w\n%s", b.what, b.dir, err, out.String())
 		}
-		return Binaries{}, fmt.Errorf("go build of the services: %w\n%s", err, out.String())
 	}
 	return Binaries{
 		Symbolizer: filepath.Join(dir, "symbolizer"),

@@ -18,38 +18,9 @@ import (
 )
 
 // maxFileBytes bounds one OTLP file or record read back: the gateway refuses requests
-// above 16 MiB by default, so anything far larger is not ours.
+// above 16 MiB by default, and the demo and tests write a few, so anything far larger is not
+// ours.
 const maxFileBytes = 256 << 20
-
-// ReadOTLPDir reads every OTLP protobuf file (*.otlp.pb) the gateway's --output-dir holds,
-// in name order (which is write order).
-func ReadOTLPDir(dir string) ([]pprofile.Profiles, []string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.otlp.pb"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	sort.Strings(names)
-	var out []pprofile.Profiles
-	for _, name := range names {
-		st, err := os.Stat(name)
-		if err != nil {
-			return nil, nil, fmt.Errorf("stat %s: %w", name, err)
-		}
-		if st.Size() > maxFileBytes {
-			return nil, nil, fmt.Errorf("%s: %d bytes, more than the %d an OTLP file of the gateway can hold", name, st.Size(), maxFileBytes)
-		}
-		b, err := os.ReadFile(name)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read %s: %w", name, err)
-		}
-		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("decode %s: %w", name, err)
-		}
-		out = append(out, pd)
-	}
-	return out, names, nil
-}
 
 // ReadDelimited reads a file of length-delimited OTLP requests (a uvarint byte count, then
 // the message), as the collector's --output-file writes them.

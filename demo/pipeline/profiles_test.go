@@ -193,28 +193,46 @@ func TestReadDelimited(t *testing.T) {
 	}
 }
 
-func TestReadOTLPDir(t *testing.T) {
+func TestReadOTLPFile(t *testing.T) {
 	dir := t.TempDir()
 	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(request(t, [][2]any{{"f", 1}}, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"profiles-2-000002.otlp.pb", "profiles-1-000001.otlp.pb", ".tmp-x", "other.txt"} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	record := func(body []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
 	}
-	got, names, err := ReadOTLPDir(dir)
-	if err != nil {
-		t.Fatal(err)
+	two := append(record(b), record(b)...)
+	for _, tc := range []struct {
+		name    string
+		data    []byte
+		records int
+		err     string
+	}{
+		{"two", two, 2, ""},
+		{"empty", nil, 0, ""},
+		{"short length", append(record(b), 0, 0), 0, "record 1: 2 trailing bytes"},
+		{"truncated", two[:len(two)-1], 0, "record 1 of"},
+		{"corrupt", record([]byte{0xff, 0xff}), 0, "record 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name+".otlp.pb")
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadOTLPFile(path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("err = %v, want one naming the file and containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || len(got) != tc.records {
+				t.Fatalf("got %d records, err %v; want %d", len(got), err, tc.records)
+			}
+		})
 	}
-	if len(got) != 2 || filepath.Base(names[0]) != "profiles-1-000001.otlp.pb" {
-		t.Fatalf("read %d files %v, want the two OTLP files in name order", len(got), names)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "profiles-3-000003.otlp.pb"), []byte{0xff, 0xff}, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := ReadOTLPDir(dir); err == nil || !strings.Contains(err.Error(), "profiles-3-000003.otlp.pb") {
-		t.Fatalf("corrupt file: err = %v, want one naming the file", err)
+	if got, err := ReadOTLPFile(filepath.Join(dir, "missing")); err != nil || len(got) != 0 {
+		t.Fatalf("a file not written yet: %d records, %v; want none and no error", len(got), err)
 	}
 }

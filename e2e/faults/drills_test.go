@@ -339,7 +339,7 @@ func redisDrill(t *testing.T, rep *drillReport) {
 	if strings.Contains(log, "redis degraded") && !strings.Contains(log, "redis recovered") {
 		t.Errorf("Redis's outage was logged but not its end:\n%s", tail(log, 20))
 	}
-	if v := scrape(t, sym.URL()).sum(`symbolizer_degraded`); v != 0 {
+	if v := scrape(t, sym.URL()+"/metrics").sum(`symbolizer_degraded`); v != 0 {
 		t.Errorf("symbolizer_degraded = %v with Redis back", v)
 	}
 	rep.add("redis restarted empty              %d calls, 0 errors, 0 wrong answers; restart took %v; Redis refilled %v after it; outage logged: %v",

@@ -149,25 +149,15 @@ func TestFaults(t *testing.T) {
 
 	sk := startSink(t)
 	proxies["gateway->downstream"] = tox.Proxy("downstream", sk.addr)
-	gw, gp, err := pipeline.StartService(ctx, "gateway", filepath.Join(logs, "gateway.log"), bins.Gateway, 3, 30*time.Second,
-		func(p []int) ([]string, string) {
-			return []string{
-				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]), "--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
-				"--symbolizer-url", "http://" + proxies["gateway->symbolizer"].Listen, "--symbolize-timeout", "1s",
-				// Every request asks the symbolizer: no in-process symbol cache in front of it.
-				"--symbol-cache-entries=-1",
-				"--otlp-grpc-endpoint", proxies["gateway->downstream"].Listen, "--otlp-insecure", "--export-timeout", "2s",
-				"--shutdown-timeout", "60s",
-			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-		})
+	gw, gp, err := startGateway(ctx, filepath.Join(logs, "gateway.log"), bins.Gateway,
+		"http://"+proxies["gateway->symbolizer"].Listen, proxies["gateway->downstream"].Listen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gw.Stop(syscall.SIGKILL, time.Second) })
-	admin := "http://127.0.0.1:" + strconv.Itoa(gp[2])
+	metricsURL := gp.MetricsURL()
 
-	cc, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(gp[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(gp.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,32 +172,32 @@ func TestFaults(t *testing.T) {
 
 	// Everything works before any fault.
 	if d, err := ld.recover(ctx, sk, true, 60*time.Second); err != nil {
-		m := scrape(t, admin)
-		t.Fatalf("before any fault: %v (downstream received %d requests; gateway: %v samples in, %v exported, %v locations symbolized, %v unresolved)", err,
-			len(sk.received()), m.sum("profsym_gateway_samples_received_total"), m.sum("profsym_gateway_samples_exported_total"),
-			m.sum("profsym_gateway_locations_symbolized_total"), m.sum("profsym_gateway_locations_unresolved_total"))
+		m := scrape(t, metricsURL)
+		t.Fatalf("before any fault: %v (downstream received %d requests; gateway: %v samples in, %v exported, %v frames symbolized, %v unsymbolized)", err,
+			len(sk.received()), m.sum(metricAccepted), m.sum(metricSent), m.sum(metricResolved), m.sum(metricUnsymbolized))
 	} else {
 		t.Logf("pipeline symbolizes (first probe after %v)", d.Round(time.Millisecond))
 	}
 
 	type row struct {
-		link, fault                   string
-		sent, dup                     int
-		recovery                      time.Duration
-		rssGateway, rssSymbolizer     int64
-		unresolvedDelta, exportFailed float64
+		link, fault               string
+		sent, dup                 int
+		recovery                  time.Duration
+		rssGateway, rssSymbolizer int64
+		unresolvedDelta, queued   float64
 	}
 	var rows []row
 	for _, link := range []string{"gateway->symbolizer", "symbolizer->redis", "symbolizer->minio", "gateway->downstream"} {
 		for _, f := range faults {
 			name := link + "/" + f.name
 			phase := ld.newPhase(name)
-			before := scrape(t, admin)
+			before := scrape(t, metricsURL)
 			rss := watchRSS(gw.PID(), sym.PID())
 			if err := f.apply(proxies[link]); err != nil {
 				t.Fatalf("%s: apply: %v", name, err)
 			}
 			time.Sleep(4 * time.Second)
+			during := scrape(t, metricsURL)
 			if err := f.clear(proxies[link]); err != nil {
 				t.Fatalf("%s: clear: %v", name, err)
 			}
@@ -217,11 +207,11 @@ func TestFaults(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: did not recover: %v", name, err)
 			}
-			after := scrape(t, admin)
+			after := scrape(t, metricsURL)
 			rows = append(rows, row{link: link, fault: f.name, sent: ld.sentIn(phase), recovery: recovery,
 				rssGateway: peakGW, rssSymbolizer: peakSym,
-				unresolvedDelta: after.sum("profsym_gateway_locations_unresolved_total") - before.sum("profsym_gateway_locations_unresolved_total"),
-				exportFailed:    after.sum("profsym_gateway_export_failures_total") - before.sum("profsym_gateway_export_failures_total")})
+				unresolvedDelta: after.sum(metricUnsymbolized) - before.sum(metricUnsymbolized),
+				queued:          during.sum(metricQueueSize)})
 			// Memory stays bounded: a generous ceiling, far above a healthy process, far below
 			// a leak or a queue without bound over a few seconds of load.
 			const ceiling = 1 << 30
@@ -229,15 +219,16 @@ func TestFaults(t *testing.T) {
 				t.Errorf("%s: peak RSS gateway %d MiB, symbolizer %d MiB", name, peakGW>>20, peakSym>>20)
 			}
 			// The metrics say what happened: a symbolizer that cannot be reached leaves
-			// locations unresolved, a downstream that cannot be reached fails exports.
+			// frames unsymbolized; with a downstream that cannot be reached requests wait in the
+			// sending queue, retried.
 			switch {
 			case link == "gateway->symbolizer" && (f.name == "down" || f.name == "timeout" || f.name == "latency"):
 				if rows[len(rows)-1].unresolvedDelta == 0 {
 					t.Errorf("%s: no location counted unresolved", name)
 				}
 			case link == "gateway->downstream" && (f.name == "down" || f.name == "timeout" || f.name == "latency"):
-				if rows[len(rows)-1].exportFailed == 0 {
-					t.Errorf("%s: no export failure counted", name)
+				if rows[len(rows)-1].queued == 0 {
+					t.Errorf("%s: the sending queue was empty at the end of the fault", name)
 				}
 			}
 		}
@@ -266,10 +257,10 @@ func TestFaults(t *testing.T) {
 		rows[i].dup = dups[rows[i].link+"/"+rows[i].fault]
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-22s %-11s %6s %5s %9s %8s %8s %11s %10s\n", "link", "fault", "sent", "dup", "recovery", "gw MiB", "sym MiB", "unresolved", "exp fails")
+	fmt.Fprintf(&b, "%-22s %-11s %6s %5s %9s %8s %8s %13s %7s\n", "link", "fault", "sent", "dup", "recovery", "gw MiB", "sym MiB", "unsymbolized", "queued")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-22s %-11s %6d %5d %9s %8d %8d %11.0f %10.0f\n", r.link, r.fault, r.sent, r.dup, r.recovery.Round(10*time.Millisecond),
-			r.rssGateway>>20, r.rssSymbolizer>>20, r.unresolvedDelta, r.exportFailed)
+		fmt.Fprintf(&b, "%-22s %-11s %6d %5d %9s %8d %8d %13.0f %7.0f\n", r.link, r.fault, r.sent, r.dup, r.recovery.Round(10*time.Millisecond),
+			r.rssGateway>>20, r.rssSymbolizer>>20, r.unresolvedDelta, r.queued)
 	}
 	t.Logf("requests acknowledged %d, delivered %d distinct, lost %d, duplicated %d\n%s", len(acked), len(got), lost, total(dups), b.String())
 	if lost > 0 {
@@ -491,11 +482,11 @@ type metrics map[string]float64
 
 var sampleRe = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([0-9.eE+-]+)$`)
 
-func scrape(t *testing.T, base string) metrics {
+func scrape(t *testing.T, url string) metrics {
 	t.Helper()
-	code, body := testsupport.Get(t, base+"/metrics")
+	code, body := testsupport.Get(t, url)
 	if code != http.StatusOK {
-		t.Fatalf("GET %s/metrics: %d", base, code)
+		t.Fatalf("GET %s: %d", url, code)
 	}
 	m := metrics{}
 	for _, line := range strings.Split(string(body), "\n") {
@@ -509,7 +500,18 @@ func scrape(t *testing.T, base string) metrics {
 	return m
 }
 
-func (m metrics) sum(name string) float64 { return m[name] }
+// The gateway's own telemetry (the Collector's, and the symbolize processor's) the suite reads.
+const (
+	metricAccepted     = "otelcol_receiver_accepted_profile_samples"
+	metricSent         = "otelcol_exporter_sent_profile_samples"
+	metricQueueSize    = "otelcol_exporter_queue_size"
+	metricResolved     = "otelcol_processor_symbolize_frames_resolved"
+	metricUnsymbolized = "otelcol_processor_symbolize_frames_unsymbolized"
+)
+
+// sum is the value of a metric over every label set, under its name with or without the
+// _total suffix Prometheus gives counters.
+func (m metrics) sum(name string) float64 { return m[name] + m[name+"_total"] }
 
 // watchRSS samples the resident set of the processes until the returned function is called,
 // which returns the peaks.

@@ -104,7 +104,7 @@ func TestFaultsUpstreamAndSenderLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gw.Stop(syscall.SIGKILL, time.Second) })
-	proxies["collector->gateway"] = tox.Proxy("gateway", "127.0.0.1:"+strconv.Itoa(gp[0]))
+	proxies["collector->gateway"] = tox.Proxy("gateway", gp.GRPCAddr())
 
 	cc, err := grpc.NewClient(proxies["collector->gateway"].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -236,18 +236,13 @@ func TestFaultsUpstreamAndSenderLinks(t *testing.T) {
 }
 
 // startGateway runs the gateway against symbolizerURL, exporting to downstream, with the
-// deadlines of TestFaults (symbolize 1 s, export 2 s) and no symbol cache in front of the
-// symbolizer. It returns the process and its ports: OTLP/gRPC, OTLP/HTTP, admin.
-func startGateway(ctx context.Context, logPath, bin, symbolizerURL, downstream string) (*pipeline.Proc, []int, error) {
-	return pipeline.StartService(ctx, "gateway", logPath, bin, 3, 30*time.Second,
-		func(p []int) ([]string, string) {
-			return []string{
-				"--grpc-listen", "127.0.0.1:" + strconv.Itoa(p[0]), "--http-listen", "127.0.0.1:" + strconv.Itoa(p[1]),
-				"--admin-listen", "127.0.0.1:" + strconv.Itoa(p[2]),
-				"--symbolizer-url", symbolizerURL, "--symbolize-timeout", "1s", "--symbol-cache-entries=-1",
-				"--otlp-grpc-endpoint", downstream, "--otlp-insecure", "--export-timeout", "2s", "--shutdown-timeout", "60s",
-			}, "http://127.0.0.1:" + strconv.Itoa(p[2]) + "/readyz"
-		})
+// deadlines of TestFaults (symbolizer calls 1 s, export 2 s) and no symbol cache in front of
+// the symbolizer; its configuration is written beside its log.
+func startGateway(ctx context.Context, logPath, bin, symbolizerURL, downstream string) (*pipeline.Proc, pipeline.GatewayPorts, error) {
+	noCache := -1
+	return pipeline.StartGateway(ctx, bin, filepath.Join(filepath.Dir(logPath), "gateway.yaml"), logPath,
+		pipeline.GatewayConfig{Symbolizer: symbolizerURL, Timeout: time.Second, Deadline: 2 * time.Second,
+			CacheEntries: &noCache, Downstream: downstream}, 60*time.Second)
 }
 
 // target is the binary a sender profiles.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
 type binary struct {
@@ -142,7 +143,6 @@ func request(r *rand.Rand, bins []*binary, nloc, nmap, nsamples int) pprofile.Pr
 }
 
 type sink struct {
-	pprofileotlp.UnimplementedGRPCServer
 	samples atomic.Int64
 }
 
@@ -265,9 +265,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		s := grpc.NewServer()
-		pprofileotlp.RegisterGRPCServer(s, &sink{})
-		log.Fatal(s.Serve(ln))
+		log.Fatal(otlptest.NewProfilesServer((&sink{}).Export).Serve(ln))
 	}
 
 	var bins []*binary
@@ -289,8 +287,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	direct := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(direct, &sink{})
+	direct := otlptest.NewProfilesServer((&sink{}).Export)
 	go func() {
 		if err := direct.Serve(ln); err != nil {
 			log.Printf("baseline sink: %v", err)

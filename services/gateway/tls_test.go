@@ -108,7 +108,7 @@ func TestMutualTLSReceivers(t *testing.T) {
 	sym := testsupport.StartSymbolizer(t, "")
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, tlsCert: certPath, tlsKey: keyPath, tlsClientCA: caPath})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, TLSCert: certPath, TLSKey: keyPath, TLSClientCA: caPath})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
 	if err != nil {

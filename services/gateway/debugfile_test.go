@@ -1,4 +1,4 @@
-package server_test
+package main
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
-	"github.com/profsym/profsym/services/gateway/internal/server"
 )
 
 // libcPath is Debian's C library; libcDebugDir holds its separate debug file (libc6-dbg).
@@ -57,6 +56,9 @@ func splitBinaries(t *testing.T) []otlptest.Binary {
 // symbolized); once the executable is known, uploaded from the node or fetched from
 // debuginfod, every frame is what llvm-symbolizer reads from the debug file.
 func TestSeparateDebugFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway, symbolizers, debuginfod and a downstream")
+	}
 	bins := splitBinaries(t)
 	var debugs, exes []string
 	for _, b := range bins {
@@ -113,7 +115,7 @@ func newRoundTripper(t *testing.T, sym *testsupport.Symbolizer) *roundTripper {
 	t.Helper()
 	sk := startSink(t)
 	// Building libc's index on a busy machine may take seconds: the deadline is not under test.
-	g := startGateway(t, server.Config{SymbolizerURL: sym.URL(), OTLPGRPCEndpoint: sk.addr, SymbolizeTimeout: 2 * time.Minute})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, Timeout: 2 * time.Minute, Deadline: 2 * time.Minute})
 	return &roundTripper{g: g, sk: sk}
 }
 
@@ -128,7 +130,7 @@ func (rt *roundTripper) check(t *testing.T, sh otlptest.Shape, bins []otlptest.B
 		t.Fatal(err)
 	}
 	rt.sent += int64(len(cases))
-	rt.sk.waitSamples(t, rt.sent, 3*time.Minute)
+	rt.sk.settle(t, rt.sent, 3*time.Minute)
 	reqs := rt.sk.received()
 	out := otlptest.Resolve(reqs[len(reqs)-1])
 	if err := otlptest.Compare(otlptest.Resolve(in), out); err != nil {

@@ -1,17 +1,13 @@
-package exporter
+package pprofexporter
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -19,7 +15,6 @@ import (
 
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
-	"github.com/profsym/profsym/services/gateway/internal/queue"
 )
 
 // writeAtomic writes data to dir/name through a temporary file and a rename, so readers never
@@ -84,100 +79,6 @@ func (r *retention) prune(dir string) error {
 	}
 	return errors.Join(errs...)
 }
-
-// File writes every request as one OTLP ExportProfilesServiceRequest protobuf file named
-// profiles-<unix nanos>-<sequence>.otlp.pb.
-type File struct {
-	dir string
-	seq atomic.Uint64
-	ret retention
-}
-
-// NewFile creates dir if needed.
-func NewFile(dir string) (*File, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("output dir: %w", err)
-	}
-	return &File{dir: dir, ret: retention{prefix: "profiles-"}}, nil
-}
-
-// KeepFiles makes the exporter delete the oldest files beyond n after each write; 0 keeps all.
-func (e *File) KeepFiles(n int) { e.ret.keep = n }
-
-func (e *File) Name() string { return "file" }
-
-func (e *File) Export(_ context.Context, pd pprofile.Profiles) error {
-	body, err := Marshal(pd)
-	if err != nil {
-		return queue.Permanent(err)
-	}
-	name := fmt.Sprintf("profiles-%d-%06d.otlp.pb", time.Now().UnixNano(), e.seq.Add(1))
-	if err := writeAtomic(e.dir, name, func(f *os.File) error {
-		if _, err := f.Write(body); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	// The request is written: a failed deletion of old files must not make the queue send it
-	// again.
-	if err := e.ret.prune(e.dir); err != nil {
-		slog.Warn("output retention", "exporter", e.Name(), "err", err)
-	}
-	return nil
-}
-
-func (e *File) Close() error { return nil }
-
-// Pprof writes every profile of a request as a gzipped pprof file named
-// profile-<unix nanos>-<sequence>-<resource>.<scope>.<profile>.pb.gz.
-type Pprof struct {
-	dir string
-	seq atomic.Uint64
-	ret retention
-}
-
-// NewPprof creates dir if needed.
-func NewPprof(dir string) (*Pprof, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("pprof dir: %w", err)
-	}
-	return &Pprof{dir: dir, ret: retention{prefix: "profile-"}}, nil
-}
-
-// KeepFiles makes the exporter delete the oldest files beyond n after each write; 0 keeps all.
-func (e *Pprof) KeepFiles(n int) { e.ret.keep = n }
-
-func (e *Pprof) Name() string { return "pprof" }
-
-func (e *Pprof) Export(_ context.Context, pd pprofile.Profiles) error {
-	seq := e.seq.Add(1)
-	now := time.Now().UnixNano()
-	rps := pd.ResourceProfiles()
-	for i := 0; i < rps.Len(); i++ {
-		sps := rps.At(i).ScopeProfiles()
-		for j := 0; j < sps.Len(); j++ {
-			ps := sps.At(j).Profiles()
-			for k := 0; k < ps.Len(); k++ {
-				p, err := ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
-				if err != nil {
-					return queue.Permanent(fmt.Errorf("resource %d scope %d profile %d: %w", i, j, k, err))
-				}
-				name := fmt.Sprintf("profile-%d-%06d-%d.%d.%d.pb.gz", now, seq, i, j, k)
-				if err := writeAtomic(e.dir, name, func(f *os.File) error { return p.Write(f) }); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := e.ret.prune(e.dir); err != nil {
-		slog.Warn("output retention", "exporter", e.Name(), "err", err)
-	}
-	return nil
-}
-
-func (e *Pprof) Close() error { return nil }
 
 // compiled reports whether a location is a frame of compiled code, which lives in a mapped
 // binary: frame type native, go, rust, or none. Kernel and interpreted frames are not.

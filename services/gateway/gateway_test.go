@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/http"
 	"os"
@@ -52,7 +51,7 @@ func TestSymbolizesWithFullFidelity(t *testing.T) {
 	uploadAll(t, sym, bins)
 	sk := startSink(t)
 	pprofDir := t.TempDir()
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, pprofDir: pprofDir})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, PprofDir: pprofDir})
 
 	var total int64
 	check := func(t *testing.T, in pprofile.Profiles, cases []otlptest.Case) {
@@ -186,7 +185,7 @@ func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	noCache := 0
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), deadline: time.Second, cacheEntries: &noCache, downstream: sk.addr})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Deadline: time.Second, CacheEntries: &noCache, Downstream: sk.addr})
 	var sent int64
 	for i := range 30 {
 		switch i {
@@ -216,7 +215,7 @@ func TestDrillRedisStopped(t *testing.T) {
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	noCache := 0
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), cacheEntries: &noCache, downstream: sk.addr})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), CacheEntries: &noCache, Downstream: sk.addr})
 	var sent int64
 	for i := range 30 {
 		switch i {
@@ -245,7 +244,7 @@ func TestDrillDownstreamStoppedMidStream(t *testing.T) {
 	sym := testsupport.StartSymbolizer(t, "")
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr})
 	var sent int64
 	for i := range 30 {
 		switch i {
@@ -276,7 +275,7 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	sk.Stop()
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, queueSize: 3})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, QueueSize: 3})
 
 	var sent int64
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
@@ -358,7 +357,7 @@ func TestDrillRestartWhileDownstreamDown(t *testing.T) {
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	sk.Stop()
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, storageDir: t.TempDir()})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, StorageDir: t.TempDir()})
 
 	var sent int64
 	for range 10 {
@@ -438,7 +437,7 @@ func TestK8sAttributesPassthrough(t *testing.T) {
 	sym := testsupport.StartSymbolizer(t, "")
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, k8sPassthrough: true})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, K8sPassthrough: true})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	in := pprofile.NewProfiles()
 	pd.CopyTo(in)
@@ -460,33 +459,6 @@ func TestK8sAttributesPassthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	otlptest.CheckFrames(t, otlptest.Resolve(out), cases)
-}
-
-// readLengthPrefixed reads the file exporter's proto format: each request as a 4-byte
-// big-endian length, then the ExportProfilesServiceRequest.
-func readLengthPrefixed(t *testing.T, path string) []pprofile.Profiles {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []pprofile.Profiles
-	for len(b) > 0 {
-		if len(b) < 4 {
-			t.Fatalf("%s: %d trailing bytes, not a length", path, len(b))
-		}
-		n := binary.BigEndian.Uint32(b)
-		if uint64(n) > uint64(len(b)-4) {
-			t.Fatalf("%s: record of %d bytes, %d left", path, n, len(b)-4)
-		}
-		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b[4 : 4+n])
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, pd)
-		b = b[4+n:]
-	}
-	return out
 }
 
 // TestLocalDefaultRun runs the one-command local gateway: no --config, the built-in
@@ -544,7 +516,11 @@ func TestLocalDefaultRun(t *testing.T) {
 		t.Fatalf("stop: %v\n%s", err, proc.Tail(30))
 	}
 	var got []otlptest.Sample
-	for _, pd := range readLengthPrefixed(t, filepath.Join(out, "profiles.otlp.pb")) {
+	written, err := pipeline.ReadOTLPFile(filepath.Join(out, "profiles.otlp.pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pd := range written {
 		got = append(got, otlptest.Resolve(pd)...)
 		// The built-in configuration writes through the otlp_plain encoding.
 		if err := otlpprofiles.Orphans(pd); err != nil {
@@ -576,7 +552,7 @@ func TestMemoryLimiterRefuses(t *testing.T) {
 	sym := testsupport.StartSymbolizer(t, "")
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
-	g := startGateway(t, gwConfig{symbolizer: sym.URL(), downstream: sk.addr, memoryLimitMiB: 2})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, MemoryLimitMiB: 2})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	// The limiter decides on its first check after start: what came before goes through.
 	deadline := time.Now().Add(10 * time.Second)

@@ -173,136 +173,17 @@ func (s *sink) settle(t *testing.T, sent int64, timeout time.Duration) {
 	}
 }
 
-// gwConfig is what a test varies in the gateway's Collector configuration.
-type gwConfig struct {
-	symbolizer string // symbolize processor endpoint
-	// deadline and cacheEntries of the symbolize processor; zero values keep the defaults.
-	deadline     time.Duration
-	cacheEntries *int
-	downstream   string // OTLP/gRPC exporter endpoint; empty: none
-	pprofDir     string // pprof exporter; empty: none
-	storageDir   string // file_storage directory for a persistent sending queue; empty: in memory
-	queueSize    int    // sending_queue.queue_size in requests; 0: the Collector's default
-	// k8sPassthrough puts k8sattributes first, in passthrough mode (it adds k8s.pod.ip from
-	// the sender's address and needs no Kubernetes API).
-	k8sPassthrough bool
-	// tlsCert, tlsKey and tlsClientCA make both receivers serve TLS, and with a client CA
-	// require a client certificate it signed (the production overlay's mutual TLS).
-	tlsCert, tlsKey, tlsClientCA string
-	// memoryLimitMiB replaces memory_limiter's limit_mib (1024); spike_limit_mib becomes half of it.
-	memoryLimitMiB int
-}
-
-func (c gwConfig) yaml(grpcPort, httpPort, metricsPort, healthPort int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `extensions:
-  health_check:
-    endpoint: 127.0.0.1:%d
-`, healthPort)
-	if c.storageDir != "" {
-		fmt.Fprintf(&b, `  file_storage:
-    directory: %s
-    fsync: true
-`, c.storageDir)
-	}
-	limit := c.memoryLimitMiB
-	if limit == 0 {
-		limit = 1024
-	}
-	tls := ""
-	if c.tlsCert != "" {
-		tls = fmt.Sprintf("\n        tls:\n          cert_file: %s\n          key_file: %s", c.tlsCert, c.tlsKey)
-		if c.tlsClientCA != "" {
-			tls += "\n          client_ca_file: " + c.tlsClientCA
-		}
-	}
-	fmt.Fprintf(&b, `receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: 127.0.0.1:%d%s
-      http:
-        endpoint: 127.0.0.1:%d%s
-processors:
-  memory_limiter:
-    check_interval: 100ms
-    limit_mib: %d
-    spike_limit_mib: %d
-  symbolize:
-    endpoint: %s
-    timeout: 1s
-`, grpcPort, tls, httpPort, tls, limit, limit/2, c.symbolizer)
-	if c.deadline > 0 {
-		fmt.Fprintf(&b, "    deadline: %s\n", c.deadline)
-	}
-	if c.cacheEntries != nil {
-		fmt.Fprintf(&b, "    cache_entries: %d\n", *c.cacheEntries)
-	}
-	if c.k8sPassthrough {
-		b.WriteString("  k8sattributes:\n    auth_type: none\n    passthrough: true\n")
-	}
-	b.WriteString("exporters:\n")
-	var exporters []string
-	if c.downstream != "" {
-		exporters = append(exporters, "otlp_grpc")
-		fmt.Fprintf(&b, `  otlp_grpc:
-    endpoint: %s
-    tls:
-      insecure: true
-    timeout: 2s
-    retry_on_failure:
-      initial_interval: 50ms
-      max_interval: 500ms
-      max_elapsed_time: 0
-    sending_queue:
-      num_consumers: 2
-`, c.downstream)
-		if c.queueSize > 0 {
-			fmt.Fprintf(&b, "      sizer: requests\n      queue_size: %d\n", c.queueSize)
-		}
-		if c.storageDir != "" {
-			b.WriteString("      storage: file_storage\n")
-		}
-	}
-	if c.pprofDir != "" {
-		exporters = append(exporters, "pprof")
-		fmt.Fprintf(&b, "  pprof:\n    directory: %s\n", c.pprofDir)
-	}
-	processors := "[memory_limiter, symbolize]"
-	if c.k8sPassthrough {
-		processors = "[k8sattributes, memory_limiter, symbolize]"
-	}
-	extensions := "[health_check]"
-	if c.storageDir != "" {
-		extensions = "[health_check, file_storage]"
-	}
-	fmt.Fprintf(&b, `service:
-  extensions: %s
-  telemetry:
-    metrics:
-      level: detailed
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: %d
-  pipelines:
-    profiles:
-      receivers: [otlp]
-      processors: %s
-      exporters: [%s]
-`, extensions, metricsPort, processors, strings.Join(exporters, ", "))
-	return b.String()
-}
+// gwConfig is what a test varies in the gateway's configuration.
+type gwConfig = pipeline.GatewayConfig
 
 // gateway is the gateway binary running as a child process.
 type gateway struct {
-	t                                      *testing.T
-	proc                                   *pipeline.Proc
-	configPath, logPath                    string
-	grpcAddr, httpAddr, metricsURL, health string
-	client                                 pprofileotlp.GRPCClient
+	t                              *testing.T
+	proc                           *pipeline.Proc
+	configPath, logPath            string
+	ports                          pipeline.GatewayPorts
+	grpcAddr, httpAddr, metricsURL string
+	client                         pprofileotlp.GRPCClient
 }
 
 func startGateway(t *testing.T, cfg gwConfig) *gateway {
@@ -311,23 +192,17 @@ func startGateway(t *testing.T, cfg gwConfig) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
 	dir := t.TempDir()
 	g := &gateway{t: t, configPath: filepath.Join(dir, "config.yaml"), logPath: filepath.Join(dir, "gateway.log")}
-	proc, ports, err := pipeline.StartService(t.Context(), "gateway", g.logPath, bin, 4, 60*time.Second,
-		func(p []int) ([]string, string) {
-			if err := os.WriteFile(g.configPath, []byte(cfg.yaml(p[0], p[1], p[2], p[3])), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return []string{"--config", g.configPath}, fmt.Sprintf("http://127.0.0.1:%d/", p[3])
-		})
+	proc, ports, err := pipeline.StartGateway(t.Context(), bin, g.configPath, g.logPath, cfg, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.proc = proc
-	g.grpcAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	g.httpAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
-	g.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2])
-	g.health = fmt.Sprintf("http://127.0.0.1:%d/", ports[3])
+	g.proc, g.ports = proc, ports
+	g.grpcAddr, g.httpAddr, g.metricsURL = ports.GRPCAddr(), ports.HTTPAddr(), ports.MetricsURL()
 	cc, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -362,16 +237,11 @@ func (g *gateway) restart() {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	proc, err := pipeline.Start("gateway", g.logPath+".restarted", bin, "--config", g.configPath)
+	proc, err := pipeline.RestartGateway(g.t.Context(), bin, g.configPath, g.logPath+".restarted", g.ports, 60*time.Second)
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	g.proc = proc
-	ctx, cancel := context.WithTimeout(g.t.Context(), 60*time.Second)
-	defer cancel()
-	if err := pipeline.WaitReady(ctx, proc, g.health); err != nil {
-		g.t.Fatal(err)
-	}
 }
 
 func (g *gateway) send(ctx context.Context, pd pprofile.Profiles) error {

@@ -1,4 +1,4 @@
-package exporter_test
+package pprofexporter_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
-	"github.com/profsym/profsym/services/gateway/internal/exporter"
+	"github.com/profsym/profsym/services/gateway/internal/pprofexporter"
 )
 
 func TestToPprof(t *testing.T) {
@@ -79,7 +79,7 @@ func TestToPprof(t *testing.T) {
 		}
 	}
 
-	pp, err := exporter.ToPprof(d, rp.Resource(), p)
+	pp, err := pprofexporter.ToPprof(d, rp.Resource(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestToPprofMainMapping(t *testing.T) {
 				e.SetStackIndex(s)
 				e.Values().Append(1)
 			}
-			pp, err := exporter.ToPprof(pd.Dictionary(), pd.ResourceProfiles().At(0).Resource(), p)
+			pp, err := pprofexporter.ToPprof(pd.Dictionary(), pd.ResourceProfiles().At(0).Resource(), p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +241,7 @@ func TestPprofTopNamesMainBinary(t *testing.T) {
 		s.SetStackIndex(1)
 		s.Values().Append(1)
 	}
-	pp, err := exporter.ToPprof(pd.Dictionary(), pd.ResourceProfiles().At(0).Resource(), p)
+	pp, err := pprofexporter.ToPprof(pd.Dictionary(), pd.ResourceProfiles().At(0).Resource(), p)
 	if err != nil {
 		t.Fatal(err)
 	}

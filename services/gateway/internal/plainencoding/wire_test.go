@@ -1,29 +1,16 @@
-package exporter_test
+package plainencoding_test
 
 import (
 	"bytes"
-	"compress/gzip"
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
-	"github.com/profsym/profsym/services/gateway/internal/exporter"
+	"github.com/profsym/profsym/services/gateway/internal/plainencoding"
 )
 
 // ebpfShaped is a request as the OTel eBPF profiler sends one: process attributes on the
@@ -116,7 +103,7 @@ func TestMarshal(t *testing.T) {
 				t.Fatal("pdata's marshaler left no orphan: the test shows nothing")
 			}
 
-			b, err := exporter.Marshal(pd)
+			b, err := plainencoding.Marshal(pd)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +149,7 @@ func TestMarshalNothingAppended(t *testing.T) {
 	if err := otlpprofiles.Orphans(pd); err != nil {
 		t.Fatal(err)
 	}
-	b, err := exporter.Marshal(pd)
+	b, err := plainencoding.Marshal(pd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,128 +159,6 @@ func TestMarshalNothingAppended(t *testing.T) {
 	}
 	if !bytes.Equal(b, want) {
 		t.Fatal("bytes differ from pdata's although the marshaler appended no string")
-	}
-}
-
-type grpcSink struct {
-	pprofileotlp.UnimplementedGRPCServer
-	mu       sync.Mutex
-	got      []pprofile.Profiles
-	versions []string
-}
-
-func (s *grpcSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// pdata's gRPC server leaves resource attributes as string-table references; a backend
-	// reads them resolved.
-	pd := req.Profiles()
-	if err := otlpprofiles.ResolveReferences(pd); err != nil {
-		return pprofileotlp.NewExportResponse(), err
-	}
-	s.got = append(s.got, pd)
-	s.versions = append(s.versions, md.Get(otlpprofiles.DevelopmentVersionHeader)...)
-	return pprofileotlp.NewExportResponse(), nil
-}
-
-// TestExportersWriteNoOrphans sends an eBPF-profiler-shaped request through each exporter to a
-// real receiver (pdata's gRPC server, an HTTP handler, a directory) and checks what arrives.
-func TestExportersWriteNoOrphans(t *testing.T) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	sink := &grpcSink{}
-	pprofileotlp.RegisterGRPCServer(gs, sink)
-	go func() { _ = gs.Serve(l) }()
-	t.Cleanup(gs.Stop)
-
-	var httpBodies [][]byte
-	var hmu sync.Mutex
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rd io.Reader = r.Body
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			rd = zr
-		}
-		b, err := io.ReadAll(rd)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		hmu.Lock()
-		httpBodies = append(httpBodies, b)
-		hmu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	t.Cleanup(hs.Close)
-	dir := t.TempDir()
-
-	for _, gz := range []bool{false, true} {
-		cfg := exporter.OTLPConfig{Insecure: true, Gzip: gz, Timeout: 10 * time.Second}
-		cfg.Endpoint = l.Addr().String()
-		ge, err := exporter.NewGRPC(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Endpoint = hs.URL
-		he, err := exporter.NewHTTP(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fe, err := exporter.NewFile(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range []exporter.Exporter{ge, he, fe} {
-			pd := ebpfShaped(true)
-			pd.MarkReadOnly()
-			if err := e.Export(t.Context(), pd); err != nil {
-				t.Fatalf("%s gzip=%v: %v", e.Name(), gz, err)
-			}
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-
-	files, err := filepath.Glob(filepath.Join(dir, "*.otlp.pb"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var outs []pprofile.Profiles
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, decode(t, b))
-	}
-	for _, b := range httpBodies {
-		outs = append(outs, decode(t, b))
-	}
-	sink.mu.Lock()
-	outs = append(outs, sink.got...)
-	versions := sink.versions
-	sink.mu.Unlock()
-	if len(outs) != 6 || len(versions) != 2 || versions[0] != otlpprofiles.DevelopmentVersion {
-		t.Fatalf("%d requests arrived (want 6), gRPC schema versions %v", len(outs), versions)
-	}
-	want := otlptest.Resolve(ebpfShaped(true))
-	for i, pd := range outs {
-		if err := otlpprofiles.Orphans(pd); err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if err := otlptest.Compare(want, otlptest.Resolve(pd)); err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
 	}
 }
 
@@ -328,7 +193,7 @@ func BenchmarkMarshal(b *testing.B) {
 	})
 	b.Run("Marshal", func(b *testing.B) {
 		for range b.N {
-			if _, err := exporter.Marshal(pd); err != nil {
+			if _, err := plainencoding.Marshal(pd); err != nil {
 				b.Fatal(err)
 			}
 		}

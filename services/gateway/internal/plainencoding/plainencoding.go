@@ -2,7 +2,7 @@
 // resource and scope attributes stay in place: the string table holds only what the dictionary
 // and the profiles reference. pdata's ProtoMarshaler writes those attributes as string-table
 // references and appends their strings, which the Profiling SIG's profcheck -check-orphans
-// reports as orphans; this encoding is the hand-written gateway's exporter.Marshal. The contrib
+// reports as orphans; Marshal puts them back in place. The contrib
 // file exporter uses it with `encoding: otlp_plain` (and `format: proto` for its length-prefixed
 // framing).
 package plainencoding
@@ -13,8 +13,6 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-
-	gwexporter "github.com/profsym/profsym/services/gateway/internal/exporter"
 )
 
 // Type is the extension's name in a Collector configuration.
@@ -44,5 +42,5 @@ func (plain) Shutdown(context.Context) error { return nil }
 
 // MarshalProfiles encodes pd as an ExportProfilesServiceRequest; pd is not changed.
 func (plain) MarshalProfiles(pd pprofile.Profiles) ([]byte, error) {
-	return gwexporter.Marshal(pd)
+	return Marshal(pd)
 }

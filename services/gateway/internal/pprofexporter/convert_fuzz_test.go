@@ -1,4 +1,4 @@
-package exporter_test
+package pprofexporter_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
-	"github.com/profsym/profsym/services/gateway/internal/exporter"
+	"github.com/profsym/profsym/services/gateway/internal/pprofexporter"
 )
 
-// FuzzPipeline: whatever bytes arrive, decoding plus validation never panics, and a request
+// FuzzConvert: whatever bytes arrive, decoding plus validation never panics, and a request
 // that passes validation goes through symbolization, rewriting, pprof conversion and
 // re-encoding without a panic.
-func FuzzPipeline(f *testing.F) {
+func FuzzConvert(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 8 {
 		b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(otlptest.Generate(r))
@@ -57,7 +57,7 @@ func FuzzPipeline(f *testing.F) {
 			for j := 0; j < rps.At(i).ScopeProfiles().Len(); j++ {
 				ps := rps.At(i).ScopeProfiles().At(j).Profiles()
 				for k := 0; k < ps.Len(); k++ {
-					_, _ = exporter.ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
+					_, _ = pprofexporter.ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
 				}
 			}
 		}

@@ -5,8 +5,10 @@ package pprofexporter
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/consumererror"
@@ -16,9 +18,6 @@ import (
 	"go.opentelemetry.io/collector/exporter/xexporter"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
-
-	gwexporter "github.com/profsym/profsym/services/gateway/internal/exporter"
-	"github.com/profsym/profsym/services/gateway/internal/queue"
 )
 
 // Type is the component's name in a Collector configuration.
@@ -35,7 +34,7 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 	if !ok {
 		return nil, fmt.Errorf("pprof exporter: config of type %T, want *pprofexporter.Config", cfg)
 	}
-	e := &pprofExporter{cfg: c, logger: set.Logger}
+	e := &pprofExporter{cfg: c, logger: set.Logger, ret: retention{prefix: "profile-", keep: c.KeepFiles}}
 	// No sending queue and no retries: a local disk either takes the file now or has a problem
 	// that waiting does not fix, and a queue would only hide that from the sender.
 	return xexporterhelper.NewProfiles(ctx, set, cfg, e.push,
@@ -46,25 +45,42 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 type pprofExporter struct {
 	cfg    *Config
 	logger *zap.Logger
-	files  *gwexporter.Pprof
+	seq    atomic.Uint64
+	ret    retention
 }
 
 func (e *pprofExporter) start(context.Context, component.Host) error {
-	f, err := gwexporter.NewPprof(e.cfg.Directory)
-	if err != nil {
-		return fmt.Errorf("pprof exporter: %w", err)
+	if err := os.MkdirAll(e.cfg.Directory, 0o755); err != nil {
+		return fmt.Errorf("pprof exporter: directory: %w", err)
 	}
-	f.KeepFiles(e.cfg.KeepFiles)
-	e.files = f
 	return nil
 }
 
-func (e *pprofExporter) push(ctx context.Context, pd pprofile.Profiles) error {
-	err := e.files.Export(ctx, pd)
-	var perm *queue.PermanentError
-	if errors.As(err, &perm) {
-		// A profile pprof cannot express will not convert on a retry either.
-		return consumererror.NewPermanent(err)
+// push writes every profile of the request as profile-<unix nanos>-<sequence>-<resource>.<scope>.<profile>.pb.gz.
+func (e *pprofExporter) push(_ context.Context, pd pprofile.Profiles) error {
+	seq := e.seq.Add(1)
+	now := time.Now().UnixNano()
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		sps := rps.At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			ps := sps.At(j).Profiles()
+			for k := 0; k < ps.Len(); k++ {
+				p, err := ToPprof(pd.Dictionary(), rps.At(i).Resource(), ps.At(k))
+				if err != nil {
+					// A profile pprof cannot express will not convert on a retry either.
+					return consumererror.NewPermanent(fmt.Errorf("resource %d scope %d profile %d: %w", i, j, k, err))
+				}
+				name := fmt.Sprintf("profile-%d-%06d-%d.%d.%d.pb.gz", now, seq, i, j, k)
+				if err := writeAtomic(e.cfg.Directory, name, func(f *os.File) error { return p.Write(f) }); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	return err
+	// The profiles are written: a failed deletion of old files must not make them be sent again.
+	if err := e.ret.prune(e.cfg.Directory); err != nil {
+		e.logger.Warn("pprof output retention", zap.Error(err))
+	}
+	return nil
 }

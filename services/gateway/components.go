@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/profsym/profsym/processor/symbolizeprocessor"
-	"github.com/profsym/profsym/services/gateway/otelcol/internal/plainencoding"
-	"github.com/profsym/profsym/services/gateway/otelcol/internal/pprofexporter"
+	"github.com/profsym/profsym/services/gateway/internal/plainencoding"
+	"github.com/profsym/profsym/services/gateway/internal/pprofexporter"
 )
 
 // components lists what the gateway is built from; `gateway components` prints it.
