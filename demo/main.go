@@ -257,7 +257,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 	}
 	kids.add(gw)
 	gwAddr := gports.GRPCAddr()
-	u.Info("an OpenTelemetry Collector (config: %s): OTLP/gRPC on %s, metrics on %s", filepath.Join(dir, "gateway.yaml"), gwAddr, gports.MetricsURL())
+	u.Info("OTLP/gRPC on %s, metrics on %s; its OpenTelemetry Collector config: %s", gwAddr, gports.MetricsURL(), filepath.Join(dir, "gateway.yaml"))
 
 	// 6. Collector.
 	u.Step("Starting the eBPF collector: every CPU at %d Hz, node-side upload of binaries with symbols", c.Frequency)
