@@ -22,7 +22,7 @@ type GatewayConfig struct {
 	Symbolizer, SymbolizerTokenFile string
 	// Timeout of one symbolizer call and Deadline after which data goes on unsymbolized.
 	Timeout, Deadline time.Duration
-	// CacheEntries of the symbolize processor (-1: no cache); nil keeps its default.
+	// CacheEntries of the symbolize processor (0: no cache); nil keeps its default.
 	CacheEntries *int
 
 	// Downstream is the OTLP/gRPC exporter's endpoint (plaintext); empty: none.

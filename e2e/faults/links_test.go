@@ -239,7 +239,7 @@ func TestFaultsUpstreamAndSenderLinks(t *testing.T) {
 // deadlines of TestFaults (symbolizer calls 1 s, export 2 s) and no symbol cache in front of
 // the symbolizer; its configuration is written beside its log.
 func startGateway(ctx context.Context, logPath, bin, symbolizerURL, downstream string) (*pipeline.Proc, pipeline.GatewayPorts, error) {
-	noCache := -1
+	noCache := 0
 	return pipeline.StartGateway(ctx, bin, filepath.Join(filepath.Dir(logPath), "gateway.yaml"), logPath,
 		pipeline.GatewayConfig{Symbolizer: symbolizerURL, Timeout: time.Second, Deadline: 2 * time.Second,
 			CacheEntries: &noCache, Downstream: downstream}, 60*time.Second)
