@@ -55,7 +55,8 @@ func TestDrills(t *testing.T) {
 	t.Cleanup(func() { t.Logf("drills:\n%s", strings.Join(rep.lines, "\n")) })
 	t.Run("minio", func(t *testing.T) { minioDrills(t, &rep) })
 	t.Run("redis restarted empty", func(t *testing.T) { redisDrill(t, &rep) })
-	t.Run("symbolizer restarted during a 150 MB index build", func(t *testing.T) { indexBuildDrill(t, &rep) })
+	t.Run("symbolizer killed during a 150 MB index build", func(t *testing.T) { indexBuildDrill(t, &rep, false) })
+	t.Run("symbolizer terminated during a 150 MB index build", func(t *testing.T) { indexBuildDrill(t, &rep, true) })
 }
 
 // symbolize asks for one module's addresses; modules carry every ID the file has.
@@ -346,7 +347,11 @@ func redisDrill(t *testing.T, rep *drillReport) {
 		calls, restarted.Round(time.Millisecond), refilled.Round(time.Millisecond), strings.Contains(sym.Log(), "redis degraded"))
 }
 
-func indexBuildDrill(t *testing.T, rep *drillReport) {
+// indexBuildDrill stops the symbolizer while callers share the build of a large index: with
+// SIGKILL (a crash) or, with graceful, SIGTERM (a rolling update), after which it has its
+// --shutdown-timeout to finish what it serves. Either way every caller gets the answer or a
+// clear unavailable, never a hang, and after a restart every caller gets the answer.
+func indexBuildDrill(t *testing.T, rep *drillReport, graceful bool) {
 	ctx := t.Context()
 	big := testsupport.MinIOBinary(t)
 	st, err := os.Stat(big)
@@ -358,7 +363,8 @@ func indexBuildDrill(t *testing.T, rep *drillReport) {
 		t.Fatal(err)
 	}
 	addrs := funcAddrs(t, big, "main.main", 20)
-	sym := testsupport.StartSymbolizer(t, "", "--log-level", "info")
+	const shutdownTimeout = 5 * time.Second
+	sym := testsupport.StartSymbolizer(t, "", "--log-level", "info", "--shutdown-timeout", shutdownTimeout.String())
 	sym.Upload(t, big)
 	// Verifying the upload built the index and stored it beside the file: take both away (a
 	// fresh process, no stored index) so that the callers' Symbolize builds it.
@@ -407,19 +413,27 @@ func indexBuildDrill(t *testing.T, rep *drillReport) {
 	if strings.Contains(sym.Log()[logAtStart:], "index built") {
 		t.Fatal("the index was built within 2 s: the drill did not happen")
 	}
-	sym.Stop()
+	how := "killed"
+	var exitedIn time.Duration
+	if graceful {
+		how = "terminated"
+		// The shutdown timeout, then the time to exit; more is a shutdown that hangs.
+		exitedIn = sym.Terminate(shutdownTimeout + 10*time.Second)
+	} else {
+		sym.Stop()
+	}
 	peakBefore, _ := rss()
 	var killed []outcome
 	select {
 	case killed = <-results:
 	case <-time.After(time.Minute):
-		t.Fatal("callers hung after the symbolizer died under them")
+		t.Fatalf("callers hung after the symbolizer was %s under them", how)
 	}
 	for i, o := range killed {
 		// An answer is fine (built in time); otherwise the error must say the service went
 		// away, not leave the caller guessing.
 		if o.err != nil && connect.CodeOf(o.err) != connect.CodeUnavailable {
-			t.Errorf("caller %d: %v (code %v), want unavailable", i, o.err, connect.CodeOf(o.err))
+			t.Errorf("caller %d, symbolizer %s: %v (code %v), want unavailable", i, how, o.err, connect.CodeOf(o.err))
 		}
 		if o.err == nil && o.resolved == 0 {
 			t.Errorf("caller %d: an answer without frames", i)
@@ -443,8 +457,12 @@ func indexBuildDrill(t *testing.T, rep *drillReport) {
 			errs++
 		}
 	}
-	rep.add("symbolizer killed during a %d MB index build   %d callers: %d unavailable, %d answered; after restart all %d answered (slowest %v, %v from restart); peak RSS %d MiB before the kill, %d MiB rebuilding",
-		st.Size()>>20, callers, errs, callers-errs, callers, slowest.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond), peakBefore>>20, peakAfter>>20)
+	exit := ""
+	if graceful {
+		exit = fmt.Sprintf(" (exited %v after SIGTERM, shutdown timeout %v)", exitedIn.Round(time.Millisecond), shutdownTimeout)
+	}
+	rep.add("symbolizer %s during a %d MB index build%s   %d callers: %d unavailable, %d answered; after restart all %d answered (slowest %v, %v from restart); peak RSS %d MiB before the stop, %d MiB rebuilding",
+		how, st.Size()>>20, exit, callers, errs, callers-errs, callers, slowest.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond), peakBefore>>20, peakAfter>>20)
 }
 
 // sameFrames reports whether two answers are the same, frame for frame.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,7 +52,9 @@ type Symbolizer struct {
 	extra []string // more flags for serve
 	port  int
 	cmd   *exec.Cmd
-	logs  *os.File
+	// exited is closed when cmd has been waited for.
+	exited chan struct{}
+	logs   *os.File
 	// t and ctx belong to the test that owns the server: restarts in the drills live as long
 	// as that test, not as the subtest that restarts them.
 	t   testing.TB
@@ -126,7 +129,7 @@ func (s *Symbolizer) Start(t testing.TB) {
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					s.cmd = cmd
+					s.cmd, s.exited = cmd, exited
 					return
 				}
 			}
@@ -148,13 +151,33 @@ func (s *Symbolizer) Stop() {
 	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		s.t.Errorf("kill symbolizer: %v", err)
 	}
-	for range 200 {
-		if s.cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-s.exited:
+	case <-time.After(2 * time.Second):
+		s.t.Errorf("symbolizer %d still running 2 s after SIGKILL", s.cmd.Process.Pid)
 	}
 	s.cmd = nil
+}
+
+// Terminate asks the server to stop (SIGTERM: a rolling update's graceful stop) and waits up to
+// limit for it to exit, returning how long that took; past limit it kills it and fails t.
+func (s *Symbolizer) Terminate(limit time.Duration) time.Duration {
+	if s.cmd == nil {
+		return 0
+	}
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.t.Errorf("terminate symbolizer: %v", err)
+	}
+	select {
+	case <-s.exited:
+		s.cmd = nil
+		return time.Since(start)
+	case <-time.After(limit):
+		s.t.Errorf("symbolizer still running %v after SIGTERM", limit)
+		s.Stop()
+		return time.Since(start)
+	}
 }
 
 // PID is the running server's process ID (0 when stopped), for RSS samples.
