@@ -67,6 +67,7 @@ type Config struct {
 	S3SecretFile   string        `name:"s3-secret-key-file" env:"SYMBOLIZER_S3_SECRET_KEY_FILE" type:"path" help:"File holding the secret key."`
 	S3Insecure     bool          `name:"s3-insecure" env:"SYMBOLIZER_S3_INSECURE" help:"Plain HTTP to the S3 endpoint."`
 	S3Create       bool          `name:"s3-create-bucket" env:"SYMBOLIZER_S3_CREATE_BUCKET" help:"Create the bucket at start when it does not exist (development MinIO)."`
+	S3MaxRetries   int           `name:"s3-max-retries" default:"3" env:"SYMBOLIZER_S3_MAX_RETRIES" help:"Attempts of one S3 request before it fails (the client backs off between them). Few: a store that is down shows as unavailable in about a second, and callers retry."`
 	MaxUpload      uint64        `name:"max-upload-bytes" default:"4294967296" env:"SYMBOLIZER_MAX_UPLOAD_BYTES" help:"Largest file accepted."`
 	UploadTTL      time.Duration `name:"upload-ttl" default:"15m" env:"SYMBOLIZER_UPLOAD_TTL" help:"How long an initiated upload stays open."`
 	TokensFile     string        `name:"upload-tokens-file" env:"SYMBOLIZER_UPLOAD_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for writes, one per line (reloaded on SIGHUP)."`
@@ -204,7 +205,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		s3, err := store.NewS3(store.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Region: c.S3Region,
-			AccessKey: ak, SecretKey: sk, Insecure: c.S3Insecure, Prefix: c.S3Prefix})
+			AccessKey: ak, SecretKey: sk, Insecure: c.S3Insecure, Prefix: c.S3Prefix, MaxRetries: c.S3MaxRetries})
 		if err != nil {
 			return nil, err
 		}

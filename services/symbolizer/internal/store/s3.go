@@ -22,6 +22,9 @@ type S3Config struct {
 	SecretKey string
 	Insecure  bool   // plain HTTP
 	Prefix    string // optional key prefix inside the bucket
+	// MaxRetries bounds the attempts of one request; 0 keeps the client's default (10, which
+	// with its backoff takes 6 to 9 s to report a store that is down).
+	MaxRetries int
 }
 
 // S3 stores objects in an S3-compatible bucket. S3 objects are atomic by nature: a PUT
@@ -37,10 +40,15 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if cfg.Endpoint == "" || cfg.Bucket == "" {
 		return nil, errors.New("s3: endpoint and bucket are required")
 	}
+	if cfg.MaxRetries < 0 {
+		return nil, fmt.Errorf("s3: max retries %d: must not be negative", cfg.MaxRetries)
+	}
 	c, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure: !cfg.Insecure,
 		Region: cfg.Region,
+		// minio.Options ignores values below 1.
+		MaxRetries: cfg.MaxRetries,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
