@@ -67,7 +67,7 @@ type Config struct {
 	S3SecretFile   string        `name:"s3-secret-key-file" env:"SYMBOLIZER_S3_SECRET_KEY_FILE" type:"path" help:"File holding the secret key."`
 	S3Insecure     bool          `name:"s3-insecure" env:"SYMBOLIZER_S3_INSECURE" help:"Plain HTTP to the S3 endpoint."`
 	S3Create       bool          `name:"s3-create-bucket" env:"SYMBOLIZER_S3_CREATE_BUCKET" help:"Create the bucket at start when it does not exist (development MinIO)."`
-	S3MaxRetries   int           `name:"s3-max-retries" default:"3" env:"SYMBOLIZER_S3_MAX_RETRIES" help:"Attempts of one S3 request before it fails (the client backs off between them). Few: a store that is down shows as unavailable in about a second, and callers retry."`
+	S3MaxRetries   int           `name:"s3-max-retries" default:"3" env:"SYMBOLIZER_S3_MAX_RETRIES" help:"Attempts of one S3 request before it fails (the client backs off between them). Few: a store that is down shows as unavailable within seconds, and callers retry."`
 	MaxUpload      uint64        `name:"max-upload-bytes" default:"4294967296" env:"SYMBOLIZER_MAX_UPLOAD_BYTES" help:"Largest file accepted."`
 	UploadTTL      time.Duration `name:"upload-ttl" default:"15m" env:"SYMBOLIZER_UPLOAD_TTL" help:"How long an initiated upload stays open."`
 	TokensFile     string        `name:"upload-tokens-file" env:"SYMBOLIZER_UPLOAD_TOKENS_FILE" type:"path" help:"Bearer tokens accepted for writes, one per line (reloaded on SIGHUP)."`
