@@ -117,9 +117,7 @@ func TestHTTPRefusals(t *testing.T) {
 	}
 	want := map[string]int64{"http/undecodable": 3, "http/bad_content_type": 1, "http/bad_method_or_path": 1,
 		"http/too_large": 1, "http/bad_encoding": 1, "http/pushback": 1}
-	if c := h.counts(t); fmt.Sprint(c) != fmt.Sprint(want) {
-		t.Fatalf("counts %v, want %v", c, want)
-	}
+	h.waitCounts(t, want)
 	starts := h.logs.FilterMessage("Refusing requests").All()
 	if len(starts) != len(want) {
 		t.Fatalf("%d start lines, want one per reason (%d)", len(starts), len(want))
@@ -185,8 +183,11 @@ func TestReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A free port for the extension to listen on.
 	addr := ln.Addr().String()
-	ln.Close()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
 	cfg := createDefaultConfig()
 	cfg.Readiness.Endpoint = addr
 	cfg.Readiness.PushbackWindow = 5 * time.Second

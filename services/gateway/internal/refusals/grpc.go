@@ -25,6 +25,20 @@ type rpcState struct {
 
 type stateKey struct{}
 
+// stateContext carries an RPC's state: one allocation per RPC where context.WithValue and a
+// separate state would be two.
+type stateContext struct {
+	context.Context
+	st rpcState
+}
+
+func (c *stateContext) Value(key any) any {
+	if _, ok := key.(stateKey); ok {
+		return &c.st
+	}
+	return c.Context.Value(key)
+}
+
 func stateFrom(ctx context.Context) *rpcState {
 	st, _ := ctx.Value(stateKey{}).(*rpcState)
 	return st
@@ -55,7 +69,7 @@ type statsHandler struct {
 }
 
 func (h *statsHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return context.WithValue(ctx, stateKey{}, &rpcState{})
+	return &stateContext{Context: ctx}
 }
 
 func (h *statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
