@@ -207,6 +207,9 @@ func TestRefusalsAnsweredCountedLogged(t *testing.T) {
 	if code := g.post(t, http.MethodGet, path, "application/x-protobuf", nil); code != http.StatusMethodNotAllowed {
 		t.Fatalf("HTTP GET: %d, want 405", code)
 	}
+	if code := g.post(t, http.MethodPost, "/v1/nothing", "application/x-protobuf", garbage); code != http.StatusNotFound {
+		t.Fatalf("HTTP unknown path: %d, want 404", code)
+	}
 
 	// A well-formed request still goes through whole.
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
@@ -233,7 +236,7 @@ func TestRefusalsAnsweredCountedLogged(t *testing.T) {
 		{"grpc", "bad_method_or_path", 1},
 		{"http", "undecodable", 3},
 		{"http", "bad_content_type", 1},
-		{"http", "bad_method_or_path", 1},
+		{"http", "bad_method_or_path", 2},
 	} {
 		if got := m.sum("otelcol_refused_requests", `transport="`+c.transport+`"`, `reason="`+c.reason+`"`); got != c.want {
 			var have []string
