@@ -48,11 +48,17 @@ type GatewayConfig struct {
 	MemoryLimitMiB int
 	// JSONLogs writes the Collector's logs as JSON lines.
 	JSONLogs bool
+	// RefusalLogInterval is the refusals extension's log_interval (the least time between two
+	// lines about one reason's refusals, and the quiet time that ends them); 0 keeps 30s.
+	RefusalLogInterval time.Duration
+	// PushbackWindow is how long the readiness endpoint answers 503 after the gateway pushed a
+	// sender back; 0 keeps 10s.
+	PushbackWindow time.Duration
 }
 
 // GatewayPorts are the loopback ports a gateway listens on.
 type GatewayPorts struct {
-	GRPC, HTTP, Metrics, Health int
+	GRPC, HTTP, Metrics, Health, Readiness int
 }
 
 // GRPCAddr is the OTLP/gRPC receiver's address.
@@ -69,11 +75,27 @@ func (p GatewayPorts) MetricsURL() string {
 // HealthURL answers 200 once every pipeline runs.
 func (p GatewayPorts) HealthURL() string { return fmt.Sprintf("http://127.0.0.1:%d/", p.Health) }
 
+// ReadinessURL answers 200 while the gateway takes data, 503 while it pushes senders back.
+func (p GatewayPorts) ReadinessURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/readyz", p.Readiness)
+}
+
 // YAML is the Collector configuration of c, listening on loopback at ports.
 func (c GatewayConfig) YAML(ports GatewayPorts) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:%d\n", ports.Health)
-	extensions := []string{"health_check"}
+	// The receivers' middleware: InvalidArgument for undecodable gRPC requests, refusals
+	// counted and logged, readiness that reflects pushback.
+	logInterval, window := c.RefusalLogInterval, c.PushbackWindow
+	if logInterval == 0 {
+		logInterval = 30 * time.Second
+	}
+	if window == 0 {
+		window = 10 * time.Second
+	}
+	fmt.Fprintf(&b, "  refusals:\n    log_interval: %s\n    readiness:\n      endpoint: 127.0.0.1:%d\n      path: /readyz\n      pushback_window: %s\n",
+		logInterval, ports.Readiness, window)
+	extensions := []string{"health_check", "refusals"}
 	if c.StorageDir != "" {
 		fmt.Fprintf(&b, "  file_storage:\n    directory: %s\n    create_directory: true\n    fsync: true\n", c.StorageDir)
 		extensions = append(extensions, "file_storage")
@@ -100,9 +122,11 @@ func (c GatewayConfig) YAML(ports GatewayPorts) string {
     protocols:
       grpc:
         endpoint: 127.0.0.1:%d
-        max_recv_msg_size_mib: 16%s
+        max_recv_msg_size_mib: 16
+        middlewares: [{id: refusals}]%s
       http:
-        endpoint: 127.0.0.1:%d%s
+        endpoint: 127.0.0.1:%d
+        middlewares: [{id: refusals}]%s
 processors:
   memory_limiter:
     check_interval: 100ms
@@ -196,8 +220,8 @@ processors:
 func StartGateway(ctx context.Context, bin, configPath, logPath string, cfg GatewayConfig, timeout time.Duration) (*Proc, GatewayPorts, error) {
 	var gp GatewayPorts
 	var writeErr error
-	p, _, err := StartService(ctx, "gateway", logPath, bin, 4, timeout, func(ports []int) ([]string, string) {
-		gp = GatewayPorts{GRPC: ports[0], HTTP: ports[1], Metrics: ports[2], Health: ports[3]}
+	p, _, err := StartService(ctx, "gateway", logPath, bin, 5, timeout, func(ports []int) ([]string, string) {
+		gp = GatewayPorts{GRPC: ports[0], HTTP: ports[1], Metrics: ports[2], Health: ports[3], Readiness: ports[4]}
 		if err := os.WriteFile(configPath, []byte(cfg.YAML(gp)), 0o644); err != nil {
 			writeErr = err
 		}

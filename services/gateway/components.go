@@ -20,6 +20,7 @@ import (
 	"github.com/profsym/profsym/processor/symbolizeprocessor"
 	"github.com/profsym/profsym/services/gateway/internal/plainencoding"
 	"github.com/profsym/profsym/services/gateway/internal/pprofexporter"
+	"github.com/profsym/profsym/services/gateway/internal/refusals"
 )
 
 // components lists what the gateway is built from; `gateway components` prints it.
@@ -51,6 +52,7 @@ func components() (otelcol.Factories, error) {
 		filestorage.NewFactory(),
 		healthcheckextension.NewFactory(),
 		plainencoding.NewFactory(),
+		refusals.NewFactory(),
 	); err != nil {
 		return f, err
 	}

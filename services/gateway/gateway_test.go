@@ -275,7 +275,9 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 	sym.Upload(t, b[0].Path)
 	sk := startSink(t)
 	sk.Stop()
-	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, QueueSize: 3})
+	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, QueueSize: 3,
+		JSONLogs: true, RefusalLogInterval: time.Second, PushbackWindow: 2 * time.Second})
+	waitReadiness(t, g, http.StatusOK, 10*time.Second, "before any pushback")
 
 	var sent int64
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
@@ -310,6 +312,10 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("HTTP with a full sending queue: %s, want 503", resp.Status)
 	}
+	// Readiness follows the pushback, so a load balancer sends new connections elsewhere.
+	if code := g.readiness(t); code != http.StatusServiceUnavailable {
+		t.Fatalf("readiness while senders are pushed back: %d, want 503", code)
+	}
 
 	var wg sync.WaitGroup
 	var pushedBack atomic.Int64
@@ -326,12 +332,17 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 		})
 	}
 	time.Sleep(time.Second)
+	if code := g.readiness(t); code != http.StatusServiceUnavailable {
+		t.Fatalf("readiness while senders retry against a full queue: %d, want 503", code)
+	}
 	sk.Start(t)
 	wg.Wait()
 	sk.settle(t, sent, 60*time.Second)
 	if pushedBack.Load() == 0 {
 		t.Fatal("no sender was pushed back while the downstream was down")
 	}
+	// Ready again once the downstream took the queue and a pushback window passed.
+	waitReadiness(t, g, http.StatusOK, 15*time.Second, "after the downstream returned")
 	// Each refusal is counted where operators look, not only answered.
 	m := g.metrics(t)
 	if refused := m.sum("otelcol_receiver_refused_profile_samples"); refused == 0 {
@@ -342,6 +353,39 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 	}
 	if got := m.sum("otelcol_exporter_sent_profile_samples", `exporter="otlp_grpc"`); got != float64(sent) {
 		t.Errorf("otelcol_exporter_sent_profile_samples = %v, want %d", got, sent)
+	}
+	grpcPushback := m.sum("otelcol_refused_requests", `transport="grpc"`, `reason="pushback"`)
+	if grpcPushback < float64(pushedBack.Load()) {
+		t.Errorf("otelcol_refused_requests{grpc,pushback} = %v, want at least the %d pushbacks the senders saw", grpcPushback, pushedBack.Load())
+	}
+	if got := m.sum("otelcol_refused_requests", `transport="http"`, `reason="pushback"`); got != 1 {
+		t.Errorf("otelcol_refused_requests{http,pushback} = %v, want 1", got)
+	}
+	// Logged per episode, not per refusal: a WARN at the start (with the sender and the
+	// error), an INFO at the end.
+	starts := g.refusalLines(t, "Refusing requests", "grpc", "pushback")
+	if len(starts) == 0 || float64(len(starts)) >= grpcPushback/2 {
+		t.Errorf("%d start lines for %v pushbacks: want a few episodes, not a line per refusal", len(starts), grpcPushback)
+	}
+	if len(starts) > 0 && (!strings.HasPrefix(fmt.Sprint(starts[0]["peer"]), "127.0.0.1:") || !strings.Contains(fmt.Sprint(starts[0]["error"]), "queue is full")) {
+		t.Errorf("start line %v: want the sender's address and the queue's error", starts[0])
+	}
+	g.waitLog(t, "Stopped refusing requests", "grpc", "pushback", 10*time.Second)
+}
+
+// waitReadiness waits until the readiness endpoint answers want.
+func waitReadiness(t *testing.T, g *gateway, want int, timeout time.Duration, when string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		code := g.readiness(t)
+		if code == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness %s: %d after %v, want %d", when, code, timeout, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -480,12 +524,13 @@ func TestLocalDefaultRun(t *testing.T) {
 	t.Setenv("PROFSYM_SYMBOLIZER", sym.URL())
 	t.Setenv("PROFSYM_GATEWAY_OUTPUT", out)
 	logPath := filepath.Join(t.TempDir(), "gateway.log")
-	proc, ports, err := pipeline.StartService(t.Context(), "gateway", logPath, bin, 4, 60*time.Second,
+	proc, ports, err := pipeline.StartService(t.Context(), "gateway", logPath, bin, 5, 60*time.Second,
 		func(p []int) ([]string, string) {
 			return []string{
 				"--set=receivers::otlp::protocols::grpc::endpoint=127.0.0.1:" + strconv.Itoa(p[0]),
 				"--set=receivers::otlp::protocols::http::endpoint=127.0.0.1:" + strconv.Itoa(p[1]),
 				"--set=extensions::health_check::endpoint=127.0.0.1:" + strconv.Itoa(p[3]),
+				"--set=extensions::refusals::readiness::endpoint=127.0.0.1:" + strconv.Itoa(p[4]),
 				fmt.Sprintf("--set=service::telemetry::metrics::readers=[{pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}}]", p[2]),
 			}, fmt.Sprintf("http://127.0.0.1:%d/", p[3])
 		})

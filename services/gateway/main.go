@@ -39,13 +39,14 @@ const profilesGate = "service.profilesSupport"
 const help = `profsym gateway: OTLP profiles in, native frames symbolized through the profsym
 symbolizer, full-fidelity OTLP and pprof out. It is an OpenTelemetry Collector built from the
 OTLP receiver, the memory_limiter, symbolize and k8sattributes processors, the otlp,
-otlp_http, file, debug and pprof exporters and the file_storage, health_check and otlp_plain
-extensions; it is configured by Collector YAML.
+otlp_http, file, debug and pprof exporters and the file_storage, health_check, otlp_plain and
+refusals extensions; it is configured by Collector YAML.
 
 Without --config it runs config/local.yaml, built in: receivers on 127.0.0.1:4317 (gRPC) and
 127.0.0.1:4318 (HTTP, POST /v1development/profiles), the symbolizer at http://127.0.0.1:7070
 ($PROFSYM_SYMBOLIZER), OTLP and pprof files under ./profsym-gateway ($PROFSYM_GATEWAY_OUTPUT),
-Prometheus /metrics on 127.0.0.1:8888, health on 127.0.0.1:13133. Print it with
+Prometheus /metrics on 127.0.0.1:8888, health on 127.0.0.1:13133, readiness on
+127.0.0.1:13134/readyz. Print it with
   gateway print-default-config
 
 Examples:
