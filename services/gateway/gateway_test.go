@@ -174,92 +174,80 @@ func symbolizedRequests(reqs []pprofile.Profiles) (yes, no int) {
 	return yes, no
 }
 
-// TestDrillSymbolizerStoppedMidStream: a symbolizer that goes away delays data up to the
-// deadline, then it goes on unsymbolized; nothing is lost, and symbolization resumes.
-func TestDrillSymbolizerStoppedMidStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
-	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
-	noCache := 0
-	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Deadline: time.Second, CacheEntries: &noCache, Downstream: sk.addr})
-	var sent int64
-	for i := range 30 {
-		switch i {
-		case 10:
-			sym.Stop()
-		case 20:
-			sym.Start(t)
-		}
-		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
-		g.sendRetry(t, pd)
-		sent += int64(len(cases))
-	}
-	sk.settle(t, sent, 60*time.Second)
-	if yes, no := symbolizedRequests(sk.received()); yes != 20 || no != 10 {
-		t.Fatalf("%d requests symbolized, %d not; want 20 and the 10 sent while the symbolizer was down", yes, no)
-	}
-}
-
-// TestDrillRedisStopped: the symbolizer's Redis going away slows symbolization, never stops it.
-func TestDrillRedisStopped(t *testing.T) {
+// TestDrillsMidStream sends 30 requests, one after the other, and takes one part of the
+// pipeline away for the middle ten: samples in == samples out every time, and what is
+// symbolized says what the outage costs.
+//   - symbolizer stopped: data is delayed up to the deadline, then goes on unsymbolized;
+//     symbolization resumes when it is back (20 symbolized, 10 not);
+//   - the symbolizer's Redis stopped: symbolization slows, never stops (30 symbolized);
+//   - downstream stopped: the sending queue holds what was accepted and retries it
+//     (30 symbolized, nothing lost).
+func TestDrillsMidStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer, Redis and a downstream")
 	}
 	b := otlptest.Binaries(t)[:1]
-	redis := testsupport.StartRedis(t)
-	sym := testsupport.StartSymbolizer(t, redis.URL())
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
 	noCache := 0
-	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), CacheEntries: &noCache, Downstream: sk.addr})
-	var sent int64
-	for i := range 30 {
-		switch i {
-		case 10:
-			redis.Stop()
-		case 20:
-			redis.Restart()
-		}
-		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
-		g.sendRetry(t, pd)
-		sent += int64(len(cases))
-	}
-	sk.settle(t, sent, 60*time.Second)
-	if yes, no := symbolizedRequests(sk.received()); yes != 30 || no != 0 {
-		t.Fatalf("%d requests symbolized, %d not; Redis being down must not stop symbolization", yes, no)
-	}
-}
-
-// TestDrillDownstreamStoppedMidStream: a downstream that goes away under load and comes back
-// loses nothing: the sending queue holds what was accepted and retries it.
-func TestDrillDownstreamStoppedMidStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
-	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
-	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr})
-	var sent int64
-	for i := range 30 {
-		switch i {
-		case 10:
-			sk.GracefulStop()
-		case 20:
-			sk.Start(t)
-		}
-		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
-		g.sendRetry(t, pd)
-		sent += int64(len(cases))
-	}
-	sk.settle(t, sent, 60*time.Second)
-	if yes, no := symbolizedRequests(sk.received()); yes != 30 || no != 0 {
-		t.Fatalf("%d requests symbolized, %d not", yes, no)
+	for _, tc := range []struct {
+		name         string
+		redis        bool
+		cfg          gwConfig // Symbolizer and Downstream are filled in
+		stop, start  func(sym *testsupport.Symbolizer, redis *testsupport.Redis, sk *sink)
+		symbolizedOK int
+	}{
+		{
+			name: "symbolizer stopped",
+			// Every request asks the symbolizer, and gives up on it after a second.
+			cfg:          gwConfig{Deadline: time.Second, CacheEntries: &noCache},
+			stop:         func(sym *testsupport.Symbolizer, _ *testsupport.Redis, _ *sink) { sym.Stop() },
+			start:        func(sym *testsupport.Symbolizer, _ *testsupport.Redis, _ *sink) { sym.Start(t) },
+			symbolizedOK: 20,
+		},
+		{
+			name:         "redis stopped",
+			redis:        true,
+			cfg:          gwConfig{CacheEntries: &noCache},
+			stop:         func(_ *testsupport.Symbolizer, r *testsupport.Redis, _ *sink) { r.Stop() },
+			start:        func(_ *testsupport.Symbolizer, r *testsupport.Redis, _ *sink) { r.Restart() },
+			symbolizedOK: 30,
+		},
+		{
+			name:         "downstream stopped",
+			stop:         func(_ *testsupport.Symbolizer, _ *testsupport.Redis, sk *sink) { sk.GracefulStop() },
+			start:        func(_ *testsupport.Symbolizer, _ *testsupport.Redis, sk *sink) { sk.Start(t) },
+			symbolizedOK: 30,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var redis *testsupport.Redis
+			redisURL := ""
+			if tc.redis {
+				redis = testsupport.StartRedis(t)
+				redisURL = redis.URL()
+			}
+			sym := testsupport.StartSymbolizer(t, redisURL)
+			sym.Upload(t, b[0].Path)
+			sk := startSink(t)
+			cfg := tc.cfg
+			cfg.Symbolizer, cfg.Downstream = sym.URL(), sk.addr
+			g := startGateway(t, cfg)
+			var sent int64
+			for i := range 30 {
+				switch i {
+				case 10:
+					tc.stop(sym, redis, sk)
+				case 20:
+					tc.start(sym, redis, sk)
+				}
+				pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
+				g.sendRetry(t, pd)
+				sent += int64(len(cases))
+			}
+			sk.settle(t, sent, 60*time.Second)
+			if yes, no := symbolizedRequests(sk.received()); yes != tc.symbolizedOK || no != 30-tc.symbolizedOK {
+				t.Fatalf("%d requests symbolized, %d not; want %d and %d", yes, no, tc.symbolizedOK, 30-tc.symbolizedOK)
+			}
+		})
 	}
 }
 
