@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
@@ -129,6 +130,19 @@ func TestSplitDWARF4(t *testing.T) {
 	}
 	n = agreesWithLLVM(t, bin, ix)
 	t.Logf("%d addresses agree with llvm-symbolizer reading the same version 2 .dwp", n)
+	if info.SkeletonUnits != 2 || info.SkeletonsWithoutPackage != 0 {
+		t.Errorf("skeleton units %d, %d without package; want 2, 0", info.SkeletonUnits, info.SkeletonsWithoutPackage)
+	}
+	for _, c := range []struct {
+		path  string
+		ok    bool
+		units int
+	}{{bin + ".dwp", true, 2}, {bin, false, 0}} {
+		units, ok, err := debuginfo.DWARFPackageUnits(c.path, elfx.Limits{})
+		if err != nil || ok != c.ok || units != c.units {
+			t.Errorf("DWARFPackageUnits(%s) = %d, %v, %v; want %d, %v", filepath.Base(c.path), units, ok, err, c.units, c.ok)
+		}
+	}
 
 	if err := os.Remove(bin + ".dwp"); err != nil {
 		t.Fatal(err)
@@ -136,6 +150,9 @@ func TestSplitDWARF4(t *testing.T) {
 	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if info.SkeletonUnits != 2 || info.SkeletonsWithoutPackage != 2 {
+		t.Errorf("without package: skeleton units %d, %d without package; want 2, 2", info.SkeletonUnits, info.SkeletonsWithoutPackage)
 	}
 	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "2 skeleton units whose functions were not read") {
 		t.Errorf("without package and .dwo files: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
