@@ -42,6 +42,13 @@ type File struct {
 	Runnable   bool                       `json:"runnable"`
 	// Fidelity is what the file's index reached when it was verified.
 	Fidelity index.Fidelity `json:"fidelity"`
+	// Supplementary is the ID of the supplementary DWARF file the file's DWARF refers to,
+	// and SkeletonUnits the count of its -gsplit-dwarf skeleton units: the companions its
+	// index needs (see Companions).
+	Supplementary string `json:"supplementary_id,omitempty"`
+	SkeletonUnits int    `json:"skeleton_units,omitempty"`
+	// PackageUnits is the count of split units of a DWARF package.
+	PackageUnits int `json:"package_units,omitempty"`
 }
 
 // Exec is what a record keeps of an executable of its binary while its file is a separate
@@ -303,7 +310,18 @@ func (m *Catalog) deletePending(ctx context.Context, p *Upload) {
 }
 
 func (m *Catalog) deleteFile(ctx context.Context, f *File) {
-	for _, k := range []string{f.Object, f.IndexObject(), f.StringsObject()} {
+	keys := []string{f.Object, f.IndexObject(), f.StringsObject()}
+	// Indexes built with companions are stored under variants of the file's key.
+	if more, err := m.s.List(ctx, f.Object+"."); err == nil {
+		for _, k := range more {
+			if !containsKey(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		m.opt.Logger.Warn("list index variants", "object", f.Object, "err", err)
+	}
+	for _, k := range keys {
 		if err := m.s.Delete(ctx, k); err != nil {
 			m.opt.Logger.Warn("delete replaced file", "object", k, "err", err)
 		}
@@ -337,6 +355,15 @@ func (m *Catalog) pointAliases(ctx context.Context, r *Record) error {
 		r.Aliases = append(r.Aliases, id)
 	}
 	return m.saveRecord(ctx, r)
+}
+
+func containsKey(keys []string, k string) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
 }
 
 func containsID(ids []ID, id ID) bool {
@@ -380,6 +407,22 @@ func (m *Catalog) Delete(ctx context.Context, id ID) error {
 		return err
 	}
 	m.deleteFile(ctx, r.Current)
+	// The binary's DWARF package goes with it: it completes nothing else.
+	if gnu := r.Current.IDs.GNU; gnu != "" && !r.Current.IsCompanion() {
+		pk := packageKey(ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu})
+		unlock := m.locked(pk)
+		defer unlock()
+		pr, err := m.loadRecord(ctx, pk)
+		if err != nil {
+			return err
+		}
+		if pr.Current != nil {
+			if err := m.s.Delete(ctx, pk+"/record.json"); err != nil {
+				return err
+			}
+			m.deleteFile(ctx, pr.Current)
+		}
+	}
 	return nil
 }
 
@@ -407,6 +450,14 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 			return nil, "", err
 		}
 		if d := r.Proto(); d != nil && d.BuildId > after {
+			if r.Current != nil {
+				// Only files that need companions cost a lookup more.
+				c, err := m.Companions(ctx, r.Current)
+				if err != nil {
+					return nil, "", err
+				}
+				d.Companions = c.Proto()
+			}
 			all = append(all, d)
 		}
 	}
