@@ -25,6 +25,10 @@ import (
 // packageKey is where the DWARF package of the binary with GNU build ID id is recorded.
 func packageKey(id ID) string { return "records/dwp/" + id.pathPart() }
 
+func validGNU(id string) bool {
+	return ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) == nil
+}
+
 // isCompanion reports whether files of type t are companions rather than binaries.
 func isCompanion(t debuginfov1.DebuginfoType) bool {
 	return t == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY || t == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE
@@ -157,7 +161,7 @@ func (m *Catalog) companions(ctx context.Context, supID, gnu string, needsPackag
 
 // StoredSupplementary returns the available supplementary file stored under id, or nil.
 func (m *Catalog) StoredSupplementary(ctx context.Context, id string) (*File, error) {
-	if ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
+	if !validGNU(id) {
 		// Not an ID anything can be stored under: as missing as can be.
 		return nil, nil
 	}
@@ -177,7 +181,7 @@ func (m *Catalog) StoredSupplementary(ctx context.Context, id string) (*File, er
 // StoredPackage returns the available DWARF package stored for the binary with GNU build
 // ID gnu, or nil.
 func (m *Catalog) StoredPackage(ctx context.Context, gnu string) (*File, error) {
-	if ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, gnu) != nil {
+	if !validGNU(gnu) {
 		return nil, nil
 	}
 	r, err := m.loadRecord(ctx, packageKey(ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}))
