@@ -159,6 +159,51 @@ func TestSplitDWARF4(t *testing.T) {
 	}
 }
 
+// TestSplitDWARF4Clang is TestSplitDWARF4 for clang's DWARF 4 split units (clang -gdwarf-4
+// -gsplit-dwarf writes the GNU extension too, from another compiler's hands), read from the
+// loose .dwo files where clang wrote them, and without them.
+func TestSplitDWARF4Clang(t *testing.T) {
+	elfxtest.Need(t, "clang++", "llvm-symbolizer")
+	dir := t.TempDir()
+	for name, text := range dwzSources {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "c4")
+	var objs []string
+	for _, src := range []string{"a.cc", "b.cc"} {
+		obj := filepath.Join(dir, "clang-"+strings.TrimSuffix(src, ".cc")+".o")
+		elfxtest.Run(t, "clang++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", obj, filepath.Join(dir, src))
+		objs = append(objs, obj)
+	}
+	elfxtest.Run(t, "objcopy", "--redefine-sym", "main=b_main", objs[1])
+	elfxtest.Run(t, "clang++", append([]string{"-Wl,--build-id", "-o", bin}, objs...)...)
+
+	ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.DWARFPackage, "2 .dwo files") || info.DWARFVersion != 4 || info.SkeletonUnits != 2 || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf(".dwo files: package %q, DWARF %d, %d skeletons, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFVersion, info.SkeletonUnits, ix.Fidelity(), info.Warnings)
+	}
+	n := agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading clang's .dwo files", n)
+
+	for _, o := range objs {
+		if err := os.Remove(strings.TrimSuffix(o, ".o") + ".dwo"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || info.SkeletonsWithoutPackage != 2 {
+		t.Errorf("without the .dwo files: fidelity %v, %d skeletons without package, warnings %q", ix.Fidelity(), info.SkeletonsWithoutPackage, info.Warnings)
+	}
+}
+
 // agreesWithLLVM requires every address of every function of bin to resolve in ix as
 // llvm-symbolizer resolves it, with inlined frames somewhere; it returns the number of
 // addresses.
