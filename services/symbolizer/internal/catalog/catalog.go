@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -426,19 +428,37 @@ func (m *Catalog) Delete(ctx context.Context, id ID) error {
 	return nil
 }
 
-// List returns a page of records ordered by build ID, and the next page token.
+// List returns a page of records ordered by build ID, and the next page token. An
+// executable's DWARF package has the executable's build ID, so records are ordered by build ID
+// and then type, and a token names both.
 func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debuginfov1.Debuginfo, string, error) {
-	after := ""
+	after, afterType := "", debuginfov1.DebuginfoType(-1)
 	if token != "" {
 		b, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil || !strings.HasPrefix(string(b), "psym1:") {
+		if err != nil {
 			return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
 		}
-		after = strings.TrimPrefix(string(b), "psym1:")
+		switch t := string(b); {
+		case strings.HasPrefix(t, "psym2:"):
+			id, typ, ok := strings.Cut(strings.TrimPrefix(t, "psym2:"), "\x00")
+			n, err := strconv.ParseInt(typ, 10, 32)
+			if !ok || err != nil {
+				return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
+			}
+			after, afterType = id, debuginfov1.DebuginfoType(n)
+		case strings.HasPrefix(t, "psym1:"):
+			// Issued before packages shared build IDs: past every record of that build ID.
+			after, afterType = strings.TrimPrefix(t, "psym1:"), debuginfov1.DebuginfoType(math.MaxInt32)
+		default:
+			return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
+		}
 	}
 	keys, err := m.s.List(ctx, "records/")
 	if err != nil {
 		return nil, "", err
+	}
+	less := func(id string, typ debuginfov1.DebuginfoType, id2 string, typ2 debuginfov1.DebuginfoType) bool {
+		return id < id2 || id == id2 && typ < typ2
 	}
 	var all []*debuginfov1.Debuginfo
 	for _, k := range keys {
@@ -449,7 +469,7 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 		if err != nil {
 			return nil, "", err
 		}
-		if d := r.Proto(); d != nil && d.BuildId > after {
+		if d := r.Proto(); d != nil && (token == "" || less(after, afterType, d.BuildId, d.Type)) {
 			if r.Current != nil {
 				// Only files that need companions cost a lookup more.
 				c, err := m.Companions(ctx, r.Current)
@@ -461,11 +481,12 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 			all = append(all, d)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].BuildId < all[j].BuildId })
+	sort.Slice(all, func(i, j int) bool { return less(all[i].BuildId, all[i].Type, all[j].BuildId, all[j].Type) })
 	next := ""
 	if len(all) > pageSize {
 		all = all[:pageSize]
-		next = base64.RawURLEncoding.EncodeToString([]byte("psym1:" + all[len(all)-1].BuildId))
+		last := all[len(all)-1]
+		next = base64.RawURLEncoding.EncodeToString([]byte("psym2:" + last.BuildId + "\x00" + strconv.Itoa(int(last.Type))))
 	}
 	return all, next, nil
 }

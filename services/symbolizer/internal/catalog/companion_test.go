@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,6 +149,26 @@ func TestCompanionUploads(t *testing.T) {
 	c, err = m.Companions(ctx, exeRec.Current)
 	if err != nil || c.Package == nil || c.Variant() != ".dwp-"+dwp.sum[:16] {
 		t.Fatalf("companions of the split executable: %+v, %v", c, err)
+	}
+
+	// Paging one record at a time sees the executable and its package, which share a
+	// build ID, and everything else once.
+	var seen []string
+	for token := ""; ; {
+		page, next, err := m.List(ctx, 1, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range page {
+			seen = append(seen, d.BuildId[:8]+" "+d.Type.String())
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if len(seen) != 4 || !slices.Contains(seen, split.ids.GNU[:8]+" "+pkgType.String()) || !slices.Contains(seen, split.ids.GNU[:8]+" "+dbg.String()) {
+		t.Errorf("paged list: %q", seen)
 	}
 
 	// Deleting the executable deletes its package and every index variant.
