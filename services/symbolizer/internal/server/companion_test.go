@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // Two C programs sharing a header of inline functions and a type: what dwz -m moves into
@@ -521,4 +523,52 @@ func TestSplitDWARFThroughStore(t *testing.T) {
 		t.Errorf("llvm-symbolizer with the package: %d of %d addresses agree (%d with inlined frames); first difference %s", same, len(addrs), inlined, diff)
 	}
 	t.Logf("%d addresses (%d with inlined frames): %d agree with llvm-symbolizer reading the same .dwp", len(addrs), inlined, same)
+}
+
+// TestDWZReplicasShareTheUpgrade: two replicas over one store and one Redis, the second
+// keeping no index in memory (every answer loads the stored index, as on a replica that has
+// not loaded it). The index stored while the common file was missing, and the results
+// written to Redis from it, are never served once the file is stored: the other replica's
+// upload reaches the second within its lookup TTL, and its answers become full and stay so.
+func TestDWZReplicasShareTheUpgrade(t *testing.T) {
+	need(t, "llvm-symbolizer", "eu-addr2line")
+	b := buildDWZ(t)
+	redis := testsupport.StartRedis(t)
+	storeDir := t.TempDir()
+	a := start(t, "--store-dir", storeDir, "--redis-url", redis.URL())
+	r := start(t, "--store-dir", storeDir, "--redis-url", redis.URL(), "--result-cache-entries", "0", "--index-cache-bytes", "1")
+	mod := &symbolizerv1.Module{GnuBuildId: b.ids.GNU, Addresses: b.addrs}
+
+	upload(t, a.url, b.debug)
+	upload(t, a.url, b.exe)
+	var first [][]symbolizecodec.Frame
+	for i := range 2 { // the second from the index stored by the first
+		m, frames := symbolizeOne(t, r.url, mod)
+		if m.Fidelity != symbolizerv1.Fidelity_FIDELITY_SYMBOLS || !strings.Contains(m.Message, b.supID) {
+			t.Fatalf("call %d without the common file: %v %q", i, m.Fidelity, m.Message)
+		}
+		if i == 1 && fmt.Sprint(frames) != fmt.Sprint(first) {
+			t.Fatal("the cached answer differs from the first")
+		}
+		first = frames
+	}
+
+	upload(t, a.url, b.common)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, frames := symbolizeOne(t, r.url, mod)
+		if m.Fidelity == symbolizerv1.Fidelity_FIDELITY_FULL {
+			checkFull(t, b, frames)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other replica still answers %v %q 10 s after the upload", m.Fidelity, m.Message)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m, frames := symbolizeOne(t, r.url, mod)
+	if m.Fidelity != symbolizerv1.Fidelity_FIDELITY_FULL {
+		t.Fatalf("after the upgrade: %v %q", m.Fidelity, m.Message)
+	}
+	checkFull(t, b, frames)
 }
