@@ -49,8 +49,10 @@ type File struct {
 	// index needs (see Companions).
 	Supplementary string `json:"supplementary_id,omitempty"`
 	SkeletonUnits int    `json:"skeleton_units,omitempty"`
-	// PackageUnits is the count of split units of a DWARF package.
-	PackageUnits int `json:"package_units,omitempty"`
+	// PackageUnits is the count of split units of a DWARF package, and SupplementaryOf the
+	// ID a supplementary file is named by (see debuginfo.SupplementaryFileID).
+	PackageUnits    int    `json:"package_units,omitempty"`
+	SupplementaryOf string `json:"supplementary_of,omitempty"`
 }
 
 // Exec is what a record keeps of an executable of its binary while its file is a separate

@@ -172,7 +172,10 @@ func (m *Catalog) StoredSupplementary(ctx context.Context, id string) (*File, er
 	if err != nil {
 		return nil, err
 	}
-	if f := r.Current; f.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY && f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE {
+	// The ID links name must be the file's own supplementary ID, which the engine checks: a
+	// file reached by another of its IDs (a build ID beside a different .debug_sup checksum)
+	// would fail the index build, and the failure would be charged to the linking file.
+	if f := r.Current; f.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY && f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE && f.SupplementaryOf == id {
 		return f, nil
 	}
 	return nil, nil

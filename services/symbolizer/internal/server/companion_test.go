@@ -79,12 +79,23 @@ type dwzBuild struct {
 	common     string // dwz's common file
 	ids        buildid.IDs
 	supID      string
+	section    string // of the link
 	addrs      []uint64
 }
 
-// buildDWZ compiles p1 and p2 with gcc -g -O2, keeps p1 as it was, runs dwz -m over both
-// so a common file exists, and splits p1 into a stripped executable and a debug file.
-func buildDWZ(t *testing.T) dwzBuild {
+// dwzVariants are the ways dwz links a debug file to its common file: .gnu_debugaltlink
+// over DWARF 5 (gcc 12's default, and what Debian's debug packages hold) and over DWARF 4,
+// and DWARF 5's own .debug_sup (dwz -5), whose common file has no build ID note and is named
+// by its .debug_sup checksum.
+var dwzVariants = []struct {
+	name     string
+	dwarf    int
+	debugSup bool
+}{{"dwarf5-altlink", 5, false}, {"dwarf4-altlink", 4, false}, {"dwarf5-debug_sup", 5, true}}
+
+// buildDWZ compiles p1 and p2 with gcc -g -O2, keeps p1 as it was, runs dwz -m over both so
+// a common file exists, and splits p1 into a stripped executable and a debug file.
+func buildDWZ(t *testing.T, dwarf int, debugSup bool) dwzBuild {
 	t.Helper()
 	need(t, "gcc", "dwz", "objcopy")
 	dir := t.TempDir()
@@ -94,11 +105,16 @@ func buildDWZ(t *testing.T) dwzBuild {
 		}
 	}
 	for _, p := range []string{"p1", "p2"} {
-		run(t, dir, "gcc", "-g", "-O2", "-Wl,--build-id", "-o", p, p+".c")
+		run(t, dir, "gcc", "-g", fmt.Sprintf("-gdwarf-%d", dwarf), "-O2", "-Wl,--build-id", "-o", p, p+".c")
 	}
 	run(t, dir, "cp", "p1", "p1.orig")
 	// -M with a relative name: the common file is found beside the files that link to it.
-	run(t, dir, "dwz", "-m", "common.debug", "-M", "common.debug", "p1", "p2")
+	args := []string{"-m", "common.debug", "-M", "common.debug", "p1", "p2"}
+	section := ".gnu_debugaltlink"
+	if debugSup {
+		args, section = append([]string{"-5"}, args...), ".debug_sup"
+	}
+	run(t, dir, "dwz", args...)
 	b := dwzBuild{dir: dir, orig: filepath.Join(dir, "p1.orig"), dwzed: filepath.Join(dir, "p1"),
 		exe: filepath.Join(dir, "p1.stripped"), debug: filepath.Join(dir, "p1.debug"), common: filepath.Join(dir, "common.debug")}
 	run(t, dir, "objcopy", "--only-keep-debug", "p1", "p1.debug")
@@ -108,10 +124,10 @@ func buildDWZ(t *testing.T) dwzBuild {
 		t.Fatal(err)
 	}
 	_, info, err := debuginfo.OpenIndex(b.debug, debuginfo.Options{})
-	if err != nil || info.Supplementary == nil || info.Supplementary.Section != ".gnu_debugaltlink" {
+	if err != nil || info.Supplementary == nil || info.Supplementary.Section != section {
 		t.Fatalf("the debug file does not link to the common file: %+v, %v", info.Supplementary, err)
 	}
-	b.supID = info.Supplementary.ID
+	b.supID, b.section = info.Supplementary.ID, section
 	b.addrs = functionAddrs(t, b.orig)
 	return b
 }
@@ -258,19 +274,28 @@ func euAddr2line(t *testing.T, obj string, addrs []uint64) [][]refFrame {
 }
 
 // agreement counts the addresses whose frames match the reference's (function, file, line,
-// column; with names the reference cannot give, "??", skipped when skipUnknown), and the
-// frames the reference named "??" that ours name.
-func agreement(ours [][]symbolizecodec.Frame, ref [][]refFrame, skipUnknown bool) (same int, named int, firstDiff string) {
+// column), and the frames where the reference could not read what dwz moved and ours did.
+// With lenient, what the reference cannot give is not held against ours: a function it names
+// "??", and the directory of a file it prints relative (llvm-symbolizer 14 reads neither
+// names nor compilation directories from a .gnu_debugaltlink file).
+func agreement(ours [][]symbolizecodec.Frame, ref [][]refFrame, lenient bool) (same int, filled int, firstDiff string) {
 	for i := range ref {
 		ok := len(ours[i]) == len(ref[i])
 		for j := 0; ok && j < len(ref[i]); j++ {
 			o, r := ours[i][j], ref[i][j]
-			if r.function == "??" && skipUnknown && o.Function != "" {
-				named++
-			} else if o.Function != r.function {
+			switch {
+			case lenient && r.function == "??" && o.Function != "":
+				filled++
+			case o.Function != r.function:
 				ok = false
 			}
-			if o.File != r.file || o.Line != r.line || o.Column != r.column {
+			switch {
+			case lenient && r.file != "" && !filepath.IsAbs(r.file) && strings.HasSuffix(o.File, "/"+r.file):
+				filled++
+			case o.File != r.file:
+				ok = false
+			}
+			if o.Line != r.line || o.Column != r.column {
 				ok = false
 			}
 		}
@@ -280,7 +305,7 @@ func agreement(ours [][]symbolizecodec.Frame, ref [][]refFrame, skipUnknown bool
 			firstDiff = fmt.Sprintf("address %d: ours %+v, reference %+v", i, ours[i], ref[i])
 		}
 	}
-	return same, named, firstDiff
+	return same, filled, firstDiff
 }
 
 func symbolizeOne(t *testing.T, url string, mod *symbolizerv1.Module) (*symbolizerv1.ModuleResult, [][]symbolizecodec.Frame) {
@@ -326,7 +351,12 @@ func getRecord(t *testing.T, url, id string) *debuginfov1.Debuginfo {
 // common file to debuginfod clients under its ID.
 func TestDWZThroughStore(t *testing.T) {
 	need(t, "llvm-symbolizer", "eu-addr2line", "debuginfod-find")
-	b := buildDWZ(t)
+	for _, v := range dwzVariants {
+		t.Run(v.name, func(t *testing.T) { dwzThroughStore(t, buildDWZ(t, v.dwarf, v.debugSup)) })
+	}
+}
+
+func dwzThroughStore(t *testing.T, b dwzBuild) {
 	r := start(t)
 	mod := &symbolizerv1.Module{GnuBuildId: b.ids.GNU, Addresses: b.addrs}
 
@@ -420,16 +450,24 @@ func checkFull(t *testing.T, b dwzBuild, frames [][]symbolizecodec.Frame) {
 	if same != len(b.addrs) {
 		t.Errorf("llvm-symbolizer on the program before dwz: %d of %d addresses agree; first difference %s", same, len(b.addrs), diff)
 	}
-	sameDWZ, named, diff := agreement(frames, llvmSymbolize(t, b.dwzed, b.addrs), true)
-	if sameDWZ != len(b.addrs) || named == 0 {
-		t.Errorf("llvm-symbolizer on the dwz'ed program: %d of %d addresses agree, %d frames it names ?? named by us; first difference %s", sameDWZ, len(b.addrs), named, diff)
+	sameDWZ, filled, diff := agreement(frames, llvmSymbolize(t, b.dwzed, b.addrs), true)
+	if sameDWZ != len(b.addrs) || filled == 0 {
+		t.Errorf("llvm-symbolizer on the dwz'ed program: %d of %d addresses agree, %d names or directories it lacks given by us; first difference %s", sameDWZ, len(b.addrs), filled, diff)
 	}
-	sameEU, _, diff := agreement(frames, euAddr2line(t, b.dwzed, b.addrs), false)
-	if sameEU != len(b.addrs) {
-		t.Errorf("eu-addr2line on the dwz'ed program: %d of %d addresses agree; first difference %s", sameEU, len(b.addrs), diff)
+	euNote := ""
+	if b.section == ".gnu_debugaltlink" {
+		sameEU, _, diff := agreement(frames, euAddr2line(t, b.dwzed, b.addrs), false)
+		if sameEU != len(b.addrs) {
+			t.Errorf("eu-addr2line on the dwz'ed program: %d of %d addresses agree; first difference %s", sameEU, len(b.addrs), diff)
+		}
+		euNote = fmt.Sprintf("; %d agree with eu-addr2line on the dwz'ed one", sameEU)
+	} else {
+		// elfutils 0.188 does not follow .debug_sup for inlined subroutines (it answers the
+		// outer function at the inlined code's line): the program before dwz is the reference.
+		euNote = "; eu-addr2line not compared (it does not read .debug_sup inline chains)"
 	}
-	t.Logf("%d addresses (%d with inlined frames): %d agree with llvm-symbolizer on the program before dwz; on the dwz'ed one %d agree in files and lines, and %d frames it names ?? we name; %d agree with eu-addr2line on the dwz'ed one",
-		len(b.addrs), inlined, same, sameDWZ, named, sameEU)
+	t.Logf("%s: %d addresses (%d with inlined frames): %d agree with llvm-symbolizer on the program before dwz; on the dwz'ed one %d agree where it can read, with %d names or directories it lacks given by us%s",
+		b.section, len(b.addrs), inlined, same, sameDWZ, filled, euNote)
 }
 
 // TestDWZThroughDebuginfod: a symbolizer with nothing uploaded fetches the debug file from
@@ -437,7 +475,7 @@ func checkFull(t *testing.T, b dwzBuild, frames [][]symbolizecodec.Frame) {
 // DWARF names a supplementary file, fetches that by its ID too, and answers in full.
 func TestDWZThroughDebuginfod(t *testing.T) {
 	need(t, "llvm-symbolizer", "eu-addr2line")
-	b := buildDWZ(t)
+	b := buildDWZ(t, 5, false)
 	upstream := start(t)
 	upload(t, upstream.url, b.debug, b.common)
 	upload(t, upstream.url, b.exe)
@@ -532,7 +570,7 @@ func TestSplitDWARFThroughStore(t *testing.T) {
 // upload reaches the second within its lookup TTL, and its answers become full and stay so.
 func TestDWZReplicasShareTheUpgrade(t *testing.T) {
 	need(t, "llvm-symbolizer", "eu-addr2line")
-	b := buildDWZ(t)
+	b := buildDWZ(t, 5, false)
 	redis := testsupport.StartRedis(t)
 	storeDir := t.TempDir()
 	a := start(t, "--store-dir", storeDir, "--redis-url", redis.URL())

@@ -1,12 +1,14 @@
 package uploadcli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
@@ -74,5 +76,17 @@ func TestPackageOf(t *testing.T) {
 				t.Errorf("packageOf(%s) = %q, %v; want %q, error with %q", c.path, got, err, c.want, c.wantErr)
 			}
 		})
+	}
+}
+
+func TestPrintRecordCompanions(t *testing.T) {
+	d := &debuginfov1.Debuginfo{BuildId: "ab", Companions: []*debuginfov1.Companion{
+		{Kind: debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY, Id: "12", State: debuginfov1.CompanionState_COMPANION_STATE_MISSING},
+		{Kind: debuginfov1.CompanionKind_COMPANION_KIND_DWARF_PACKAGE, Id: "ab", State: debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE},
+	}}
+	var out bytes.Buffer
+	printRecord(&out, d, false)
+	if want := " supplementary=12:missing dwarf_package=ab:available\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("record line %q, want it to end in %q", out.String(), want)
 	}
 }
