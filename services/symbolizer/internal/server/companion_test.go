@@ -369,6 +369,12 @@ func dwzThroughStore(t *testing.T, b dwzBuild) {
 		t.Fatalf("companions before the common file: %v", d.Companions)
 	}
 
+	// The binary's page says so too.
+	if code, page := testsupport.Get(t, r.url+"/ui/buildid/gnu/"+b.ids.GNU); code != http.StatusOK ||
+		!strings.Contains(string(page), "Supplementary DWARF file (dwz)</dt><dd><code>"+b.supID+"</code>: <span class=\"missing\">") {
+		t.Errorf("record page (%d) does not show the missing common file:\n%s", code, page)
+	}
+
 	// Missing: symbol-table answers, exactly the engine's on the debug file alone, and a
 	// status that says what is missing.
 	m, frames := symbolizeOne(t, r.url, mod)
