@@ -78,20 +78,24 @@ func (c Companions) Variant() string {
 	var b strings.Builder
 	if c.SupplementaryID != "" {
 		if c.Supplementary != nil {
-			b.WriteString(".sup-" + c.Supplementary.SHA256[:16])
+			b.WriteString(".sup-" + prefix16(c.Supplementary.SHA256))
 		} else {
 			b.WriteString(".nosup")
 		}
 	}
 	if c.NeedsPackage {
 		if c.Package != nil {
-			b.WriteString(".dwp-" + c.Package.SHA256[:16])
+			b.WriteString(".dwp-" + prefix16(c.Package.SHA256))
 		} else {
 			b.WriteString(".nodwp")
 		}
 	}
 	return b.String()
 }
+
+// prefix16 is the first 16 digits of a SHA-256 as records hold it (64 digits); a shorter one,
+// which only a damaged record has, is used whole rather than cut out of bounds.
+func prefix16(sha string) string { return sha[:min(16, len(sha))] }
 
 // Proto lists the companions for the API.
 func (c Companions) Proto() []*debuginfov1.Companion {
