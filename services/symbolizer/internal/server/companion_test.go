@@ -477,19 +477,36 @@ func checkFull(t *testing.T, b dwzBuild, frames [][]symbolizecodec.Frame) {
 }
 
 // TestDWZThroughDebuginfod: a symbolizer with nothing uploaded fetches the debug file from
-// an upstream debuginfod (another symbolizer holding the three files), finds that its
-// DWARF names a supplementary file, fetches that by its ID too, and answers in full.
+// an upstream debuginfod (another symbolizer), finds that its DWARF names a supplementary
+// file and asks the upstream for that by its ID too. While the upstream lacks it, the module
+// is answered from the symbol tables and says the file is missing; once the upstream has
+// it, the answers become full.
 func TestDWZThroughDebuginfod(t *testing.T) {
 	need(t, "llvm-symbolizer", "eu-addr2line")
 	b := buildDWZ(t, 5, false)
 	upstream := start(t)
-	upload(t, upstream.url, b.debug, b.common)
+	upload(t, upstream.url, b.debug)
 	upload(t, upstream.url, b.exe)
-	r := start(t, "--debuginfod-url", upstream.url, "--debuginfod-timeout", "10s")
+	r := start(t, "--debuginfod-url", upstream.url, "--debuginfod-timeout", "10s", "--debuginfod-negative-ttl", "200ms")
+	mod := &symbolizerv1.Module{GnuBuildId: b.ids.GNU, Addresses: b.addrs}
 
-	m, frames := symbolizeOne(t, r.url, &symbolizerv1.Module{GnuBuildId: b.ids.GNU, Addresses: b.addrs})
-	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK || m.Fidelity != symbolizerv1.Fidelity_FIDELITY_FULL {
-		t.Fatalf("through debuginfod: %v %v %q %v", m.Status, m.Fidelity, m.Message, m.Companions)
+	m, _ := symbolizeOne(t, r.url, mod)
+	if _, st := companionState(m.Companions, debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY); m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK ||
+		m.Fidelity != symbolizerv1.Fidelity_FIDELITY_SYMBOLS || st != debuginfov1.CompanionState_COMPANION_STATE_MISSING {
+		t.Fatalf("upstream without the common file: %v %v %q %v", m.Status, m.Fidelity, m.Message, m.Companions)
+	}
+
+	upload(t, upstream.url, b.common)
+	var frames [][]symbolizecodec.Frame
+	uploaded := time.Now()
+	for deadline := uploaded.Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if m, frames = symbolizeOne(t, r.url, mod); m.Fidelity == symbolizerv1.Fidelity_FIDELITY_FULL {
+			t.Logf("full answers %v after the upstream got the common file", time.Since(uploaded).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the upstream got the common file: %v %v %q %v", m.Status, m.Fidelity, m.Message, m.Companions)
+		}
 	}
 	if _, st := companionState(m.Companions, debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY); st != debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE {
 		t.Fatalf("companions through debuginfod: %v", m.Companions)
