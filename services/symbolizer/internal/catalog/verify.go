@@ -159,12 +159,20 @@ func (m *Catalog) verify(ctx context.Context, p *Upload, size uint64) (*File, *I
 		}, &Inspection{}, nil
 	}
 	ins, err := Inspect(path, m.opt.Limits, func(supID, gnu string) (Companions, debuginfo.Options, func(), error) {
+		// A companion that cannot be had now must not fail the upload: the index is built
+		// without it, stored under the variant that says so, and rebuilt when symbolization
+		// finds the companion.
 		c, err := m.companions(ctx, supID, gnu, true)
-		if err != nil {
-			return c, debuginfo.Options{}, func() {}, err
+		if err == nil {
+			opts, cleanup, ferr := c.Fetch(ctx, m.s, m.opt.TempDir)
+			if ferr == nil {
+				return c, opts, cleanup, nil
+			}
+			cleanup()
+			err = ferr
 		}
-		opts, cleanup, err := c.Fetch(ctx, m.s, m.opt.TempDir)
-		return c, opts, cleanup, err
+		m.opt.Logger.Warn("companions unavailable while verifying an upload; indexing without them", "upload", p.ID, "err", err)
+		return Companions{}, debuginfo.Options{}, func() {}, nil
 	})
 	if err != nil {
 		return nil, nil, HidePath(err, path, p.Object())
