@@ -282,6 +282,7 @@ func TestFieldContract(t *testing.T) {
 			{"frame_counts", 7, u32, true, ""},
 			{"frames", 8, msg, false, sym + "FrameTable"},
 			{"strings", 9, str, true, ""},
+			{"companions", 10, msg, true, dbg + "Companion"},
 		},
 		sym + "FrameTable": {
 			{"function_names", 1, u32, true, ""},
@@ -359,6 +360,12 @@ func TestFieldContract(t *testing.T) {
 			{"size", 9, u64, false, ""},
 			{"uploaded_at", 10, msg, false, "google.protobuf.Timestamp"},
 			{"has_program_headers", 11, b, false, ""},
+			{"companions", 12, msg, true, dbg + "Companion"},
+		},
+		dbg + "Companion": {
+			{"kind", 1, enum, false, dbg + "CompanionKind"},
+			{"id", 2, str, false, ""},
+			{"state", 3, enum, false, dbg + "CompanionState"},
 		},
 		dbg + "Quality": {
 			{"has_dwarf", 1, b, false, ""},
@@ -439,11 +446,13 @@ func TestFieldContract(t *testing.T) {
 // TestEnumContract pins the enum values that clients switch on.
 func TestEnumContract(t *testing.T) {
 	cases := map[protoreflect.FullName][]string{
-		"profsym.symbolizer.v1.ModuleStatus": {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING", "EXECUTABLE_NEEDED"},
-		"profsym.symbolizer.v1.Fidelity":     {"SYMBOLS", "LINES", "FULL"},
-		"profsym.debuginfo.v1.BuildIDType":   {"GNU", "GO", "HTLHASH"},
-		"profsym.debuginfo.v1.DebuginfoType": {"DEBUGINFO", "EXECUTABLE"},
-		"profsym.debuginfo.v1.UploadSource":  {"CI", "NODE", "DEBUGINFOD"},
+		"profsym.symbolizer.v1.ModuleStatus":  {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING", "EXECUTABLE_NEEDED"},
+		"profsym.symbolizer.v1.Fidelity":      {"SYMBOLS", "LINES", "FULL"},
+		"profsym.debuginfo.v1.BuildIDType":    {"GNU", "GO", "HTLHASH"},
+		"profsym.debuginfo.v1.DebuginfoType":  {"DEBUGINFO", "EXECUTABLE", "SUPPLEMENTARY", "DWARF_PACKAGE"},
+		"profsym.debuginfo.v1.CompanionKind":  {"SUPPLEMENTARY", "DWARF_PACKAGE"},
+		"profsym.debuginfo.v1.CompanionState": {"AVAILABLE", "MISSING"},
+		"profsym.debuginfo.v1.UploadSource":   {"CI", "NODE", "DEBUGINFOD"},
 		"profsym.debuginfo.v1.ShouldUploadReason": {
 			"FIRST", "ALREADY_STORED", "UPLOAD_IN_PROGRESS", "BETTER_STORED",
 			"REPLACES_WORSE", "PREVIOUS_UPLOAD_STALE", "TOO_LARGE", "EXECUTABLE_NEEDED",

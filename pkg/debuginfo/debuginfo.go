@@ -109,6 +109,11 @@ type Info struct {
 	Supplementary *SupplementaryInfo `json:"supplementary,omitempty"`
 	// DWARFPackage is the .dwp the functions of a -gsplit-dwarf build were read from.
 	DWARFPackage string `json:"dwarf_package,omitempty"`
+	// SkeletonUnits counts the skeleton units of a -gsplit-dwarf build (their functions are
+	// in .dwo files or a .dwp), and SkeletonsWithoutPackage those whose functions were not
+	// found; filled by Index. A store keeps the package apart and needs to know both.
+	SkeletonUnits           int `json:"skeleton_units,omitempty"`
+	SkeletonsWithoutPackage int `json:"skeletons_without_package,omitempty"`
 }
 
 // SupplementaryInfo is the supplementary DWARF file of a binary or its debug file (made by
@@ -467,6 +472,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 				b.info.DWARFError = err.Error()
 				continue
 			}
+			b.info.SkeletonsWithoutPackage = st.SkeletonsWithoutPackage
 			if st.SkeletonsWithoutPackage > 0 {
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
 					"split DWARF: %d skeleton units whose functions were not read (neither the DWARF package %s.dwp "+
@@ -529,6 +535,9 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
 	if !dwarfsym.HasSplitUnits(secs, byteOrder(f.ELF())) {
 		return nil, nil
+	}
+	if units, err := dwarfsym.SplitUnits(secs, byteOrder(f.ELF())); err == nil {
+		b.info.SkeletonUnits = len(units)
 	}
 	cands := []string{b.opts.DWARFPackage}
 	if b.opts.DWARFPackage == "" {

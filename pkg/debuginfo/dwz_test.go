@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
@@ -85,6 +86,23 @@ func TestDWZSupplementary(t *testing.T) {
 				}
 				n := sameAsOriginal(t, bin, ix)
 				t.Logf("%s: %d addresses resolve as in the original; supplementary %s (%s) %s", filepath.Base(bin), n, sup.Name, sup.Section, sup.ID)
+			}
+
+			// A store tells the common file from the files that link to it.
+			for _, c := range []struct {
+				path string
+				ok   bool
+			}{{filepath.Join(dir, "shared.debug"), true}, {bins[0], false}, {bins[0] + ".orig", false}} {
+				id, ok, err := debuginfo.SupplementaryFileID(c.path, elfx.Limits{})
+				if err != nil || ok != c.ok {
+					t.Errorf("SupplementaryFileID(%s) = %q, %v, %v; want ok %v", filepath.Base(c.path), id, ok, err, c.ok)
+				}
+				if ok {
+					_, info, err := debuginfo.OpenIndex(bins[0], debuginfo.Options{})
+					if err != nil || info.Supplementary.ID != id {
+						t.Errorf("supplementary file's ID %q, the link names %+v (%v)", id, info.Supplementary, err)
+					}
+				}
 			}
 
 			// Moved away, the file is found in a debug directory's build-ID layout, or given.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
@@ -129,6 +130,19 @@ func TestSplitDWARF4(t *testing.T) {
 	}
 	n = agreesWithLLVM(t, bin, ix)
 	t.Logf("%d addresses agree with llvm-symbolizer reading the same version 2 .dwp", n)
+	if info.SkeletonUnits != 2 || info.SkeletonsWithoutPackage != 0 {
+		t.Errorf("skeleton units %d, %d without package; want 2, 0", info.SkeletonUnits, info.SkeletonsWithoutPackage)
+	}
+	for _, c := range []struct {
+		path  string
+		ok    bool
+		units int
+	}{{bin + ".dwp", true, 2}, {bin, false, 0}} {
+		units, ok, err := debuginfo.DWARFPackageUnits(c.path, elfx.Limits{})
+		if err != nil || ok != c.ok || units != c.units {
+			t.Errorf("DWARFPackageUnits(%s) = %d, %v, %v; want %d, %v", filepath.Base(c.path), units, ok, err, c.units, c.ok)
+		}
+	}
 
 	if err := os.Remove(bin + ".dwp"); err != nil {
 		t.Fatal(err)
@@ -137,8 +151,56 @@ func TestSplitDWARF4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if info.SkeletonUnits != 2 || info.SkeletonsWithoutPackage != 2 {
+		t.Errorf("without package: skeleton units %d, %d without package; want 2, 2", info.SkeletonUnits, info.SkeletonsWithoutPackage)
+	}
 	if ix.Fidelity() != index.FidelityLines || !strings.Contains(strings.Join(info.Warnings, "\n"), "2 skeleton units whose functions were not read") {
 		t.Errorf("without package and .dwo files: fidelity %v, warnings %q", ix.Fidelity(), info.Warnings)
+	}
+}
+
+// TestSplitDWARF4Clang is TestSplitDWARF4 for clang's DWARF 4 split units (clang -gdwarf-4
+// -gsplit-dwarf writes the GNU extension too, from another compiler's hands), read from the
+// loose .dwo files where clang wrote them, and without them.
+func TestSplitDWARF4Clang(t *testing.T) {
+	elfxtest.Need(t, "clang++", "llvm-symbolizer")
+	dir := t.TempDir()
+	for name, text := range dwzSources {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "c4")
+	var objs []string
+	for _, src := range []string{"a.cc", "b.cc"} {
+		obj := filepath.Join(dir, "clang-"+strings.TrimSuffix(src, ".cc")+".o")
+		elfxtest.Run(t, "clang++", "-O2", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", obj, filepath.Join(dir, src))
+		objs = append(objs, obj)
+	}
+	elfxtest.Run(t, "objcopy", "--redefine-sym", "main=b_main", objs[1])
+	elfxtest.Run(t, "clang++", append([]string{"-Wl,--build-id", "-o", bin}, objs...)...)
+
+	ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.DWARFPackage, "2 .dwo files") || info.DWARFVersion != 4 || info.SkeletonUnits != 2 || ix.Fidelity() != index.FidelityFullInlines {
+		t.Fatalf(".dwo files: package %q, DWARF %d, %d skeletons, fidelity %v, warnings %q", info.DWARFPackage, info.DWARFVersion, info.SkeletonUnits, ix.Fidelity(), info.Warnings)
+	}
+	n := agreesWithLLVM(t, bin, ix)
+	t.Logf("%d addresses agree with llvm-symbolizer reading clang's .dwo files", n)
+
+	for _, o := range objs {
+		if err := os.Remove(strings.TrimSuffix(o, ".o") + ".dwo"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Fidelity() != index.FidelityLines || info.SkeletonsWithoutPackage != 2 {
+		t.Errorf("without the .dwo files: fidelity %v, %d skeletons without package, warnings %q", ix.Fidelity(), info.SkeletonsWithoutPackage, info.Warnings)
 	}
 }
 

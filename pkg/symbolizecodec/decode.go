@@ -155,6 +155,8 @@ func measureModule(b []byte) (nstrs, strBytes int, ok bool) {
 		case tagStrings:
 			nstrs++
 			strBytes += len(f.payload)
+		case tagCompanions:
+			// Read by proto.Unmarshal in the second pass.
 		default:
 			return 0, 0, false
 		}
@@ -209,6 +211,12 @@ func (d *decoder) module(b []byte) (*symbolizerv1.ModuleResult, bool) {
 			if m.Frames, ok = frames(f.payload); !ok {
 				return nil, false
 			}
+		case tagCompanions:
+			c := &debuginfov1.Companion{}
+			if err := proto.Unmarshal(f.payload, c); err != nil {
+				return nil, false
+			}
+			m.Companions = append(m.Companions, c)
 		case tagStrings:
 			start := d.arena.Len()
 			d.arena.Write(f.payload)

@@ -74,6 +74,11 @@ func handwritten(r *symbolizerv1.SymbolizeResponse) bool {
 		if m.Frames != nil && len(m.Frames.ProtoReflect().GetUnknown()) > 0 {
 			return false
 		}
+		for _, c := range m.Companions {
+			if c == nil {
+				return false
+			}
+		}
 	}
 	return true
 }
@@ -93,7 +98,8 @@ const (
 	tagFrameCounts     = 7<<3 | wireBytes
 	tagFrames          = 8<<3 | wireBytes
 	tagStrings         = 9<<3 | wireBytes
-	firstFrameTableTag = 1<<3 | wireBytes // FrameTable's six packed columns are fields 1 to 6
+	tagCompanions      = 10<<3 | wireBytes // rare (dwz, split DWARF): encoded by proto
+	firstFrameTableTag = 1<<3 | wireBytes  // FrameTable's six packed columns are fields 1 to 6
 )
 
 // AppendSymbolizeResponse appends r in the protobuf wire format, as proto.Marshal would. It
@@ -147,6 +153,10 @@ func (s *moduleSizes) measure(m *symbolizerv1.ModuleResult) {
 	for _, str := range m.Strings {
 		n += 1 + protowire.SizeVarint(uint64(len(str))) + len(str)
 	}
+	for _, c := range m.Companions {
+		sz := proto.Size(c)
+		n += 1 + protowire.SizeVarint(uint64(sz)) + sz
+	}
 	s.total = n
 }
 
@@ -196,6 +206,14 @@ func appendModule(b []byte, m *symbolizerv1.ModuleResult, s *moduleSizes) ([]byt
 	}
 	if !utf8.Valid(b[run:]) {
 		return nil, invalidString(m.Strings)
+	}
+	for i, c := range m.Companions {
+		b = append(b, tagCompanions)
+		b = protowire.AppendVarint(b, uint64(proto.Size(c)))
+		var err error
+		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, c); err != nil {
+			return nil, fmt.Errorf("companions[%d]: %w", i, err)
+		}
 	}
 	return b, nil
 }

@@ -19,7 +19,7 @@ var _ connect.Codec = Codec{}
 
 // randomResponse draws a response with every field shape the encoder handles: zero and
 // non-zero scalars, negative and unknown enum values, varints of one to five bytes, empty and
-// nil columns, a nil FrameTable, empty and multi-byte strings.
+// nil columns, a nil FrameTable, empty and multi-byte strings, companions.
 func randomResponse(r *rand.Rand) *symbolizerv1.SymbolizeResponse {
 	num := func() uint32 {
 		switch r.IntN(4) {
@@ -66,6 +66,11 @@ func randomResponse(r *rand.Rand) *symbolizerv1.SymbolizeResponse {
 		}
 		for range r.IntN(6) {
 			m.Strings = append(m.Strings, str())
+		}
+		// Companions are rare (dwz, split DWARF); an empty one encodes to zero bytes.
+		for range max(0, r.IntN(5)-2) {
+			m.Companions = append(m.Companions, &debuginfov1.Companion{Kind: debuginfov1.CompanionKind(enum()),
+				Id: str(), State: debuginfov1.CompanionState(enum())})
 		}
 		resp.Modules = append(resp.Modules, m)
 	}

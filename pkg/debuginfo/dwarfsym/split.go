@@ -296,3 +296,6 @@ func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 	}
 	return sub.walk(su, files)
 }
+
+// Units returns the number of split units the package holds.
+func (p *Package) Units() int { return len(p.units) }

@@ -141,6 +141,22 @@ const (
 	// A runnable ELF file as found on a node (possibly stripped): symbol tables, Go
 	// pclntab or MiniDebugInfo at best.
 	DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE DebuginfoType = 2
+	// A supplementary DWARF file: the common file `dwz -m` makes of what several debug
+	// files share (as Debian's and Fedora's debug packages ship it under
+	// `/usr/lib/debug/.dwz/`), named by their `.gnu_debugaltlink` (or DWARF 5 `.debug_sup`)
+	// together with its ID. It has no code and symbolizes nothing alone: it is uploaded under
+	// its GNU build ID (the ID the links name), and the server reads it whenever it indexes a
+	// file that links to it. The server recognizes such a file (only DWARF partial units, or
+	// a `.debug_sup` that says it is supplementary) and records it with this type even when
+	// it was uploaded as `DEBUGINFO_TYPE_DEBUGINFO`; an upload declared with this type that
+	// is no such file fails verification.
+	DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY DebuginfoType = 3
+	// A DWARF package (`.dwp`, made by `dwp` or `llvm-dwp`) of a `-gsplit-dwarf` build: the
+	// functions and inlined calls of the executable's skeleton units. A package carries no
+	// build ID of its own, so it is uploaded under the GNU build ID of the executable it
+	// belongs to (only `BUILD_ID_TYPE_GNU`), and stored beside, not instead of, the
+	// binary's debuginfo: it never replaces a file of another type, nor is replaced by one.
+	DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE DebuginfoType = 4
 )
 
 // Enum value maps for DebuginfoType.
@@ -149,11 +165,15 @@ var (
 		0: "DEBUGINFO_TYPE_UNSPECIFIED",
 		1: "DEBUGINFO_TYPE_DEBUGINFO",
 		2: "DEBUGINFO_TYPE_EXECUTABLE",
+		3: "DEBUGINFO_TYPE_SUPPLEMENTARY",
+		4: "DEBUGINFO_TYPE_DWARF_PACKAGE",
 	}
 	DebuginfoType_value = map[string]int32{
-		"DEBUGINFO_TYPE_UNSPECIFIED": 0,
-		"DEBUGINFO_TYPE_DEBUGINFO":   1,
-		"DEBUGINFO_TYPE_EXECUTABLE":  2,
+		"DEBUGINFO_TYPE_UNSPECIFIED":   0,
+		"DEBUGINFO_TYPE_DEBUGINFO":     1,
+		"DEBUGINFO_TYPE_EXECUTABLE":    2,
+		"DEBUGINFO_TYPE_SUPPLEMENTARY": 3,
+		"DEBUGINFO_TYPE_DWARF_PACKAGE": 4,
 	}
 )
 
@@ -445,6 +465,117 @@ func (SectionCompression) EnumDescriptor() ([]byte, []int) {
 	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{5}
 }
 
+// CompanionKind says what a companion file is.
+type CompanionKind int32
+
+const (
+	// Not set; never returned by a current server.
+	CompanionKind_COMPANION_KIND_UNSPECIFIED CompanionKind = 0
+	// The supplementary DWARF file (`DEBUGINFO_TYPE_SUPPLEMENTARY`) the DWARF's
+	// `.gnu_debugaltlink` or `.debug_sup` names.
+	CompanionKind_COMPANION_KIND_SUPPLEMENTARY CompanionKind = 1
+	// The DWARF package (`DEBUGINFO_TYPE_DWARF_PACKAGE`) of an executable whose DWARF has
+	// skeleton units (`-gsplit-dwarf`).
+	CompanionKind_COMPANION_KIND_DWARF_PACKAGE CompanionKind = 2
+)
+
+// Enum value maps for CompanionKind.
+var (
+	CompanionKind_name = map[int32]string{
+		0: "COMPANION_KIND_UNSPECIFIED",
+		1: "COMPANION_KIND_SUPPLEMENTARY",
+		2: "COMPANION_KIND_DWARF_PACKAGE",
+	}
+	CompanionKind_value = map[string]int32{
+		"COMPANION_KIND_UNSPECIFIED":   0,
+		"COMPANION_KIND_SUPPLEMENTARY": 1,
+		"COMPANION_KIND_DWARF_PACKAGE": 2,
+	}
+)
+
+func (x CompanionKind) Enum() *CompanionKind {
+	p := new(CompanionKind)
+	*p = x
+	return p
+}
+
+func (x CompanionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompanionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6].Descriptor()
+}
+
+func (CompanionKind) Type() protoreflect.EnumType {
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6]
+}
+
+func (x CompanionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompanionKind.Descriptor instead.
+func (CompanionKind) EnumDescriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{6}
+}
+
+// CompanionState says whether a companion file can be read.
+type CompanionState int32
+
+const (
+	// Not set; never returned by a current server.
+	CompanionState_COMPANION_STATE_UNSPECIFIED CompanionState = 0
+	// Stored: symbolization reads it with the file.
+	CompanionState_COMPANION_STATE_AVAILABLE CompanionState = 1
+	// Neither stored nor served by a debuginfod upstream. Without a supplementary file the
+	// file's DWARF is not read at all (answers come from its symbol tables); without a
+	// DWARF package the skeleton units give lines but no functions or inline frames from
+	// DWARF. Upload it (`symbolizer upload`): the next symbolization reads it.
+	CompanionState_COMPANION_STATE_MISSING CompanionState = 2
+)
+
+// Enum value maps for CompanionState.
+var (
+	CompanionState_name = map[int32]string{
+		0: "COMPANION_STATE_UNSPECIFIED",
+		1: "COMPANION_STATE_AVAILABLE",
+		2: "COMPANION_STATE_MISSING",
+	}
+	CompanionState_value = map[string]int32{
+		"COMPANION_STATE_UNSPECIFIED": 0,
+		"COMPANION_STATE_AVAILABLE":   1,
+		"COMPANION_STATE_MISSING":     2,
+	}
+)
+
+func (x CompanionState) Enum() *CompanionState {
+	p := new(CompanionState)
+	*p = x
+	return p
+}
+
+func (x CompanionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompanionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7].Descriptor()
+}
+
+func (CompanionState) Type() protoreflect.EnumType {
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7]
+}
+
+func (x CompanionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompanionState.Descriptor instead.
+func (CompanionState) EnumDescriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{7}
+}
+
 // CoverageReason says why frames of a binary stayed unresolved.
 type CoverageReason int32
 
@@ -500,11 +631,11 @@ func (x CoverageReason) String() string {
 }
 
 func (CoverageReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6].Descriptor()
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[8].Descriptor()
 }
 
 func (CoverageReason) Type() protoreflect.EnumType {
-	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[6]
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[8]
 }
 
 func (x CoverageReason) Number() protoreflect.EnumNumber {
@@ -513,7 +644,7 @@ func (x CoverageReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CoverageReason.Descriptor instead.
 func (CoverageReason) EnumDescriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{6}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{8}
 }
 
 // CoverageFidelity is the richest answer a binary got.
@@ -558,11 +689,11 @@ func (x CoverageFidelity) String() string {
 }
 
 func (CoverageFidelity) Descriptor() protoreflect.EnumDescriptor {
-	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7].Descriptor()
+	return file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[9].Descriptor()
 }
 
 func (CoverageFidelity) Type() protoreflect.EnumType {
-	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[7]
+	return &file_profsym_debuginfo_v1_debuginfo_proto_enumTypes[9]
 }
 
 func (x CoverageFidelity) Number() protoreflect.EnumNumber {
@@ -571,7 +702,7 @@ func (x CoverageFidelity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CoverageFidelity.Descriptor instead.
 func (CoverageFidelity) EnumDescriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{7}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{9}
 }
 
 // BinaryID is one ID of a file.
@@ -792,8 +923,12 @@ type Debuginfo struct {
 	// Without them only addresses with an all-zero mapping (ELF virtual addresses) can be
 	// symbolized.
 	HasProgramHeaders bool `protobuf:"varint,11,opt,name=has_program_headers,json=hasProgramHeaders,proto3" json:"has_program_headers,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Files the stored file's DWARF needs beside it (a dwz supplementary file, the DWARF
+	// package of a `-gsplit-dwarf` build), with whether each is stored now. Empty when the
+	// DWARF needs none.
+	Companions    []*Companion `protobuf:"bytes,12,rep,name=companions,proto3" json:"companions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Debuginfo) Reset() {
@@ -903,6 +1038,79 @@ func (x *Debuginfo) GetHasProgramHeaders() bool {
 	return false
 }
 
+func (x *Debuginfo) GetCompanions() []*Companion {
+	if x != nil {
+		return x.Companions
+	}
+	return nil
+}
+
+// Companion is one file a stored file's DWARF needs beside it.
+type Companion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the companion is.
+	Kind CompanionKind `protobuf:"varint,1,opt,name=kind,proto3,enum=profsym.debuginfo.v1.CompanionKind" json:"kind,omitempty"`
+	// The ID it is stored and looked up under: for a supplementary file the ID the link
+	// names (lower-case hex: its GNU build ID, or the `.debug_sup` checksum); for a DWARF
+	// package the GNU build ID of the executable.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Whether it is stored.
+	State         CompanionState `protobuf:"varint,3,opt,name=state,proto3,enum=profsym.debuginfo.v1.CompanionState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Companion) Reset() {
+	*x = Companion{}
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Companion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Companion) ProtoMessage() {}
+
+func (x *Companion) ProtoReflect() protoreflect.Message {
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Companion.ProtoReflect.Descriptor instead.
+func (*Companion) Descriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Companion) GetKind() CompanionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return CompanionKind_COMPANION_KIND_UNSPECIFIED
+}
+
+func (x *Companion) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Companion) GetState() CompanionState {
+	if x != nil {
+		return x.State
+	}
+	return CompanionState_COMPANION_STATE_UNSPECIFIED
+}
+
 // ShouldUploadRequest describes a file a client could upload.
 type ShouldUploadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -925,7 +1133,7 @@ type ShouldUploadRequest struct {
 
 func (x *ShouldUploadRequest) Reset() {
 	*x = ShouldUploadRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[3]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1145,7 @@ func (x *ShouldUploadRequest) String() string {
 func (*ShouldUploadRequest) ProtoMessage() {}
 
 func (x *ShouldUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[3]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1158,7 @@ func (x *ShouldUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShouldUploadRequest.ProtoReflect.Descriptor instead.
 func (*ShouldUploadRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{3}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShouldUploadRequest) GetBuildId() string {
@@ -1012,7 +1220,7 @@ type ShouldUploadResponse struct {
 
 func (x *ShouldUploadResponse) Reset() {
 	*x = ShouldUploadResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[4]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1232,7 @@ func (x *ShouldUploadResponse) String() string {
 func (*ShouldUploadResponse) ProtoMessage() {}
 
 func (x *ShouldUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[4]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1245,7 @@ func (x *ShouldUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShouldUploadResponse.ProtoReflect.Descriptor instead.
 func (*ShouldUploadResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{4}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShouldUploadResponse) GetShouldUpload() bool {
@@ -1085,7 +1293,7 @@ type InitiateUploadRequest struct {
 
 func (x *InitiateUploadRequest) Reset() {
 	*x = InitiateUploadRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[5]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1305,7 @@ func (x *InitiateUploadRequest) String() string {
 func (*InitiateUploadRequest) ProtoMessage() {}
 
 func (x *InitiateUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[5]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1318,7 @@ func (x *InitiateUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitiateUploadRequest.ProtoReflect.Descriptor instead.
 func (*InitiateUploadRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{5}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InitiateUploadRequest) GetBuildId() string {
@@ -1183,7 +1391,7 @@ type InitiateUploadResponse struct {
 
 func (x *InitiateUploadResponse) Reset() {
 	*x = InitiateUploadResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[6]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1403,7 @@ func (x *InitiateUploadResponse) String() string {
 func (*InitiateUploadResponse) ProtoMessage() {}
 
 func (x *InitiateUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[6]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1416,7 @@ func (x *InitiateUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitiateUploadResponse.ProtoReflect.Descriptor instead.
 func (*InitiateUploadResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{6}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InitiateUploadResponse) GetUploadId() string {
@@ -1266,7 +1474,7 @@ type FinishUploadRequest struct {
 
 func (x *FinishUploadRequest) Reset() {
 	*x = FinishUploadRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[7]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1486,7 @@ func (x *FinishUploadRequest) String() string {
 func (*FinishUploadRequest) ProtoMessage() {}
 
 func (x *FinishUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[7]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1499,7 @@ func (x *FinishUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishUploadRequest.ProtoReflect.Descriptor instead.
 func (*FinishUploadRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{7}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FinishUploadRequest) GetBuildId() string {
@@ -1319,7 +1527,7 @@ type FinishUploadResponse struct {
 
 func (x *FinishUploadResponse) Reset() {
 	*x = FinishUploadResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[8]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1539,7 @@ func (x *FinishUploadResponse) String() string {
 func (*FinishUploadResponse) ProtoMessage() {}
 
 func (x *FinishUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[8]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1552,7 @@ func (x *FinishUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishUploadResponse.ProtoReflect.Descriptor instead.
 func (*FinishUploadResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{8}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FinishUploadResponse) GetDebuginfo() *Debuginfo {
@@ -1368,7 +1576,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[9]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1588,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[9]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1601,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{9}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRequest) GetBuildId() string {
@@ -1421,7 +1629,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[10]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1641,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[10]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1654,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{10}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResponse) GetDebuginfo() *Debuginfo {
@@ -1470,7 +1678,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[11]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1690,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[11]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1703,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{11}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetPageSize() uint32 {
@@ -1526,7 +1734,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[12]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1746,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[12]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1759,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{12}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListResponse) GetDebuginfos() []*Debuginfo {
@@ -1582,7 +1790,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[13]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1802,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[13]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1815,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{13}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteRequest) GetBuildId() string {
@@ -1633,7 +1841,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[14]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1853,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[14]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1866,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{14}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{15}
 }
 
 // Coverage is what Symbolize answered for one binary.
@@ -1689,7 +1897,7 @@ type Coverage struct {
 
 func (x *Coverage) Reset() {
 	*x = Coverage{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1909,7 @@ func (x *Coverage) String() string {
 func (*Coverage) ProtoMessage() {}
 
 func (x *Coverage) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[15]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1922,7 @@ func (x *Coverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coverage.ProtoReflect.Descriptor instead.
 func (*Coverage) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{15}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Coverage) GetBuildId() string {
@@ -1797,7 +2005,7 @@ type ListCoverageRequest struct {
 
 func (x *ListCoverageRequest) Reset() {
 	*x = ListCoverageRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2017,7 @@ func (x *ListCoverageRequest) String() string {
 func (*ListCoverageRequest) ProtoMessage() {}
 
 func (x *ListCoverageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[16]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2030,7 @@ func (x *ListCoverageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCoverageRequest.ProtoReflect.Descriptor instead.
 func (*ListCoverageRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{16}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListCoverageRequest) GetReason() CoverageReason {
@@ -1866,7 +2074,7 @@ type ListCoverageResponse struct {
 
 func (x *ListCoverageResponse) Reset() {
 	*x = ListCoverageResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2086,7 @@ func (x *ListCoverageResponse) String() string {
 func (*ListCoverageResponse) ProtoMessage() {}
 
 func (x *ListCoverageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2099,7 @@ func (x *ListCoverageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCoverageResponse.ProtoReflect.Descriptor instead.
 func (*ListCoverageResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{17}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListCoverageResponse) GetEntries() []*Coverage {
@@ -1930,7 +2138,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\x12\x1f\n" +
 	"\vdwarf_error\x18\n" +
 	" \x01(\tR\n" +
-	"dwarfError\"\xa2\x04\n" +
+	"dwarfError\"\xe3\x04\n" +
 	"\tDebuginfo\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x120\n" +
@@ -1944,7 +2152,14 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\vuploaded_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"uploadedAt\x12.\n" +
-	"\x13has_program_headers\x18\v \x01(\bR\x11hasProgramHeaders\"\x98\x02\n" +
+	"\x13has_program_headers\x18\v \x01(\bR\x11hasProgramHeaders\x12?\n" +
+	"\n" +
+	"companions\x18\f \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\n" +
+	"companions\"\x90\x01\n" +
+	"\tCompanion\x127\n" +
+	"\x04kind\x18\x01 \x01(\x0e2#.profsym.debuginfo.v1.CompanionKindR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12:\n" +
+	"\x05state\x18\x03 \x01(\x0e2$.profsym.debuginfo.v1.CompanionStateR\x05state\"\x98\x02\n" +
 	"\x13ShouldUploadRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x127\n" +
@@ -2022,11 +2237,13 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x19BUILD_ID_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11BUILD_ID_TYPE_GNU\x10\x01\x12\x14\n" +
 	"\x10BUILD_ID_TYPE_GO\x10\x02\x12\x19\n" +
-	"\x15BUILD_ID_TYPE_HTLHASH\x10\x03*l\n" +
+	"\x15BUILD_ID_TYPE_HTLHASH\x10\x03*\xb0\x01\n" +
 	"\rDebuginfoType\x12\x1e\n" +
 	"\x1aDEBUGINFO_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18DEBUGINFO_TYPE_DEBUGINFO\x10\x01\x12\x1d\n" +
-	"\x19DEBUGINFO_TYPE_EXECUTABLE\x10\x02*y\n" +
+	"\x19DEBUGINFO_TYPE_EXECUTABLE\x10\x02\x12 \n" +
+	"\x1cDEBUGINFO_TYPE_SUPPLEMENTARY\x10\x03\x12 \n" +
+	"\x1cDEBUGINFO_TYPE_DWARF_PACKAGE\x10\x04*y\n" +
 	"\fUploadSource\x12\x1d\n" +
 	"\x19UPLOAD_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10UPLOAD_SOURCE_CI\x10\x01\x12\x16\n" +
@@ -2051,7 +2268,15 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x1fSECTION_COMPRESSION_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SECTION_COMPRESSION_NONE\x10\x01\x12\x1c\n" +
 	"\x18SECTION_COMPRESSION_ZLIB\x10\x02\x12\x1c\n" +
-	"\x18SECTION_COMPRESSION_ZSTD\x10\x03*\x84\x02\n" +
+	"\x18SECTION_COMPRESSION_ZSTD\x10\x03*s\n" +
+	"\rCompanionKind\x12\x1e\n" +
+	"\x1aCOMPANION_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cCOMPANION_KIND_SUPPLEMENTARY\x10\x01\x12 \n" +
+	"\x1cCOMPANION_KIND_DWARF_PACKAGE\x10\x02*m\n" +
+	"\x0eCompanionState\x12\x1f\n" +
+	"\x1bCOMPANION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19COMPANION_STATE_AVAILABLE\x10\x01\x12\x1b\n" +
+	"\x17COMPANION_STATE_MISSING\x10\x02*\x84\x02\n" +
 	"\x0eCoverageReason\x12\x1f\n" +
 	"\x1bCOVERAGE_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCOVERAGE_REASON_NO_DEBUGINFO\x10\x01\x12 \n" +
@@ -2087,8 +2312,8 @@ func file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP() []byte {
 	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescData
 }
 
-var file_profsym_debuginfo_v1_debuginfo_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_profsym_debuginfo_v1_debuginfo_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(BuildIDType)(0),               // 0: profsym.debuginfo.v1.BuildIDType
 	(DebuginfoType)(0),             // 1: profsym.debuginfo.v1.DebuginfoType
@@ -2096,80 +2321,86 @@ var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(ShouldUploadReason)(0),        // 3: profsym.debuginfo.v1.ShouldUploadReason
 	(DebuginfoState)(0),            // 4: profsym.debuginfo.v1.DebuginfoState
 	(SectionCompression)(0),        // 5: profsym.debuginfo.v1.SectionCompression
-	(CoverageReason)(0),            // 6: profsym.debuginfo.v1.CoverageReason
-	(CoverageFidelity)(0),          // 7: profsym.debuginfo.v1.CoverageFidelity
-	(*BinaryID)(nil),               // 8: profsym.debuginfo.v1.BinaryID
-	(*Quality)(nil),                // 9: profsym.debuginfo.v1.Quality
-	(*Debuginfo)(nil),              // 10: profsym.debuginfo.v1.Debuginfo
-	(*ShouldUploadRequest)(nil),    // 11: profsym.debuginfo.v1.ShouldUploadRequest
-	(*ShouldUploadResponse)(nil),   // 12: profsym.debuginfo.v1.ShouldUploadResponse
-	(*InitiateUploadRequest)(nil),  // 13: profsym.debuginfo.v1.InitiateUploadRequest
-	(*InitiateUploadResponse)(nil), // 14: profsym.debuginfo.v1.InitiateUploadResponse
-	(*FinishUploadRequest)(nil),    // 15: profsym.debuginfo.v1.FinishUploadRequest
-	(*FinishUploadResponse)(nil),   // 16: profsym.debuginfo.v1.FinishUploadResponse
-	(*GetRequest)(nil),             // 17: profsym.debuginfo.v1.GetRequest
-	(*GetResponse)(nil),            // 18: profsym.debuginfo.v1.GetResponse
-	(*ListRequest)(nil),            // 19: profsym.debuginfo.v1.ListRequest
-	(*ListResponse)(nil),           // 20: profsym.debuginfo.v1.ListResponse
-	(*DeleteRequest)(nil),          // 21: profsym.debuginfo.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 22: profsym.debuginfo.v1.DeleteResponse
-	(*Coverage)(nil),               // 23: profsym.debuginfo.v1.Coverage
-	(*ListCoverageRequest)(nil),    // 24: profsym.debuginfo.v1.ListCoverageRequest
-	(*ListCoverageResponse)(nil),   // 25: profsym.debuginfo.v1.ListCoverageResponse
-	nil,                            // 26: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(CompanionKind)(0),             // 6: profsym.debuginfo.v1.CompanionKind
+	(CompanionState)(0),            // 7: profsym.debuginfo.v1.CompanionState
+	(CoverageReason)(0),            // 8: profsym.debuginfo.v1.CoverageReason
+	(CoverageFidelity)(0),          // 9: profsym.debuginfo.v1.CoverageFidelity
+	(*BinaryID)(nil),               // 10: profsym.debuginfo.v1.BinaryID
+	(*Quality)(nil),                // 11: profsym.debuginfo.v1.Quality
+	(*Debuginfo)(nil),              // 12: profsym.debuginfo.v1.Debuginfo
+	(*Companion)(nil),              // 13: profsym.debuginfo.v1.Companion
+	(*ShouldUploadRequest)(nil),    // 14: profsym.debuginfo.v1.ShouldUploadRequest
+	(*ShouldUploadResponse)(nil),   // 15: profsym.debuginfo.v1.ShouldUploadResponse
+	(*InitiateUploadRequest)(nil),  // 16: profsym.debuginfo.v1.InitiateUploadRequest
+	(*InitiateUploadResponse)(nil), // 17: profsym.debuginfo.v1.InitiateUploadResponse
+	(*FinishUploadRequest)(nil),    // 18: profsym.debuginfo.v1.FinishUploadRequest
+	(*FinishUploadResponse)(nil),   // 19: profsym.debuginfo.v1.FinishUploadResponse
+	(*GetRequest)(nil),             // 20: profsym.debuginfo.v1.GetRequest
+	(*GetResponse)(nil),            // 21: profsym.debuginfo.v1.GetResponse
+	(*ListRequest)(nil),            // 22: profsym.debuginfo.v1.ListRequest
+	(*ListResponse)(nil),           // 23: profsym.debuginfo.v1.ListResponse
+	(*DeleteRequest)(nil),          // 24: profsym.debuginfo.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 25: profsym.debuginfo.v1.DeleteResponse
+	(*Coverage)(nil),               // 26: profsym.debuginfo.v1.Coverage
+	(*ListCoverageRequest)(nil),    // 27: profsym.debuginfo.v1.ListCoverageRequest
+	(*ListCoverageResponse)(nil),   // 28: profsym.debuginfo.v1.ListCoverageResponse
+	nil,                            // 29: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
 }
 var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 0: profsym.debuginfo.v1.BinaryID.type:type_name -> profsym.debuginfo.v1.BuildIDType
 	5,  // 1: profsym.debuginfo.v1.Quality.debug_compression:type_name -> profsym.debuginfo.v1.SectionCompression
 	0,  // 2: profsym.debuginfo.v1.Debuginfo.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	8,  // 3: profsym.debuginfo.v1.Debuginfo.ids:type_name -> profsym.debuginfo.v1.BinaryID
+	10, // 3: profsym.debuginfo.v1.Debuginfo.ids:type_name -> profsym.debuginfo.v1.BinaryID
 	1,  // 4: profsym.debuginfo.v1.Debuginfo.type:type_name -> profsym.debuginfo.v1.DebuginfoType
 	2,  // 5: profsym.debuginfo.v1.Debuginfo.source:type_name -> profsym.debuginfo.v1.UploadSource
 	4,  // 6: profsym.debuginfo.v1.Debuginfo.state:type_name -> profsym.debuginfo.v1.DebuginfoState
-	9,  // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
-	27, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	1,  // 10: profsym.debuginfo.v1.ShouldUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
-	2,  // 11: profsym.debuginfo.v1.ShouldUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	3,  // 12: profsym.debuginfo.v1.ShouldUploadResponse.reason:type_name -> profsym.debuginfo.v1.ShouldUploadReason
-	0,  // 13: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	1,  // 14: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
-	2,  // 15: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	26, // 16: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	27, // 17: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 18: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
-	0,  // 19: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	10, // 20: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
-	10, // 21: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
-	0,  // 22: profsym.debuginfo.v1.DeleteRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	0,  // 23: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	7,  // 24: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
-	6,  // 25: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	27, // 26: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
-	27, // 27: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
-	6,  // 28: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	27, // 29: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
-	23, // 30: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
-	11, // 31: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
-	13, // 32: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
-	15, // 33: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
-	17, // 34: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
-	19, // 35: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
-	21, // 36: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
-	24, // 37: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
-	12, // 38: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
-	14, // 39: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
-	16, // 40: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
-	18, // 41: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
-	20, // 42: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
-	22, // 43: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
-	25, // 44: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
-	38, // [38:45] is the sub-list for method output_type
-	31, // [31:38] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	11, // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
+	30, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
+	13, // 9: profsym.debuginfo.v1.Debuginfo.companions:type_name -> profsym.debuginfo.v1.Companion
+	6,  // 10: profsym.debuginfo.v1.Companion.kind:type_name -> profsym.debuginfo.v1.CompanionKind
+	7,  // 11: profsym.debuginfo.v1.Companion.state:type_name -> profsym.debuginfo.v1.CompanionState
+	0,  // 12: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	1,  // 13: profsym.debuginfo.v1.ShouldUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
+	2,  // 14: profsym.debuginfo.v1.ShouldUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
+	3,  // 15: profsym.debuginfo.v1.ShouldUploadResponse.reason:type_name -> profsym.debuginfo.v1.ShouldUploadReason
+	0,  // 16: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	1,  // 17: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
+	2,  // 18: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
+	29, // 19: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	30, // 20: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 21: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	0,  // 22: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	12, // 23: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	12, // 24: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
+	0,  // 25: profsym.debuginfo.v1.DeleteRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	0,  // 26: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	9,  // 27: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
+	8,  // 28: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	30, // 29: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
+	30, // 30: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
+	8,  // 31: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	30, // 32: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 33: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
+	14, // 34: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
+	16, // 35: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
+	18, // 36: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
+	20, // 37: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
+	22, // 38: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
+	24, // 39: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
+	27, // 40: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
+	15, // 41: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
+	17, // 42: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
+	19, // 43: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
+	21, // 44: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
+	23, // 45: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
+	25, // 46: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
+	28, // 47: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
+	41, // [41:48] is the sub-list for method output_type
+	34, // [34:41] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_profsym_debuginfo_v1_debuginfo_proto_init() }
@@ -2182,8 +2413,8 @@ func file_profsym_debuginfo_v1_debuginfo_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc), len(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   19,
+			NumEnums:      10,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

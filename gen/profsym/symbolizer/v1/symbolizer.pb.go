@@ -451,7 +451,13 @@ type ModuleResult struct {
 	// and files. `strings[0]` is always the empty string, so index 0 means "none";
 	// empty when no address resolved. Repeated names cost one copy per response, as in
 	// OTLP's dictionary.
-	Strings       []string `protobuf:"bytes,9,rep,name=strings,proto3" json:"strings,omitempty"`
+	Strings []string `protobuf:"bytes,9,rep,name=strings,proto3" json:"strings,omitempty"`
+	// Files the module's DWARF needs beside the stored file (a dwz supplementary file, a
+	// DWARF package), each with its state, when status is `MODULE_STATUS_OK`. A companion
+	// in state `COMPANION_STATE_MISSING` is why `fidelity` is lower than the file could
+	// give (`message` says so too): the answers come from the sources that remain and are
+	// never guessed. Once the companion is uploaded, later answers read it.
+	Companions    []*v1.Companion `protobuf:"bytes,10,rep,name=companions,proto3" json:"companions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +544,13 @@ func (x *ModuleResult) GetFrames() *FrameTable {
 func (x *ModuleResult) GetStrings() []string {
 	if x != nil {
 		return x.Strings
+	}
+	return nil
+}
+
+func (x *ModuleResult) GetCompanions() []*v1.Companion {
+	if x != nil {
+		return x.Companions
 	}
 	return nil
 }
@@ -667,7 +680,7 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\bfilename\x18\a \x01(\tR\bfilename\x12\x1c\n" +
 	"\taddresses\x18\b \x03(\x04R\taddresses\"R\n" +
 	"\x11SymbolizeResponse\x12=\n" +
-	"\amodules\x18\x01 \x03(\v2#.profsym.symbolizer.v1.ModuleResultR\amodules\"\xaf\x03\n" +
+	"\amodules\x18\x01 \x03(\v2#.profsym.symbolizer.v1.ModuleResultR\amodules\"\xf0\x03\n" +
 	"\fModuleResult\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.profsym.symbolizer.v1.ModuleStatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12;\n" +
@@ -676,7 +689,11 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\x16resolved_build_id_type\x18\x05 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\x13resolvedBuildIdType\x12!\n" +
 	"\fframe_counts\x18\a \x03(\rR\vframeCounts\x129\n" +
 	"\x06frames\x18\b \x01(\v2!.profsym.symbolizer.v1.FrameTableR\x06frames\x12\x18\n" +
-	"\astrings\x18\t \x03(\tR\astringsJ\x04\b\x06\x10\aR\tlocations\"\xbf\x01\n" +
+	"\astrings\x18\t \x03(\tR\astrings\x12?\n" +
+	"\n" +
+	"companions\x18\n" +
+	" \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\n" +
+	"companionsJ\x04\b\x06\x10\aR\tlocations\"\xbf\x01\n" +
 	"\n" +
 	"FrameTable\x12%\n" +
 	"\x0efunction_names\x18\x01 \x03(\rR\rfunctionNames\x12#\n" +
@@ -726,6 +743,7 @@ var file_profsym_symbolizer_v1_symbolizer_proto_goTypes = []any{
 	(*ModuleResult)(nil),      // 5: profsym.symbolizer.v1.ModuleResult
 	(*FrameTable)(nil),        // 6: profsym.symbolizer.v1.FrameTable
 	(v1.BuildIDType)(0),       // 7: profsym.debuginfo.v1.BuildIDType
+	(*v1.Companion)(nil),      // 8: profsym.debuginfo.v1.Companion
 }
 var file_profsym_symbolizer_v1_symbolizer_proto_depIdxs = []int32{
 	3, // 0: profsym.symbolizer.v1.SymbolizeRequest.modules:type_name -> profsym.symbolizer.v1.Module
@@ -734,13 +752,14 @@ var file_profsym_symbolizer_v1_symbolizer_proto_depIdxs = []int32{
 	1, // 3: profsym.symbolizer.v1.ModuleResult.fidelity:type_name -> profsym.symbolizer.v1.Fidelity
 	7, // 4: profsym.symbolizer.v1.ModuleResult.resolved_build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	6, // 5: profsym.symbolizer.v1.ModuleResult.frames:type_name -> profsym.symbolizer.v1.FrameTable
-	2, // 6: profsym.symbolizer.v1.SymbolizerService.Symbolize:input_type -> profsym.symbolizer.v1.SymbolizeRequest
-	4, // 7: profsym.symbolizer.v1.SymbolizerService.Symbolize:output_type -> profsym.symbolizer.v1.SymbolizeResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	8, // 6: profsym.symbolizer.v1.ModuleResult.companions:type_name -> profsym.debuginfo.v1.Companion
+	2, // 7: profsym.symbolizer.v1.SymbolizerService.Symbolize:input_type -> profsym.symbolizer.v1.SymbolizeRequest
+	4, // 8: profsym.symbolizer.v1.SymbolizerService.Symbolize:output_type -> profsym.symbolizer.v1.SymbolizeResponse
+	8, // [8:9] is the sub-list for method output_type
+	7, // [7:8] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_profsym_symbolizer_v1_symbolizer_proto_init() }

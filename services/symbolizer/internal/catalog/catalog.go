@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +44,15 @@ type File struct {
 	Runnable   bool                       `json:"runnable"`
 	// Fidelity is what the file's index reached when it was verified.
 	Fidelity index.Fidelity `json:"fidelity"`
+	// Supplementary is the ID of the supplementary DWARF file the file's DWARF refers to,
+	// and SkeletonUnits the count of its -gsplit-dwarf skeleton units: the companions its
+	// index needs (see Companions).
+	Supplementary string `json:"supplementary_id,omitempty"`
+	SkeletonUnits int    `json:"skeleton_units,omitempty"`
+	// PackageUnits is the count of split units of a DWARF package, and SupplementaryOf the
+	// ID a supplementary file is named by (see debuginfo.SupplementaryFileID).
+	PackageUnits    int    `json:"package_units,omitempty"`
+	SupplementaryOf string `json:"supplementary_of,omitempty"`
 }
 
 // Exec is what a record keeps of an executable of its binary while its file is a separate
@@ -303,7 +314,18 @@ func (m *Catalog) deletePending(ctx context.Context, p *Upload) {
 }
 
 func (m *Catalog) deleteFile(ctx context.Context, f *File) {
-	for _, k := range []string{f.Object, f.IndexObject(), f.StringsObject()} {
+	keys := []string{f.Object, f.IndexObject(), f.StringsObject()}
+	// Indexes built with companions are stored under variants of the file's key.
+	if more, err := m.s.List(ctx, f.Object+"."); err == nil {
+		for _, k := range more {
+			if !containsKey(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		m.opt.Logger.Warn("list index variants", "object", f.Object, "err", err)
+	}
+	for _, k := range keys {
 		if err := m.s.Delete(ctx, k); err != nil {
 			m.opt.Logger.Warn("delete replaced file", "object", k, "err", err)
 		}
@@ -337,6 +359,15 @@ func (m *Catalog) pointAliases(ctx context.Context, r *Record) error {
 		r.Aliases = append(r.Aliases, id)
 	}
 	return m.saveRecord(ctx, r)
+}
+
+func containsKey(keys []string, k string) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
 }
 
 func containsID(ids []ID, id ID) bool {
@@ -380,22 +411,56 @@ func (m *Catalog) Delete(ctx context.Context, id ID) error {
 		return err
 	}
 	m.deleteFile(ctx, r.Current)
+	// The binary's DWARF package goes with it: it completes nothing else.
+	if gnu := r.Current.IDs.GNU; gnu != "" && !r.Current.IsCompanion() {
+		pk := packageKey(ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu})
+		unlock := m.locked(pk)
+		defer unlock()
+		pr, err := m.loadRecord(ctx, pk)
+		if err != nil {
+			return err
+		}
+		if pr.Current != nil {
+			if err := m.s.Delete(ctx, pk+"/record.json"); err != nil {
+				return err
+			}
+			m.deleteFile(ctx, pr.Current)
+		}
+	}
 	return nil
 }
 
-// List returns a page of records ordered by build ID, and the next page token.
+// List returns a page of records ordered by build ID, and the next page token. An
+// executable's DWARF package has the executable's build ID, so records are ordered by build ID
+// and then type, and a token names both.
 func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debuginfov1.Debuginfo, string, error) {
-	after := ""
+	after, afterType := "", debuginfov1.DebuginfoType(-1)
 	if token != "" {
 		b, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil || !strings.HasPrefix(string(b), "psym1:") {
+		if err != nil {
 			return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
 		}
-		after = strings.TrimPrefix(string(b), "psym1:")
+		switch t := string(b); {
+		case strings.HasPrefix(t, "psym2:"):
+			id, typ, ok := strings.Cut(strings.TrimPrefix(t, "psym2:"), "\x00")
+			n, err := strconv.ParseInt(typ, 10, 32)
+			if !ok || err != nil {
+				return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
+			}
+			after, afterType = id, debuginfov1.DebuginfoType(n)
+		case strings.HasPrefix(t, "psym1:"):
+			// Issued before packages shared build IDs: past every record of that build ID.
+			after, afterType = strings.TrimPrefix(t, "psym1:"), debuginfov1.DebuginfoType(math.MaxInt32)
+		default:
+			return nil, "", fmt.Errorf("page token %q was not issued by this server", token)
+		}
 	}
 	keys, err := m.s.List(ctx, "records/")
 	if err != nil {
 		return nil, "", err
+	}
+	less := func(id string, typ debuginfov1.DebuginfoType, id2 string, typ2 debuginfov1.DebuginfoType) bool {
+		return id < id2 || id == id2 && typ < typ2
 	}
 	var all []*debuginfov1.Debuginfo
 	for _, k := range keys {
@@ -406,15 +471,24 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 		if err != nil {
 			return nil, "", err
 		}
-		if d := r.Proto(); d != nil && d.BuildId > after {
+		if d := r.Proto(); d != nil && (token == "" || less(after, afterType, d.BuildId, d.Type)) {
+			if r.Current != nil {
+				// Only files that need companions cost a lookup more.
+				c, err := m.Companions(ctx, r.Current)
+				if err != nil {
+					return nil, "", err
+				}
+				d.Companions = c.Proto()
+			}
 			all = append(all, d)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].BuildId < all[j].BuildId })
+	sort.Slice(all, func(i, j int) bool { return less(all[i].BuildId, all[i].Type, all[j].BuildId, all[j].Type) })
 	next := ""
 	if len(all) > pageSize {
 		all = all[:pageSize]
-		next = base64.RawURLEncoding.EncodeToString([]byte("psym1:" + all[len(all)-1].BuildId))
+		last := all[len(all)-1]
+		next = base64.RawURLEncoding.EncodeToString([]byte("psym2:" + last.BuildId + "\x00" + strconv.Itoa(int(last.Type))))
 	}
 	return all, next, nil
 }

@@ -122,7 +122,7 @@ func TestDebugFileKeepsExecutableHeaders(t *testing.T) {
 
 func exeLoads(t *testing.T, f fixture) []addrmap.Load {
 	t.Helper()
-	ins, err := Inspect(f.path, elfx.Limits{})
+	ins, err := Inspect(f.path, elfx.Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

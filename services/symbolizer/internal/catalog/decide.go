@@ -52,8 +52,8 @@ func (e *DecisionError) Error() string { return e.Message }
 // over node.
 func rank(t debuginfov1.DebuginfoType, s debuginfov1.UploadSource) int {
 	r := 0
-	if t == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO {
-		r = 10
+	if t != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE {
+		r = 10 // debuginfo, and companions, which only compete with their own kind
 	}
 	switch s {
 	case debuginfov1.UploadSource_UPLOAD_SOURCE_CI:
@@ -111,7 +111,7 @@ func (m *Catalog) decide(r *Record, d Desc, now time.Time) Decision {
 
 // ShouldUpload decides without changing anything.
 func (m *Catalog) ShouldUpload(ctx context.Context, d Desc) (Decision, error) {
-	key, _, err := m.recordKeyFor(ctx, d.BuildID)
+	key, err := m.keyFor(ctx, d.BuildID, d.Type)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -124,7 +124,7 @@ func (m *Catalog) ShouldUpload(ctx context.Context, d Desc) (Decision, error) {
 
 // Initiate reserves an upload, or hands back the live upload of the same file.
 func (m *Catalog) Initiate(ctx context.Context, d Desc) (*Upload, error) {
-	key, _, err := m.recordKeyFor(ctx, d.BuildID)
+	key, err := m.keyFor(ctx, d.BuildID, d.Type)
 	if err != nil {
 		return nil, err
 	}

@@ -46,13 +46,26 @@ type Inspection struct {
 	// Index is the file's symbolization index; nil with IndexErr when it could not be built.
 	Index    *index.Index
 	IndexErr error
+	// Companions the index was built with, and what the DWARF needs (see File).
+	Companions    Companions
+	Supplementary string
+	SkeletonUnits int
+	// SupplementaryOf is set when the file is itself a supplementary file: the ID links name
+	// it by. Such a file gets no index.
+	SupplementaryOf string
 }
+
+// CompanionsFunc looks up the companions of a file about to be indexed: the supplementary
+// file named supID ("" for none) and the DWARF package of GNU build ID gnu. It returns them
+// with the engine options naming local copies, and a cleanup.
+type CompanionsFunc func(supID, gnu string) (Companions, debuginfo.Options, func(), error)
 
 // ErrNotELF marks a file that is not an ELF file or is too damaged to read as one.
 var ErrNotELF = errors.New("not a readable ELF file")
 
-// Inspect reads the file at path: IDs, quality, PT_LOAD segments, and its index.
-func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
+// Inspect reads the file at path: IDs, quality, PT_LOAD segments, and its index, built with
+// the companions comp finds (nil: none).
+func Inspect(path string, lim elfx.Limits, comp CompanionsFunc) (*Inspection, error) {
 	ef, closer, err := elfx.OpenPath(path, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
@@ -64,17 +77,66 @@ func Inspect(path string, lim elfx.Limits) (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
 	}
-	b, err := debuginfo.Open(path, debuginfo.Options{Limits: lim})
+	// DWARF that does not read is no supplementary file; the index build below says what
+	// is wrong with it, as for any other file.
+	supOf, isSup, err := debuginfo.SupplementaryFileID(path, lim)
+	if err != nil {
+		isSup = false
+	}
+	opts := debuginfo.Options{Limits: lim}
+	if comp != nil && !isSup {
+		// The link is read without the DWARF: Open is cheap, Index is not.
+		b, err := debuginfo.Open(path, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
+		}
+		supID := ""
+		if s := b.Info().Supplementary; s != nil {
+			supID = s.ID
+		}
+		_ = b.Close()
+		c, o, cleanup, err := comp(supID, ins.IDs.GNU)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		ins.Companions = c
+		opts.SupplementaryFile, opts.DWARFPackage = o.SupplementaryFile, o.DWARFPackage
+	}
+	b, err := debuginfo.Open(path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotELF, err)
 	}
 	defer func() { _ = b.Close() }()
-	ins.Index, ins.IndexErr = b.Index()
+	if isSup {
+		// A supplementary file describes no code: there is nothing to index.
+		ins.SupplementaryOf = supOf
+		if ins.IDs.GNU == "" {
+			// dwz -5 writes no build ID note: the .debug_sup checksum is the only name.
+			ins.IDs.GNU = supOf
+		}
+	} else {
+		ins.Index, ins.IndexErr = b.Index()
+	}
 	info := b.Info()
 	ins.Quality = Quality{
 		DWARF: info.DWARF, DWARFVersion: info.DWARFVersion, GoPclntab: info.GoPclntab,
 		Symtab: info.Symtab, Dynsym: info.Dynsym, MiniDebugInfo: info.MiniDebugInfo,
 		Debuglink: info.Debuglink != "", DWARFError: info.DWARFError,
+	}
+	if s := info.Supplementary; s != nil {
+		ins.Supplementary = s.ID
+		ins.Companions.SupplementaryID = s.ID
+		if s.Missing {
+			// A missing companion is no fault of the file's DWARF: the record's companions
+			// say it is missing, and the index is rebuilt once it is stored.
+			ins.Quality.DWARFError = ""
+		}
+	}
+	ins.SkeletonUnits = info.SkeletonUnits
+	ins.Companions.NeedsPackage = info.SkeletonUnits > 0
+	if !ins.Companions.NeedsPackage {
+		ins.Companions.Package = nil
 	}
 	if info.DWARF && ins.Index != nil && ins.Index.Fidelity() == index.FidelityFullInlines {
 		ins.Quality.Inlines = true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
@@ -36,7 +37,7 @@ func (h *hiddenPath) Unwrap() error { return h.err }
 
 // Finish verifies an upload and makes it the record's file.
 func (m *Catalog) Finish(ctx context.Context, id ID, uploadID string) (*Record, error) {
-	key, _, err := m.recordKeyFor(ctx, id)
+	key, err := m.finishKey(ctx, id, uploadID)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +75,10 @@ func (m *Catalog) Finish(ctx context.Context, id ID, uploadID string) (*Record, 
 		}
 		return nil, fmt.Errorf("%w: %w", ErrVerification, verr)
 	}
+	if file.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE {
+		// A package answers to no ID of its own: its record is reached from the binary's.
+		return m.storePackage(ctx, r, file, p)
+	}
 	old := r.Current
 	if old != nil && old.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE && !old.Runnable && file.Runnable &&
 		rank(file.Type, file.Source) <= rank(old.Type, old.Source) {
@@ -95,7 +100,7 @@ func (m *Catalog) Finish(ctx context.Context, id ID, uploadID string) (*Record, 
 		return nil, err
 	}
 	if ins.Index != nil {
-		m.StoreIndex(ctx, file, ins.Index)
+		m.StoreIndex(ctx, file, ins.Companions.Variant(), ins.Index)
 	}
 	switch {
 	case file.Runnable:
@@ -138,19 +143,103 @@ func (m *Catalog) verify(ctx context.Context, p *Upload, size uint64) (*File, *I
 	if sum != p.SHA256 {
 		return nil, nil, fmt.Errorf("stored object has SHA-256 %s, the upload declared %s", sum, p.SHA256)
 	}
-	ins, err := Inspect(path, m.opt.Limits)
+	if p.Type == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE {
+		// Nothing in a package names its executable; what can be checked is that it is one.
+		units, ok, err := debuginfo.DWARFPackageUnits(path, m.opt.Limits)
+		if err != nil {
+			return nil, nil, HidePath(err, path, p.Object())
+		}
+		if !ok || units == 0 {
+			return nil, nil, errors.New("not a DWARF package: no .debug_cu_index, or no units in it")
+		}
+		return &File{
+			UploadID: p.ID, BuildID: p.BuildID, Type: p.Type, Source: p.Source,
+			State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE, SHA256: sum, Size: size,
+			UploadedAt: m.opt.Now().UTC(), PackageUnits: units,
+		}, &Inspection{}, nil
+	}
+	ins, err := Inspect(path, m.opt.Limits, func(supID, gnu string) (Companions, debuginfo.Options, func(), error) {
+		// A companion that cannot be had now must not fail the upload: the index is built
+		// without it, stored under the variant that says so, and rebuilt when symbolization
+		// finds the companion.
+		c, err := m.companions(ctx, supID, gnu, true)
+		if err == nil {
+			opts, cleanup, ferr := c.Fetch(ctx, m.s, m.opt.TempDir)
+			if ferr == nil {
+				return c, opts, cleanup, nil
+			}
+			cleanup()
+			err = ferr
+		}
+		m.opt.Logger.Warn("companions unavailable while verifying an upload; indexing without them", "upload", p.ID, "err", err)
+		return Companions{}, debuginfo.Options{}, func() {}, nil
+	})
 	if err != nil {
 		return nil, nil, HidePath(err, path, p.Object())
+	}
+	typ := p.Type
+	switch {
+	case ins.SupplementaryOf != "":
+		// Recognized whatever it was declared as: it symbolizes nothing alone.
+		typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY
+	case typ == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY:
+		return nil, nil, errors.New("not a supplementary DWARF file: its DWARF has units other than partial units and no .debug_sup marks it supplementary")
 	}
 	if !containsID(IDsOf(ins.IDs), p.BuildID) {
 		return nil, nil, fmt.Errorf("the file does not carry build ID %s (it has gnu=%q go=%q htlhash=%q)", p.BuildID, ins.IDs.GNU, ins.IDs.Go, ins.IDs.HTLHash)
 	}
 	return &File{
-		UploadID: p.ID, BuildID: p.BuildID, IDs: ins.IDs, Type: p.Type, Source: p.Source,
+		UploadID: p.ID, BuildID: p.BuildID, IDs: ins.IDs, Type: typ, Source: p.Source,
 		State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE, Quality: ins.Quality,
 		SHA256: sum, Size: size, UploadedAt: m.opt.Now().UTC(), Loads: ins.Loads, Runnable: ins.Runnable,
-		Fidelity: fidelityOf(ins),
+		Fidelity: fidelityOf(ins), Supplementary: ins.Supplementary, SkeletonUnits: ins.SkeletonUnits,
+		SupplementaryOf: ins.SupplementaryOf,
 	}, ins, nil
+}
+
+// finishKey finds the record an upload belongs to: a DWARF package's own record (found by
+// the upload's index entry, or, for a repeated FinishUpload, by the finished upload's ID),
+// else the record id resolves to.
+func (m *Catalog) finishKey(ctx context.Context, id ID, uploadID string) (string, error) {
+	if id.Type == debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU && validUploadID(uploadID) {
+		pk := packageKey(id)
+		var a alias
+		err := m.readJSON(ctx, "uploads-index/"+uploadID, &a)
+		switch {
+		case err == nil && a.Record == pk:
+			return pk, nil
+		case err != nil && !errors.Is(err, store.ErrNotExist):
+			return "", err
+		case errors.Is(err, store.ErrNotExist):
+			r, err := m.loadRecord(ctx, pk)
+			if err != nil {
+				return "", err
+			}
+			if r.Current != nil && r.Current.UploadID == uploadID {
+				return pk, nil
+			}
+		}
+	}
+	key, _, err := m.recordKeyFor(ctx, id)
+	return key, err
+}
+
+// storePackage makes a verified DWARF package the file of its record.
+func (m *Catalog) storePackage(ctx context.Context, r *Record, file *File, p *Upload) (*Record, error) {
+	old := r.Current
+	file.Object = r.Key + "/" + file.SHA256
+	if err := m.s.Copy(ctx, p.Object(), file.Object); err != nil {
+		return nil, err
+	}
+	r.Current, r.Pending = file, nil
+	if err := m.saveRecord(ctx, r); err != nil {
+		return nil, err
+	}
+	if old != nil && old.Object != file.Object {
+		m.deleteFile(ctx, old)
+	}
+	m.deletePending(ctx, p)
+	return r, nil
 }
 
 func fileSHA256(path string) (string, error) {

@@ -255,7 +255,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	s.Meta = catalog.New(s.Store, catalog.Options{
 		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
 		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
-			ixCache.Add(f.SHA256, &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
+			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
 		},
 	})
 

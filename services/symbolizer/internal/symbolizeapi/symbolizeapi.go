@@ -73,6 +73,12 @@ type Service struct {
 
 	mu       sync.Mutex
 	resolved map[catalog.ID]resolved
+	comps    map[string]resolvedCompanions // by file SHA-256
+}
+
+type resolvedCompanions struct {
+	c     catalog.Companions
+	until time.Time
 }
 
 type resolved struct {
@@ -97,13 +103,14 @@ func New(md *catalog.Catalog, ix *indexcache.Cache, rc *resultcache.Cache, fetch
 	if opt.StringsCacheBytes == 0 {
 		opt.StringsCacheBytes = 256 << 20
 	}
-	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}}
+	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}, comps: map[string]resolvedCompanions{}}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
 func (s *Service) Forget() {
 	s.mu.Lock()
 	s.resolved = map[catalog.ID]resolved{}
+	s.comps = map[string]resolvedCompanions{}
 	s.mu.Unlock()
 }
 
@@ -189,6 +196,10 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	if f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_INVALID {
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, f.Message)
 	}
+	if f.IsCompanion() {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, fmt.Sprintf(
+			"the file stored under %s is a %s, which describes no code of its own; no binary is stored under the module's IDs", id, f.Type))
+	}
 	m := addrmap.Mapping{Start: mod.GetMemoryStart(), Limit: mod.GetMemoryLimit(), Offset: mod.GetFileOffset()}
 	if !m.IsZero() {
 		if m.Start == 0 && m.Limit == 0 {
@@ -230,12 +241,20 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING, fmt.Sprintf("no address lands in a PT_LOAD segment of the file (%v)", lastErr))
 	}
 
+	comps, err := s.companions(ctx, f)
+	if err != nil {
+		return unavailable(ctx, mod, err)
+	}
+	variant := comps.Variant()
 	res := &symbolizerv1.ModuleResult{
 		Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: fidelity(f.Fidelity),
-		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type,
+		ResolvedBuildId: id.ID, ResolvedBuildIdType: id.Type, Companions: comps.Proto(),
 	}
 	if e := f.Quality.DWARFError; e != "" {
 		res.Message = "the stored file's DWARF is unreadable (" + e + "); answered from its other sources: upload debuginfo to replace it"
+	}
+	if miss := comps.Describe(); miss != "" {
+		res.Message = miss
 	}
 	// Distinct addresses, so duplicates cost one lookup, in ascending order (see distinct).
 	slot := make([]int, len(addrs)) // index into keys of address i
@@ -245,14 +264,20 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		keys[j] = resultcache.Key{BuildID: id.ID, Addr: a}
 	}
 	caching := s.results.Enabled()
-	e := s.indexes.Get(f.SHA256)
+	ixKey := f.SHA256 + variant
+	e := s.indexes.Get(ixKey)
 	if e != nil {
 		s.countIndex(true)
-	} else if !caching {
+	} else if !caching || variant != "" {
+		// An index that depends on companions says itself what fidelity it reached (the
+		// record's is that of the index built at upload, with the companions then stored).
 		var err error
-		if e, err = s.entry(ctx, rec); err != nil {
+		if e, err = s.entry(ctx, rec, comps); err != nil {
 			return unavailable(ctx, mod, err)
 		}
+	}
+	if e != nil && variant != "" {
+		res.Fidelity = fidelity(e.Index.Fidelity())
 	}
 	// Cached results are string IDs of the file's index: the key names the string table
 	// with the file's content, so no replica reads IDs of one table against another.
@@ -261,12 +286,12 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		strs = e.Index.Strings()
 	} else {
 		var err error
-		if strs, err = s.stringTable(ctx, rec); err != nil {
+		if strs, err = s.stringTable(ctx, rec, comps); err != nil {
 			return unavailable(ctx, mod, err)
 		}
 	}
 	tagKeys := func() {
-		tag := f.SHA256[:16] + "." + strs.Tag()
+		tag := f.SHA256[:16] + variant + "." + strs.Tag()
 		for j := range keys {
 			keys[j].Tag = tag
 		}
@@ -288,7 +313,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	missIdx := s.cached(ctx, t, keys)
 	if len(missIdx) > 0 {
-		e, err := s.entry(ctx, rec)
+		e, err := s.entry(ctx, rec, comps)
 		if err != nil {
 			return unavailable(ctx, mod, err)
 		}
@@ -296,9 +321,9 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 			// The stored string table is not this index's (written by another version of
 			// the index builder): answer from the index alone, under its own table, and
 			// store that table for the next reads.
-			s.opt.Logger.Warn("stored string table differs from the index's; replacing it", "object", f.StringsObject())
-			s.meta.StoreStrings(ctx, f, e.Index)
-			s.strs.Remove(f.SHA256)
+			s.opt.Logger.Warn("stored string table differs from the index's; replacing it", "object", f.StringsObjectOf(variant))
+			s.meta.StoreStrings(ctx, f, variant, e.Index)
+			s.strs.Remove(ixKey)
 			t.release()
 			strs = e.Index.Strings()
 			tagKeys()
@@ -377,21 +402,22 @@ func publicReason(err error) string {
 // small object of its own in the store (6% of the index), so that a replica without the index
 // in memory need not load the index to read Redis. Without that object (a store written
 // before it existed, or a corrupt one), the index is loaded, and its table stored.
-func (s *Service) stringTable(ctx context.Context, rec *catalog.Record) (*index.StringTable, error) {
+func (s *Service) stringTable(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*index.StringTable, error) {
 	f := rec.Current
-	e, _, err := s.strs.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
-		st, err := s.loadStrings(ctx, f)
+	variant := comps.Variant()
+	e, _, err := s.strs.GetOrLoad(ctx, f.SHA256+variant, func(ctx context.Context) (*indexcache.Entry, error) {
+		st, err := s.loadStrings(ctx, f, variant)
 		if err == nil {
 			return &indexcache.Entry{Strings: st, Bytes: st.Bytes()}, nil
 		}
 		if !errors.Is(err, store.ErrNotExist) {
-			s.opt.Logger.Warn("stored string table unusable; taking the index's", "object", f.StringsObject(), "err", err)
+			s.opt.Logger.Warn("stored string table unusable; taking the index's", "object", f.StringsObjectOf(variant), "err", err)
 		}
-		ie, err := s.entry(ctx, rec)
+		ie, err := s.entry(ctx, rec, comps)
 		if err != nil {
 			return nil, err
 		}
-		s.meta.StoreStrings(ctx, f, ie.Index)
+		s.meta.StoreStrings(ctx, f, variant, ie.Index)
 		st = ie.Index.Strings()
 		return &indexcache.Entry{Strings: st, Bytes: st.Bytes()}, nil
 	})
@@ -401,8 +427,8 @@ func (s *Service) stringTable(ctx context.Context, rec *catalog.Record) (*index.
 	return e.Strings, nil
 }
 
-func (s *Service) loadStrings(ctx context.Context, f *catalog.File) (*index.StringTable, error) {
-	b, _, err := s.readObject(ctx, f.StringsObject())
+func (s *Service) loadStrings(ctx context.Context, f *catalog.File, variant string) (*index.StringTable, error) {
+	b, _, err := s.readObject(ctx, f.StringsObjectOf(variant))
 	if err != nil {
 		return nil, err
 	}
@@ -575,13 +601,14 @@ var errInvalid = errors.New("invalid debuginfo")
 
 // entry returns the file's index: memory, else the stored serialized index, else built from
 // the file (and then stored).
-func (s *Service) entry(ctx context.Context, rec *catalog.Record) (*indexcache.Entry, error) {
+func (s *Service) entry(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*indexcache.Entry, error) {
 	f := rec.Current
-	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256, func(ctx context.Context) (*indexcache.Entry, error) {
-		if ix, err := s.loadStored(ctx, f); err == nil {
+	variant := comps.Variant()
+	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256+variant, func(ctx context.Context) (*indexcache.Entry, error) {
+		if ix, err := s.loadStored(ctx, f, variant); err == nil {
 			return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
 		}
-		return s.build(ctx, rec)
+		return s.build(ctx, rec, comps)
 	})
 	s.countIndex(hit)
 	if s.m != nil {
@@ -591,8 +618,8 @@ func (s *Service) entry(ctx context.Context, rec *catalog.Record) (*indexcache.E
 	return e, err
 }
 
-func (s *Service) loadStored(ctx context.Context, f *catalog.File) (*index.Index, error) {
-	b, opened, err := s.readObject(ctx, f.IndexObject())
+func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant string) (*index.Index, error) {
+	b, opened, err := s.readObject(ctx, f.IndexObjectOf(variant))
 	if err != nil {
 		if opened {
 			s.countLoad("error")
@@ -602,7 +629,7 @@ func (s *Service) loadStored(ctx context.Context, f *catalog.File) (*index.Index
 	ix, err := index.Unmarshal(b)
 	if err != nil {
 		s.countLoad("error")
-		s.opt.Logger.Warn("stored index unusable; rebuilding", "object", f.IndexObject(), "err", err)
+		s.opt.Logger.Warn("stored index unusable; rebuilding", "object", f.IndexObjectOf(variant), "err", err)
 		return nil, err
 	}
 	s.countLoad("ok")
@@ -615,15 +642,22 @@ func (s *Service) countLoad(result string) {
 	}
 }
 
-func (s *Service) build(ctx context.Context, rec *catalog.Record) (*indexcache.Entry, error) {
+func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*indexcache.Entry, error) {
 	f := rec.Current
 	path, cleanup, err := store.LocalCopy(ctx, s.meta.Store(), f.Object, s.opt.TempDir)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", f.Object, err)
 	}
 	defer cleanup()
+	// A companion that cannot be fetched now is a transient failure, not the file's fault.
+	opts, cleanupComps, err := comps.Fetch(ctx, s.meta.Store(), s.opt.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanupComps()
+	opts.Limits, opts.Workers = s.opt.Limits, s.opt.Workers
 	start := time.Now()
-	ix, _, err := debuginfo.OpenIndex(path, debuginfo.Options{Limits: s.opt.Limits, Workers: s.opt.Workers})
+	ix, _, err := debuginfo.OpenIndex(path, opts)
 	if s.m != nil {
 		s.m.IndexBuildTime.Observe(time.Since(start).Seconds())
 	}
@@ -641,7 +675,51 @@ func (s *Service) build(ctx context.Context, rec *catalog.Record) (*indexcache.E
 	if s.m != nil {
 		s.m.IndexBuilds.WithLabelValues("ok").Inc()
 	}
-	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
-	s.meta.StoreIndex(ctx, f, ix)
+	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "companions", comps.Variant(), "fidelity", ix.Fidelity().String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
+	s.meta.StoreIndex(ctx, f, comps.Variant(), ix)
 	return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
+}
+
+// companions returns what f's DWARF needs beside it, as stored now. A supplementary file
+// the store lacks is asked of the debuginfod upstreams (which serve dwz files under their
+// ID at /buildid/<ID>/debuginfo). The answer is kept for ResolveTTL, a fifth of it while
+// something is missing, so a companion uploaded to another replica is read soon after.
+func (s *Service) companions(ctx context.Context, f *catalog.File) (catalog.Companions, error) {
+	if f.Supplementary == "" && f.SkeletonUnits == 0 {
+		return catalog.Companions{}, nil
+	}
+	now := time.Now()
+	s.mu.Lock()
+	rc, ok := s.comps[f.SHA256]
+	s.mu.Unlock()
+	if ok && now.Before(rc.until) {
+		return rc.c, nil
+	}
+	c, err := s.meta.Companions(ctx, f)
+	if err != nil {
+		return c, err
+	}
+	if c.SupplementaryID != "" && c.Supplementary == nil && s.fetch != nil {
+		found, err := s.fetch.Fetch(ctx, c.SupplementaryID)
+		switch {
+		case err != nil:
+			// Answer from what is stored; the upstream is asked again after the TTL.
+			s.opt.Logger.Warn("fetch supplementary file", "id", c.SupplementaryID, "err", err)
+		case found:
+			if c, err = s.meta.Companions(ctx, f); err != nil {
+				return c, err
+			}
+		}
+	}
+	ttl := s.opt.ResolveTTL
+	if c.Missing() {
+		ttl /= 5
+	}
+	s.mu.Lock()
+	if len(s.comps) > 100000 {
+		s.comps = map[string]resolvedCompanions{}
+	}
+	s.comps[f.SHA256] = resolvedCompanions{c, now.Add(ttl)}
+	s.mu.Unlock()
+	return c, nil
 }

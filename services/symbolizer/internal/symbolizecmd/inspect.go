@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 )
 
 // InspectCmd is `symbolizer debuginfo inspect`.
@@ -16,15 +17,19 @@ type InspectCmd struct {
 	File      string   `arg:"" help:"ELF binary or debug file to inspect." type:"existingfile"`
 	DebugFile string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
 	DebugDir  []string `help:"Directory to search for separate debug files; repeatable." placeholder:"DIR"`
-	JSON      bool     `help:"Print the report as JSON."`
-	NoIndex   bool     `help:"Do not build the index (faster; omits index statistics)." name:"no-index"`
+	// Companions a store keeps apart, given by hand.
+	Supplementary string `help:"Supplementary DWARF file (dwz's common file) to use instead of searching for it." type:"existingfile" placeholder:"FILE"`
+	DWARFPackage  string `name:"dwarf-package" help:"DWARF package (.dwp) to use instead of FILE.dwp." type:"existingfile" placeholder:"FILE"`
+	JSON          bool   `help:"Print the report as JSON."`
+	NoIndex       bool   `help:"Do not build the index (faster; omits index statistics)." name:"no-index"`
 }
 
 // Run prints the IDs, the debug sources found, their quality and the index statistics.
 func (c *InspectCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *InspectCmd) run(out io.Writer) error {
-	b, err := debuginfo.Open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: c.DebugDir})
+	b, err := debuginfo.Open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: c.DebugDir,
+		SupplementaryFile: c.Supplementary, DWARFPackage: c.DWARFPackage})
 	if err != nil {
 		return err
 	}
@@ -34,11 +39,20 @@ func (c *InspectCmd) run(out io.Writer) error {
 	if !c.NoIndex {
 		_, ixErr = b.Index()
 	}
-	info := b.Info()
+	rep := report{Info: b.Info()}
+	// A file that links to none may be a supplementary file itself; an error reading its
+	// units means it is not one, and the DWARF line below says what is wrong.
+	if id, ok, err := debuginfo.SupplementaryFileID(c.File, elfx.Limits{}); err == nil && ok {
+		rep.SupplementaryOf = id
+	}
+	if units, ok, err := debuginfo.DWARFPackageUnits(c.File, elfx.Limits{}); ok {
+		rep.PackageUnits, rep.PackageError = units, errString(err)
+	}
+	info := rep.Info
 	if c.JSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(info); err != nil {
+		if err := enc.Encode(rep); err != nil {
 			return err
 		}
 		return ixErr
@@ -58,6 +72,19 @@ func (c *InspectCmd) run(out io.Writer) error {
 	row("build_id.htlhash", orNone(info.IDs.HTLHash))
 	row("debug file", orNone(info.DebugFile)+foundBy(info.DebugFileFoundBy))
 	row("debuglink", orNone(info.Debuglink))
+	if rep.SupplementaryOf != "" {
+		row("supplementary file", "this file is one (only DWARF partial units, or .debug_sup): debug files name it by ID "+rep.SupplementaryOf+"; upload it like any debug file")
+	}
+	if rep.PackageUnits > 0 || rep.PackageError != "" {
+		row("dwarf package", fmt.Sprintf("this file is one, of %d split units%s: upload it under its executable's build ID", rep.PackageUnits, orEmpty(", unreadable: ", rep.PackageError)))
+	}
+	if s := info.Supplementary; s != nil {
+		state := "found at " + s.Path + foundBy(s.FoundBy)
+		if s.Missing {
+			state = "MISSING: the DWARF was not read (give it with --supplementary, or put it in a --debug-dir by build ID)"
+		}
+		row("supplementary", fmt.Sprintf("%s names %q, ID %s; %s", s.Section, s.Name, s.ID, state))
+	}
 	dw := yes(info.DWARF)
 	if info.DWARFVersion > 0 {
 		dw += fmt.Sprintf(" (version %d)", info.DWARFVersion)
@@ -67,6 +94,13 @@ func (c *InspectCmd) run(out io.Writer) error {
 	}
 	row("dwarf", dw)
 	row("debug sections", fmt.Sprintf("%d bytes, compression %s", info.DebugBytes, info.Compression))
+	if info.SkeletonUnits > 0 {
+		state := orNone(info.DWARFPackage)
+		if n := info.SkeletonsWithoutPackage; n > 0 {
+			state += fmt.Sprintf("; %d units MISSING their functions (give the .dwp with --dwarf-package)", n)
+		}
+		row("split dwarf", fmt.Sprintf("%d skeleton units, functions from %s", info.SkeletonUnits, state))
+	}
 	row("go pclntab", yes(info.GoPclntab))
 	row("symtab", yes(info.Symtab))
 	row("dynsym", yes(info.Dynsym))
@@ -95,6 +129,30 @@ func (c *InspectCmd) run(out io.Writer) error {
 		return err
 	}
 	return ixErr
+}
+
+// report is what inspect prints: the engine's Info and what the file is to a store.
+type report struct {
+	debuginfo.Info
+	// SupplementaryOf is the ID of a supplementary DWARF file, by which others name it.
+	SupplementaryOf string `json:"supplementary_of,omitempty"`
+	// PackageUnits counts the split units of a DWARF package, PackageError why it does not read.
+	PackageUnits int    `json:"dwarf_package_units,omitempty"`
+	PackageError string `json:"dwarf_package_error,omitempty"`
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 func orNone(s string) string {

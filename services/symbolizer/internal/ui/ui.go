@@ -151,7 +151,10 @@ func (h *handler) record(w http.ResponseWriter, r *http.Request, rest string) {
 		h.fail(w, "look up record", err)
 		return
 	default:
-		page.Record = rec.Proto()
+		if page.Record, err = h.md.Describe(r.Context(), rec); err != nil {
+			h.fail(w, "look up companions", err)
+			return
+		}
 		for _, i := range page.Record.GetIds() {
 			if i.GetType() == debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU {
 				page.Debuginfod = "/buildid/" + i.GetId() + "/debuginfo"

@@ -78,6 +78,9 @@ func desc(r descReq) (catalog.Desc, error) {
 	if _, ok := debuginfov1.DebuginfoType_name[int32(r.GetType())]; !ok || r.GetType() == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_UNSPECIFIED {
 		return catalog.Desc{}, invalid("type: required")
 	}
+	if r.GetType() == debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE && r.GetBuildIdType() != debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU {
+		return catalog.Desc{}, invalid("build_id_type: a DWARF package is stored under the GNU build ID of its executable")
+	}
 	if _, ok := debuginfov1.UploadSource_name[int32(r.GetSource())]; !ok || r.GetSource() == debuginfov1.UploadSource_UPLOAD_SOURCE_UNSPECIFIED {
 		return catalog.Desc{}, invalid("source: required")
 	}
@@ -208,7 +211,11 @@ func (s *Service) FinishUpload(ctx context.Context, req *connect.Request[debugin
 		s.Changed()
 	}
 	s.log.Info("upload stored", "build_id", rec.Current.BuildID.String(), "type", rec.Current.Type, "source", rec.Current.Source, "size", rec.Current.Size)
-	return connect.NewResponse(&debuginfov1.FinishUploadResponse{Debuginfo: rec.Proto()}), nil
+	d, err := s.meta.Describe(ctx, rec)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return connect.NewResponse(&debuginfov1.FinishUploadResponse{Debuginfo: d}), nil
 }
 
 func (s *Service) count(result string) {
@@ -254,7 +261,11 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[debuginfov1.GetR
 		if err != nil {
 			return nil, storeErr(err)
 		}
-		return connect.NewResponse(&debuginfov1.GetResponse{Debuginfo: rec.Proto()}), nil
+		d, err := s.meta.Describe(ctx, rec)
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		return connect.NewResponse(&debuginfov1.GetResponse{Debuginfo: d}), nil
 	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("nothing is stored under %s", req.Msg.GetBuildId()))
 }

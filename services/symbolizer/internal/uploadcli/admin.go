@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -52,8 +53,19 @@ func printRecord(out io.Writer, d *debuginfov1.Debuginfo, asJSON bool) {
 		return
 	}
 	q := d.GetQuality()
-	fmt.Fprintf(out, "%s\t%s\t%s\t%s\t%s\t%d\tdwarf=%v inlines=%v gopclntab=%v symtab=%v\n", d.GetBuildId(), d.GetBuildIdType(), d.GetType(), d.GetSource(), d.GetState(), d.GetSize(),
-		q.GetHasDwarf(), q.GetHasInlineInfo(), q.GetHasGopclntab(), q.GetHasSymtab())
+	fmt.Fprintf(out, "%s\t%s\t%s\t%s\t%s\t%d\tdwarf=%v inlines=%v gopclntab=%v symtab=%v%s\n", d.GetBuildId(), d.GetBuildIdType(), d.GetType(), d.GetSource(), d.GetState(), d.GetSize(),
+		q.GetHasDwarf(), q.GetHasInlineInfo(), q.GetHasGopclntab(), q.GetHasSymtab(), companions(d.GetCompanions()))
+}
+
+// companions renders the files a record's DWARF needs, e.g. " supplementary=<id>:missing".
+func companions(cs []*debuginfov1.Companion) string {
+	var b strings.Builder
+	for _, c := range cs {
+		kind := strings.ToLower(strings.TrimPrefix(c.GetKind().String(), "COMPANION_KIND_"))
+		state := strings.ToLower(strings.TrimPrefix(c.GetState().String(), "COMPANION_STATE_"))
+		fmt.Fprintf(&b, " %s=%s:%s", kind, c.GetId(), state)
+	}
+	return b.String()
 }
 
 // GetCmd is `symbolizer debuginfo get`.

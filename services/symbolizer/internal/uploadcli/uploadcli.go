@@ -27,6 +27,8 @@ import (
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/pkg/binaryid"
+	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/uploadclient"
@@ -81,10 +83,12 @@ type UploadCmd struct {
 	Paths    []string `arg:"" type:"path" help:"ELF files or directories (searched recursively for ELF files)."`
 	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once."`
 	Source   string   `default:"ci" enum:"ci,node,debuginfod" env:"SYMBOLIZER_UPLOAD_SOURCE" help:"Where the files come from: ci, node or debuginfod."`
-	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable."`
-	DryRun   bool     `name:"dry-run" help:"Ask the server, upload nothing."`
-	Retries  uint     `default:"5" help:"Attempts per step for transient failures."`
-	Progress string   `default:"auto" enum:"auto,bar,plain" help:"Progress output: a bar on a terminal, plain lines otherwise."`
+	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable. Supplementary DWARF files (dwz -m) and DWARF packages (.dwp) are recognized either way."`
+	// PackageOf names the executable of a DWARF package that has none beside it.
+	PackageOf string `name:"package-of" placeholder:"BUILD-ID" help:"GNU build ID of the executable the DWARF packages (.dwp) among the files belong to; by default that of the executable beside each package (X for X.dwp)."`
+	DryRun    bool   `name:"dry-run" help:"Ask the server, upload nothing."`
+	Retries   uint   `default:"5" help:"Attempts per step for transient failures."`
+	Progress  string `default:"auto" enum:"auto,bar,plain" help:"Progress output: a bar on a terminal, plain lines otherwise."`
 
 	// Out receives the summary lines (stdout when nil); Err progress (stderr when nil).
 	Out, Err   io.Writer    `kong:"-"`
@@ -274,6 +278,19 @@ func (u *UploadCmd) describe(ref fileRef) (*candidate, error) {
 		return nil, err
 	}
 	c := &candidate{path: ref.path, size: ef.Size()}
+	// Companion files are stored under the ID that names them, not their own IDs.
+	if ef.Section(".debug_cu_index") != nil {
+		id, err := u.packageOf(ref.path)
+		if err != nil {
+			return nil, err
+		}
+		c.id, c.idType, c.typ = id, debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE
+		return c, u.hash(c)
+	}
+	if supID, ok, err := debuginfo.SupplementaryFileID(ref.path, elfx.Limits{}); err == nil && ok {
+		c.id, c.idType, c.typ = supID, debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, debuginfov1.DebuginfoType_DEBUGINFO_TYPE_SUPPLEMENTARY
+		return c, u.hash(c)
+	}
 	switch {
 	case ids.GNU != "":
 		c.id, c.idType = ids.GNU, debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU
@@ -293,17 +310,44 @@ func (u *UploadCmd) describe(ref fileRef) (*candidate, error) {
 			c.typ = debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO
 		}
 	}
-	f, err := os.Open(ref.path)
+	return c, u.hash(c)
+}
+
+func (u *UploadCmd) hash(c *candidate) error {
+	f, err := os.Open(c.path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("hash: %w", err)
+		return fmt.Errorf("hash: %w", err)
 	}
 	c.sha = hex.EncodeToString(h.Sum(nil))
-	return c, nil
+	return nil
+}
+
+// packageOf returns the GNU build ID a DWARF package is stored under: --package-of, else
+// that of the executable beside it (dwp -e X -o X.dwp, where llvm-symbolizer looks).
+func (u *UploadCmd) packageOf(path string) (string, error) {
+	if u.PackageOf != "" {
+		if !binaryid.ValidGNU(u.PackageOf) {
+			return "", fmt.Errorf("--package-of %q: not a GNU build ID (lower-case hex)", u.PackageOf)
+		}
+		return u.PackageOf, nil
+	}
+	exe := strings.TrimSuffix(path, ".dwp")
+	if exe == path {
+		return "", errors.New("a DWARF package carries no build ID: name it after its executable (X.dwp beside X) or pass --package-of BUILD-ID")
+	}
+	ids, err := buildid.FromFile(exe)
+	if err != nil {
+		return "", fmt.Errorf("a DWARF package is stored under its executable's build ID, and %s cannot be read: %w (or pass --package-of BUILD-ID)", exe, err)
+	}
+	if ids.GNU == "" {
+		return "", fmt.Errorf("a DWARF package is stored under its executable's GNU build ID, and %s has none", exe)
+	}
+	return ids.GNU, nil
 }
 
 func (u *UploadCmd) source() debuginfov1.UploadSource {

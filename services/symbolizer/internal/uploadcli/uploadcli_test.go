@@ -1,10 +1,16 @@
 package uploadcli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 func TestCollect(t *testing.T) {
@@ -43,5 +49,44 @@ func TestCollect(t *testing.T) {
 	}
 	if _, err := collect([]string{filepath.Join(dir, "missing")}); err == nil {
 		t.Fatal("a missing path was accepted")
+	}
+}
+
+// A DWARF package has no build ID: it goes under --package-of, else the build ID of the
+// executable beside it, and anything else is a clear error before any upload.
+func TestPackageOf(t *testing.T) {
+	exe := testsupport.CompileC(t, "int main(void) { return 0; }\n", "-Wl,--build-id")
+	ids, err := buildid.FromFile(exe)
+	if err != nil || ids.GNU == "" {
+		t.Fatalf("build ID of the test program: %q, %v", ids.GNU, err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, packageOf, path, want, wantErr string
+	}{
+		{"flag", "abcd", filepath.Join(dir, "any.dwp"), "abcd", ""},
+		{"flag not hex", "ABCD", filepath.Join(dir, "any.dwp"), "", "not a GNU build ID"},
+		{"executable beside", "", exe + ".dwp", ids.GNU, ""},
+		{"no executable beside", "", filepath.Join(dir, "gone.dwp"), "", "cannot be read"},
+		{"not named .dwp", "", filepath.Join(dir, "pkg"), "", "name it after its executable"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := (&UploadCmd{PackageOf: c.packageOf}).packageOf(c.path)
+			if got != c.want || (c.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("packageOf(%s) = %q, %v; want %q, error with %q", c.path, got, err, c.want, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestPrintRecordCompanions(t *testing.T) {
+	d := &debuginfov1.Debuginfo{BuildId: "ab", Companions: []*debuginfov1.Companion{
+		{Kind: debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY, Id: "12", State: debuginfov1.CompanionState_COMPANION_STATE_MISSING},
+		{Kind: debuginfov1.CompanionKind_COMPANION_KIND_DWARF_PACKAGE, Id: "ab", State: debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE},
+	}}
+	var out bytes.Buffer
+	printRecord(&out, d, false)
+	if want := " supplementary=12:missing dwarf_package=ab:available\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("record line %q, want it to end in %q", out.String(), want)
 	}
 }
