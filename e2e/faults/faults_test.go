@@ -7,8 +7,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,14 +14,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
-	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,8 +28,6 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip"
 
 	"github.com/profsym/profsym/demo/pipeline"
-	"github.com/profsym/profsym/pkg/debuginfo/buildid"
-	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -106,11 +100,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	prog := testsupport.CompileC(t, program, "-O2", "-g")
-	ids, err := buildid.FromFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lo, hi, err := pipeline.FuncRange(prog, "hot")
+	tg, err := newTarget(prog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +152,8 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ld := &load{client: pprofileotlp.NewGRPCClient(cc), path: prog, ids: ids, lo: lo, hi: hi, acked: map[string]int{}}
+	ld := newSender(pprofileotlp.NewGRPCClient(cc))
+	ld.target.Store(tg)
 	sk.mu.Lock()
 	sk.phase = ld.phaseName
 	sk.mu.Unlock()
@@ -174,7 +165,7 @@ func TestFaults(t *testing.T) {
 	if d, err := ld.recover(ctx, sk, true, 60*time.Second); err != nil {
 		m := scrape(t, metricsURL)
 		t.Fatalf("before any fault: %v (downstream received %d requests; gateway: %v samples in, %v exported, %v frames symbolized, %v unsymbolized)", err,
-			len(sk.received()), m.sum(metricAccepted), m.sum(metricSent), m.sum(metricResolved), m.sum(metricUnsymbolized))
+			sk.deliveries(), m.sum(metricAccepted), m.sum(metricSent), m.sum(metricResolved), m.sum(metricUnsymbolized))
 	} else {
 		t.Logf("pipeline symbolizes (first probe after %v)", d.Round(time.Millisecond))
 	}
@@ -190,7 +181,7 @@ func TestFaults(t *testing.T) {
 	for _, link := range []string{"gateway->symbolizer", "symbolizer->redis", "symbolizer->minio", "gateway->downstream"} {
 		for _, f := range faults {
 			name := link + "/" + f.name
-			phase := ld.newPhase(name)
+			ld.newPhase(name)
 			before := scrape(t, metricsURL)
 			rss := watchRSS(gw.PID(), sym.PID())
 			if err := f.apply(proxies[link]); err != nil {
@@ -208,7 +199,7 @@ func TestFaults(t *testing.T) {
 				t.Errorf("%s: did not recover: %v", name, err)
 			}
 			after := scrape(t, metricsURL)
-			rows = append(rows, row{link: link, fault: f.name, sent: ld.sentIn(phase), recovery: recovery,
+			rows = append(rows, row{link: link, fault: f.name, sent: ld.sentIn(name), recovery: recovery,
 				rssGateway: peakGW, rssSymbolizer: peakSym,
 				unresolvedDelta: after.sum(metricUnsymbolized) - before.sum(metricUnsymbolized),
 				queued:          during.sum(metricQueueSize)})
@@ -241,18 +232,9 @@ func TestFaults(t *testing.T) {
 
 	// Nothing lost: every request the gateway acknowledged reached the downstream.
 	acked := ld.ackedIDs()
-	got := sk.received()
-	lost, dups := 0, map[string]int{}
-	for id := range acked {
-		if got[id] == 0 {
-			lost++
-		}
-	}
-	sk.mu.Lock()
-	for _, phase := range sk.dupPhases {
-		dups[phase]++
-	}
-	sk.mu.Unlock()
+	_, _, lost, _ := sk.account(acked)
+	// A duplicate belongs to the fault under which it arrived.
+	dups := sk.duplicatesByArrival()
 	for i := range rows {
 		rows[i].dup = dups[rows[i].link+"/"+rows[i].fault]
 	}
@@ -262,7 +244,7 @@ func TestFaults(t *testing.T) {
 		fmt.Fprintf(&b, "%-22s %-11s %6d %5d %9s %8d %8d %13.0f %7.0f\n", r.link, r.fault, r.sent, r.dup, r.recovery.Round(10*time.Millisecond),
 			r.rssGateway>>20, r.rssSymbolizer>>20, r.unresolvedDelta, r.queued)
 	}
-	t.Logf("requests acknowledged %d, delivered %d distinct, lost %d, duplicated %d\n%s", len(acked), len(got), lost, total(dups), b.String())
+	t.Logf("requests acknowledged %d, delivered %d distinct, lost %d, duplicated %d\n%s", len(acked), sk.deliveries(), lost, total(dups), b.String())
 	if lost > 0 {
 		t.Errorf("%d acknowledged requests never reached the downstream", lost)
 	}
@@ -281,200 +263,6 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-// load sends requests shaped like the OTel eBPF profiler's at a steady pace, each named by a
-// resource attribute, and retries what the gateway refuses (backpressure) until it is taken.
-type load struct {
-	client pprofileotlp.GRPCClient
-	path   string
-	ids    buildid.IDs
-	lo, hi uint64
-	seq    atomic.Int64
-	mu     sync.Mutex
-	acked  map[string]int // request ID -> phase
-	phases []string
-}
-
-func (l *load) newPhase(name string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.phases = append(l.phases, name)
-	return len(l.phases) - 1
-}
-
-func (l *load) phase() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.phases) - 1
-}
-
-// phaseName is the phase under way.
-func (l *load) phaseName() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.phases) == 0 {
-		return "before faults"
-	}
-	return l.phases[len(l.phases)-1]
-}
-
-func (l *load) sentIn(phase int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, p := range l.acked {
-		if p == phase {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *load) ackedIDs() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.acked))
-	for k, v := range l.acked {
-		out[k] = v
-	}
-	return out
-}
-
-func (l *load) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.send(ctx, "req")
-		}
-	}
-}
-
-// send delivers one request, retrying while the gateway pushes back, and returns its ID.
-func (l *load) send(ctx context.Context, kind string) string {
-	id := fmt.Sprintf("%s-%d", kind, l.seq.Add(1))
-	phase := l.phase()
-	for backoff := 20 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
-		pd, err := l.request(id)
-		if err != nil {
-			return ""
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = l.client.Export(rctx, pprofileotlp.NewExportRequestFromProfiles(pd))
-		cancel()
-		if err == nil {
-			l.mu.Lock()
-			l.acked[id] = phase
-			l.mu.Unlock()
-			return id
-		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(backoff):
-		}
-	}
-}
-
-// recover sends probes until one comes out of the downstream (symbolized, with symbolized set)
-// and returns how long that took.
-func (l *load) recover(ctx context.Context, sk *sink, symbolized bool, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
-	deadline := start.Add(limit)
-	for time.Now().Before(deadline) {
-		id := l.send(ctx, "probe")
-		for wait := time.Now().Add(3 * time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
-			if ok, seen := sk.probe(id); seen {
-				if ok || !symbolized {
-					return time.Since(start), nil
-				}
-				break
-			}
-		}
-	}
-	return time.Since(start), fmt.Errorf("no probe came out %swithin %v", map[bool]string{true: "symbolized "}[symbolized], limit)
-}
-
-func (l *load) request(id string) (pprofile.Profiles, error) {
-	addrs := make([]uint64, 20)
-	for i := range addrs {
-		addrs[i] = l.lo + rand.Uint64N(l.hi-l.lo)
-	}
-	return pipeline.ProfilerRequest(l.path, l.ids, addrs, map[string]string{requestKey: id})
-}
-
-// sink is the downstream: an OTLP/gRPC server that records every request by its ID, and
-// whether its frames came symbolized.
-type sink struct {
-	addr       string
-	mu         sync.Mutex
-	got        map[string]int
-	symbolized map[string]bool
-	phase      func() string // the phase under way, for duplicates
-	dupPhases  []string
-}
-
-func startSink(t *testing.T) *sink {
-	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sink{addr: ln.Addr().String(), got: map[string]int{}, symbolized: map[string]bool{}}
-	srv := otlptest.NewProfilesServer(s.Export)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return s
-}
-
-func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
-	pd := req.Profiles()
-	d := pd.Dictionary()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
-		rp := pd.ResourceProfiles().At(i)
-		v, ok := rp.Resource().Attributes().Get(requestKey)
-		if !ok {
-			continue
-		}
-		id := v.Str()
-		s.got[id]++
-		if s.got[id] > 1 && s.phase != nil {
-			// A duplicate belongs to the fault under which it arrived: a request taken in
-			// one phase may still be in the gateway's queue when the next one begins.
-			s.dupPhases = append(s.dupPhases, s.phase())
-		}
-		lines := false
-		for l := 1; l < d.LocationTable().Len(); l++ {
-			if d.LocationTable().At(l).Lines().Len() > 0 {
-				lines = true
-			}
-		}
-		s.symbolized[id] = lines
-	}
-	return pprofileotlp.NewExportResponse(), nil
-}
-
-func (s *sink) received() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.got))
-	for k, v := range s.got {
-		out[k] = v
-	}
-	return out
-}
-
-func (s *sink) probe(id string) (symbolized, seen bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.symbolized[id], s.got[id] > 0
 }
 
 // metrics is a scrape of Prometheus text: sums by metric name over every label set.
