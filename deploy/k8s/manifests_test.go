@@ -51,7 +51,7 @@ var served = map[string]struct {
 	"symbolizer": {7070, []string{"/healthz", "/readyz", "/metrics"}},
 	// The health_check extension of the Collector distribution answers on one path.
 	"gateway":   {13133, []string{"/"}},
-	"collector":  {9464, []string{"/healthz", "/readyz", "/metrics"}},
+	"collector": {9464, []string{"/healthz", "/readyz", "/metrics"}},
 }
 
 // externalSecrets are created by the operator in production (docs/operations.md says how),
@@ -569,6 +569,9 @@ func helpOf(t *testing.T, service string, sub []string) string {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(inClusterEnv); dir != "" {
+		execInCluster(dir) // a container's stand-in pod (startup_test.go); does not return
+	}
 	var err error
 	if binDir, err = os.MkdirTemp("", "profsym-k8s-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
