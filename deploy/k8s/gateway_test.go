@@ -30,6 +30,8 @@ type gatewayConfig struct {
 	key       string
 	w         workload
 	c         corev1.Container
+	// configMaps of the rendering, for env taken from them (configMapKeyRef).
+	configMaps map[string]map[string]string
 }
 
 // gatewayConfigOf finds the gateway and its configuration in a rendering; ok is false when the
@@ -94,6 +96,12 @@ func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 	if g.raw == "" {
 		t.Fatalf("gateway: ConfigMap %s/%s is not in the rendering", g.w.namespace, g.configMap)
 	}
+	g.configMaps = map[string]map[string]string{}
+	for _, o := range r.objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Namespace == g.w.namespace {
+			g.configMaps[cm.Name] = cm.Data
+		}
+	}
 	if err := yaml.Unmarshal([]byte(g.raw), &g.cfg); err != nil {
 		t.Fatalf("gateway: ConfigMap %s key %s is not YAML: %v", g.configMap, g.key, err)
 	}
@@ -149,8 +157,9 @@ func (g gatewayConfig) pipelineUses(kind, typ string) []string {
 	return ids
 }
 
-// envDefault resolves the Collector's ${env:NAME:-default} against the container's literal env,
-// falling back to the default; other values come back as they are.
+// resolve resolves the Collector's ${env:NAME:-default} against the container's env (literal
+// or from a ConfigMap of the rendering), falling back to the default; other values come back as
+// they are.
 var envExpansion = regexp.MustCompile(`^\$\{env:([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}$`)
 
 func (g gatewayConfig) resolve(v string) string {
@@ -159,8 +168,16 @@ func (g gatewayConfig) resolve(v string) string {
 		return v
 	}
 	for _, e := range g.c.Env {
-		if e.Name == m[1] && e.ValueFrom == nil {
+		if e.Name != m[1] {
+			continue
+		}
+		if e.ValueFrom == nil {
 			return e.Value
+		}
+		if ref := e.ValueFrom.ConfigMapKeyRef; ref != nil {
+			if v, ok := g.configMaps[ref.Name][ref.Key]; ok {
+				return v
+			}
 		}
 	}
 	return m[3]

@@ -104,6 +104,9 @@ func TestHelmChart(t *testing.T) {
 			for _, p := range redisEgress(r.objs, nil) {
 				t.Error(p)
 			}
+			for _, p := range gatewayFlows(t, r.objs) {
+				t.Error(p)
+			}
 		})
 	}
 }
