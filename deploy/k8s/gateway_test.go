@@ -362,6 +362,18 @@ func checkGatewayWith(t reporter, r rendered, g gatewayConfig) {
 			t.Errorf("gateway: exporter %s: retry_on_failure::max_elapsed_time must be 0 (retry what was accepted until delivered), is %v", id, get(cfg, "exporters::"+id+"::retry_on_failure::max_elapsed_time"))
 		}
 	}
+	// insecure: true is ignored by the Collector once a CA or certificate is set (TLS is spoken
+	// anyway): a backend meant to be plain text would get TLS handshakes it cannot answer.
+	for id := range exps {
+		tlsCfg, _ := get(cfg, "exporters::"+id+"::tls").(map[string]any)
+		ins, _ := tlsCfg["insecure"].(string)
+		insecure := tlsCfg["insecure"] == true || g.resolve(ins) == "true"
+		for _, k := range []string{"ca_file", "ca_pem", "cert_file", "key_file"} {
+			if _, set := tlsCfg[k]; set && (insecure || ins != "") {
+				t.Errorf("gateway: exporter %s sets tls::%s with tls::insecure %v: the Collector then speaks TLS whatever insecure says", id, k, tlsCfg["insecure"])
+			}
+		}
+	}
 	// Outputs: at least one exporter in the pipeline, and files bounded within their volume.
 	if len(getStrings(cfg, "service::pipelines::profiles::exporters")) == 0 {
 		t.Errorf("gateway: the profiles pipeline has no exporter")
@@ -600,6 +612,9 @@ func TestGatewayChecksCatchDefects(t *testing.T) {
 		},
 		"association by connection": func(g *gatewayConfig, _ *rendered) {
 			get(g.cfg, "processors::k8s_attributes").(map[string]any)["pod_association"] = []any{map[string]any{"sources": []any{map[string]any{"from": "connection"}}}}
+		},
+		"backend CA with insecure": func(g *gatewayConfig, _ *rendered) {
+			get(g.cfg, "exporters::otlp_grpc::tls").(map[string]any)["ca_file"] = "/etc/profsym/ca/ca.crt"
 		},
 		"rights on secrets": func(_ *gatewayConfig, r *rendered) {
 			for _, o := range r.objs {

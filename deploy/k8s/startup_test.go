@@ -52,6 +52,7 @@ func TestContainersStartAsRendered(t *testing.T) {
 
 // cluster holds the stand-ins for what a cluster gives the pods.
 type cluster struct {
+	sink     *backendSink // the OTLP backend of the production renderings
 	minio    *testsupport.MinIO
 	redis    *testsupport.Redis
 	secrets  map[string]map[string]string // Secret name -> key -> test value
@@ -74,9 +75,10 @@ func newCluster(t *testing.T) *cluster {
 	rd := testsupport.StartRedisWithPassword(t, testRedisPassword)
 	devRedis := testsupport.StartRedis(t)
 	ca, pki := newPKI(t)
+	sink := startBackendSink(t)
 	s3 := map[string]string{"access-key": m.AccessKey(), "secret-key": m.SecretKey()}
 	c := &cluster{
-		minio: m, redis: rd,
+		minio: m, redis: rd, sink: sink,
 		secrets: map[string]map[string]string{
 			"profsym-upload-tokens": {"tokens": "test-upload-token\n"},
 			"profsym-upload-token":  {"token": "test-upload-token\n"},
@@ -95,6 +97,7 @@ func newCluster(t *testing.T) *cluster {
 			"redis://redis:6379/0", devRedis.URL(),
 			"redis://profsym-redis:6379/0", devRedis.URL(),
 			"rediss://redis.example.internal:6380/0", "redis://" + rd.Addr() + "/0",
+			"otel-collector.observability.svc:4317", sink.addr,
 		},
 		extraEnv: map[string][]string{
 			// The test MinIO speaks plain HTTP in its default region.
@@ -416,6 +419,18 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 		time.Sleep(time.Second)
 		if o := out.String(); strings.Contains(strings.ToLower(o), "forbidden") || strings.Contains(o, "Unauthorized") {
 			t.Errorf("%s: the Kubernetes API refused the service account's requests:\n%s", ctr.Name, o)
+		}
+		if ctr.Name == "gateway" {
+			var cfgPath string
+			for _, a := range args {
+				if p, ok := strings.CutPrefix(a, "--config="); ok {
+					cfgPath = p
+				}
+			}
+			checkK8sNames(t, c, cfgPath, fmt.Sprintf("127.0.0.1:%d", ports[4317]))
+			if t.Failed() {
+				t.Logf("gateway output:\n%s", out.String())
+			}
 		}
 	}
 	if ctr.Name == "symbolizer" {

@@ -62,12 +62,10 @@ exporters:
   {{- if $g.otlpGrpcEndpoint }}
   otlp_grpc:
     endpoint: ${env:PROFSYM_OTLP_ENDPOINT:-otlp-backend:4317}
+    # No ca_file: with one the Collector speaks TLS even when insecure is true. Under tls.enabled
+    # the cluster CA is trusted beside the public roots through SSL_CERT_DIR.
     tls:
       insecure: ${env:PROFSYM_OTLP_INSECURE:-false}
-      {{- if $tls }}
-      ca_file: /etc/profsym/ca/ca.crt
-      include_system_ca_certs_pool: true
-      {{- end }}
     compression: gzip
     timeout: 30s
     retry_on_failure: {initial_interval: 1s, max_interval: 30s, max_elapsed_time: 0}
