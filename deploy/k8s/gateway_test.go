@@ -204,6 +204,9 @@ func (g gatewayConfig) mountOf(path string) (corev1.VolumeMount, corev1.Volume, 
 	return vm, corev1.Volume{}, false
 }
 
+// hashSuffixed is a name kustomize's generators gave a content hash.
+var hashSuffixed = regexp.MustCompile(`-[a-z0-9]{10}$`)
+
 // fileKeys are the settings that name a file or directory the gateway reads or writes.
 var fileKeys = regexp.MustCompile(`(^|::)(cert_file|key_file|client_ca_file|ca_file|bearer_token_file|directory|path)$`)
 
@@ -278,6 +281,13 @@ func checkGatewayWith(t reporter, r rendered, g gatewayConfig) {
 	}
 	if v := get(cfg, "receivers::otlp::protocols::grpc::max_recv_msg_size_mib"); v == nil {
 		t.Errorf("gateway: receivers::otlp::protocols::grpc::max_recv_msg_size_mib unset (the old --max-request-bytes bound)")
+	}
+
+	// A changed configuration rolls the pods: the ConfigMap's name carries a hash of its content
+	// (kustomize's configMapGenerator) or the pod template a checksum of it (the chart). The
+	// Collector reads its file at start only.
+	if !hashSuffixed.MatchString(g.configMap) && g.w.pod.Annotations["checksum/config"] == "" {
+		t.Errorf("gateway: ConfigMap %s has no content hash in its name and the pod template no checksum/config annotation: a changed configuration would not restart the gateway", g.configMap)
 	}
 
 	// Health: the probes are on the health_check extension, which the service runs.
@@ -615,6 +625,9 @@ func TestGatewayChecksCatchDefects(t *testing.T) {
 		},
 		"backend CA with insecure": func(g *gatewayConfig, _ *rendered) {
 			get(g.cfg, "exporters::otlp_grpc::tls").(map[string]any)["ca_file"] = "/etc/profsym/ca/ca.crt"
+		},
+		"config change does not roll the pods": func(g *gatewayConfig, _ *rendered) {
+			g.configMap = "gateway-config"
 		},
 		"rights on secrets": func(_ *gatewayConfig, r *rendered) {
 			for _, o := range r.objs {
