@@ -208,7 +208,7 @@ func (g gatewayConfig) mountOf(path string) (corev1.VolumeMount, corev1.Volume, 
 var hashSuffixed = regexp.MustCompile(`-[a-z0-9]{10}$`)
 
 // fileKeys are the settings that name a file or directory the gateway reads or writes.
-var fileKeys = regexp.MustCompile(`(^|::)(cert_file|key_file|client_ca_file|ca_file|bearer_token_file|directory|path)$`)
+var fileKeys = regexp.MustCompile(`(^|::)(cert_file|key_file|client_ca_file|ca_file|bearer_token_file|directory)$|^exporters::[^:]+::path$`)
 
 // leaves flattens a configuration to "a::b::c" -> value; lists are leaves.
 func leaves(prefix string, v any, out map[string]any) {
@@ -296,7 +296,25 @@ func checkGatewayWith(t reporter, r rendered, g gatewayConfig) {
 		t.Errorf("gateway: health_check is not in service::extensions, so nothing answers the probes")
 	}
 	if p := portOf(hc); p != served["gateway"].port || ports["health"] != p {
-		t.Errorf("gateway: extensions::health_check::endpoint %q; the probes and the container's health port (%d) want %d", hc, ports["health"], served["gateway"].port)
+		t.Errorf("gateway: extensions::health_check::endpoint %q; the liveness probe and the container's health port (%d) want %d", hc, ports["health"], served["gateway"].port)
+	}
+	// Readiness: the refusals extension's endpoint, which follows pushback; the extension is the
+	// middleware of both receivers (InvalidArgument for undecodable OTLP, refusals counted).
+	if !slices.Contains(getStrings(cfg, "service::extensions"), "refusals") {
+		t.Errorf("gateway: refusals is not in service::extensions, so nothing answers the readiness probe")
+	}
+	re := getString(cfg, "extensions::refusals::readiness::endpoint")
+	if p := portOf(re); p != served["gateway"].readyPort || ports["ready"] != p {
+		t.Errorf("gateway: extensions::refusals::readiness::endpoint %q; the readiness probe and the container's ready port (%d) want %d", re, ports["ready"], served["gateway"].readyPort)
+	}
+	if rp := g.c.ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != getString(cfg, "extensions::refusals::readiness::path") {
+		t.Errorf("gateway: the readiness probe's path is not extensions::refusals::readiness::path %q", getString(cfg, "extensions::refusals::readiness::path"))
+	}
+	for _, proto := range []string{"grpc", "http"} {
+		mw, _ := json.Marshal(get(cfg, "receivers::otlp::protocols::"+proto+"::middlewares"))
+		if !strings.Contains(string(mw), `"refusals"`) {
+			t.Errorf("gateway: OTLP/%s does not run the refusals middleware: undecodable requests get INTERNAL and refusals go uncounted", proto)
+		}
 	}
 	// Metrics: the Prometheus reader on the metrics port, on every interface.
 	prom := get(cfg, "service::telemetry::metrics::readers")
@@ -625,6 +643,10 @@ func TestGatewayChecksCatchDefects(t *testing.T) {
 		},
 		"backend CA with insecure": func(g *gatewayConfig, _ *rendered) {
 			get(g.cfg, "exporters::otlp_grpc::tls").(map[string]any)["ca_file"] = "/etc/profsym/ca/ca.crt"
+		},
+		"readiness on health_check": func(g *gatewayConfig, _ *rendered) {
+			g.c.ReadinessProbe = g.c.LivenessProbe
+			delete(get(g.cfg, "receivers::otlp::protocols::http").(map[string]any), "middlewares")
 		},
 		"config change does not roll the pods": func(g *gatewayConfig, _ *rendered) {
 			g.configMap = "gateway-config"

@@ -47,11 +47,15 @@ var uploadOnlyCapabilities = []string{"DAC_READ_SEARCH", "SYS_PTRACE"}
 var served = map[string]struct {
 	port  int32
 	paths []string
+	// readiness, when it is served elsewhere than port and paths (the gateway's).
+	readyPort  int32
+	readyPaths []string
 }{
-	"symbolizer": {7070, []string{"/healthz", "/readyz", "/metrics"}},
-	// The health_check extension of the Collector distribution answers on one path.
-	"gateway":   {13133, []string{"/"}},
-	"collector": {9464, []string{"/healthz", "/readyz", "/metrics"}},
+	"symbolizer": {port: 7070, paths: []string{"/healthz", "/readyz", "/metrics"}},
+	// Liveness: the Collector's health_check extension (one path); readiness: the refusals
+	// extension's, which follows pushback.
+	"gateway":   {port: 13133, paths: []string{"/"}, readyPort: 13134, readyPaths: []string{"/readyz"}},
+	"collector": {port: 9464, paths: []string{"/healthz", "/readyz", "/metrics"}},
 }
 
 // externalSecrets are created by the operator in production (docs/operations.md says how),
@@ -370,11 +374,15 @@ func checkProbes(t *testing.T, id string, c corev1.Container) {
 		if p.HTTPGet.Port.StrVal != "" {
 			port = ports[p.HTTPGet.Port.StrVal]
 		}
-		if port != want.port {
-			t.Errorf("%s: %s probe on port %d, but %s serves health on %d", id, kind, port, c.Name, want.port)
+		wantPort, wantPaths := want.port, want.paths
+		if kind == "readiness" && want.readyPort != 0 {
+			wantPort, wantPaths = want.readyPort, want.readyPaths
 		}
-		if !slices.Contains(want.paths, p.HTTPGet.Path) {
-			t.Errorf("%s: %s probe path %q is not one %s serves (%v)", id, kind, p.HTTPGet.Path, c.Name, want.paths)
+		if port != wantPort {
+			t.Errorf("%s: %s probe on port %d, but %s serves it on %d", id, kind, port, c.Name, wantPort)
+		}
+		if !slices.Contains(wantPaths, p.HTTPGet.Path) {
+			t.Errorf("%s: %s probe path %q is not one %s serves (%v)", id, kind, p.HTTPGet.Path, c.Name, wantPaths)
 		}
 	}
 }

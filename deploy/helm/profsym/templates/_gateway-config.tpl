@@ -11,6 +11,11 @@ so any Collector setting can be changed or added from values.
 extensions:
   health_check:
     endpoint: 0.0.0.0:13133
+  # Receivers' middleware: InvalidArgument for undecodable OTLP, refusals counted and logged;
+  # readiness that follows pushback.
+  refusals:
+    log_interval: 30s
+    readiness: {endpoint: 0.0.0.0:13134, path: /readyz, pushback_window: 10s}
   {{- if $g.otlpGrpcEndpoint }}
   file_storage:
     directory: ${env:PROFSYM_GATEWAY_QUEUE_DIR:-/var/lib/profsym-gateway/queue}
@@ -26,11 +31,13 @@ receivers:
       grpc:
         endpoint: 0.0.0.0:4317
         max_recv_msg_size_mib: 16
+        middlewares: [{id: refusals}]
         {{- if $tls }}
         tls: {cert_file: /etc/profsym/tls/tls.crt, key_file: /etc/profsym/tls/tls.key, client_ca_file: /etc/profsym/ca/ca.crt}
         {{- end }}
       http:
         endpoint: 0.0.0.0:4318
+        middlewares: [{id: refusals}]
         {{- if $tls }}
         tls: {cert_file: /etc/profsym/tls/tls.crt, key_file: /etc/profsym/tls/tls.key, client_ca_file: /etc/profsym/ca/ca.crt}
         {{- end }}
@@ -90,6 +97,7 @@ exporters:
 service:
   extensions:
     - health_check
+    - refusals
     {{- if $g.otlpGrpcEndpoint }}
     - file_storage
     {{- end }}
