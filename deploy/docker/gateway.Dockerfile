@@ -1,15 +1,24 @@
-# profsym gateway: a static binary on a distroless, non-root base.
+# profsym gateway, the OpenTelemetry Collector distribution: a static binary on a distroless,
+# non-root base. It runs the configuration named by --config (the Kubernetes manifests mount it
+# from a ConfigMap); without one, its built-in loopback configuration.
 # Build from the repository root: docker build -f deploy/docker/gateway.Dockerfile -t ghcr.io/profsym/gateway:TAG .
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
+# The distribution is a Go module of its own (services/gateway) that replaces the root module
+# and processor/symbolizeprocessor by path: their go.mod files come first so the module
+# download is cached apart from the sources.
 COPY go.mod go.sum ./
-RUN go mod download
+COPY processor/symbolizeprocessor/go.mod processor/symbolizeprocessor/go.sum ./processor/symbolizeprocessor/
+COPY services/gateway/go.mod services/gateway/go.sum ./services/gateway/
+RUN cd services/gateway && go mod download
 COPY . .
-# CGO off: a static binary that runs on any node. The eBPF objects are generated and committed,
-# so no clang is needed here.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/gateway ./services/gateway
+# CGO off: a static binary that runs on any node.
+ARG VERSION=dev
+RUN cd services/gateway && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/gateway .
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /usr/local/bin/gateway
 USER 65532:65532
+# OTLP gRPC and HTTP, the Collector's /metrics, the health_check extension.
+EXPOSE 4317 4318 8888 13133
 ENTRYPOINT ["/usr/local/bin/gateway"]

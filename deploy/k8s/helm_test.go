@@ -12,11 +12,20 @@ import (
 const chart = "../helm/profsym"
 
 // chartValues are the value sets the chart is tested with: its defaults and the files in ci/.
-var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml", "ci/in-cluster-values.yaml"}
+var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml", "ci/in-cluster-values.yaml", "ci/no-k8s-attributes-values.yaml"}
 
 // helmBinary finds the pinned helm .ci/install-deps installs.
 func helmBinary(t *testing.T) string {
 	t.Helper()
+	if p := helmBinaryIfAny(); p != "" {
+		return p
+	}
+	requireOrSkip(t, "helm (GOBIN=$HOME/.cache/profsym/bin go install helm.sh/helm/v3/cmd/helm@v3.21.4)")
+	return ""
+}
+
+// helmBinaryIfAny is helmBinary for tests that check more than the chart: "" without helm.
+func helmBinaryIfAny() string {
 	if p := os.Getenv("PROFSYM_HELM"); p != "" {
 		return p
 	}
@@ -31,7 +40,6 @@ func helmBinary(t *testing.T) string {
 	if p, err := exec.LookPath("helm"); err == nil {
 		return p
 	}
-	requireOrSkip(t, "helm (GOBIN=$HOME/.cache/profsym/bin go install helm.sh/helm/v3/cmd/helm@v3.21.4)")
 	return ""
 }
 
@@ -40,12 +48,13 @@ func isFile(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-func helmTemplate(t *testing.T, helm, values string) rendered {
+func helmTemplate(t *testing.T, helm, values string, extra ...string) rendered {
 	t.Helper()
 	args := []string{"template", "profsym", chart}
 	if values != "" {
 		args = append(args, "-f", filepath.Join(chart, values))
 	}
+	args = append(args, extra...)
 	out, err := exec.CommandContext(t.Context(), helm, args...).Output()
 	if err != nil {
 		var stderr string
@@ -84,6 +93,7 @@ func TestHelmChart(t *testing.T) {
 			checkPods(t, "helm", r)
 			checkRBAC(t, r)
 			checkTLS(t, r)
+			checkGateway(t, r)
 			checkFlags(t, r)
 			for _, p := range secretsOnArgv(r.objs) {
 				t.Error(p)
@@ -92,6 +102,9 @@ func TestHelmChart(t *testing.T) {
 				t.Error(p)
 			}
 			for _, p := range redisEgress(r.objs, nil) {
+				t.Error(p)
+			}
+			for _, p := range gatewayFlows(t, r.objs) {
 				t.Error(p)
 			}
 		})
@@ -140,4 +153,39 @@ func TestHelmChartContainersStart(t *testing.T) {
 			startAll(t, helmTemplate(t, helm, v).objs)
 		})
 	}
+}
+
+// TestHelmChartGatewayValues: gateway.config is merged over the generated configuration (a key
+// changed, the others kept), a changed configuration changes the pods' checksum annotation, and
+// gateway.k8sAttributes.enabled=false takes the processor, the token and the RBAC away.
+func TestHelmChartGatewayValues(t *testing.T) {
+	helm := helmBinary(t)
+	def := helmTemplate(t, helm, "")
+	merged := helmTemplate(t, helm, "", "--set-json", `gateway.config={"processors":{"symbolize":{"deadline":"2s"}},"service":{"telemetry":{"logs":{"level":"debug"}}}}`)
+	dg, _ := gatewayConfigOf(t, def)
+	mg, _ := gatewayConfigOf(t, merged)
+	if got := getString(mg.cfg, "processors::symbolize::deadline"); got != "2s" {
+		t.Errorf("gateway.config did not set processors::symbolize::deadline: %q", got)
+	}
+	if got := getString(mg.cfg, "service::telemetry::logs::level"); got != "debug" {
+		t.Errorf("gateway.config did not set service::telemetry::logs::level: %q", got)
+	}
+	if got := getString(mg.cfg, "processors::symbolize::bearer_token_file"); got == "" {
+		t.Errorf("gateway.config replaced processors::symbolize instead of merging into it")
+	}
+	if dg.w.pod.Annotations["checksum/config"] == mg.w.pod.Annotations["checksum/config"] || dg.w.pod.Annotations["checksum/config"] == "" {
+		t.Errorf("checksum/config %q does not follow the configuration (%q after a change)", dg.w.pod.Annotations["checksum/config"], mg.w.pod.Annotations["checksum/config"])
+	}
+	checkGateway(t, merged)
+
+	off := helmTemplate(t, helm, "", "--set", "gateway.k8sAttributes.enabled=false")
+	og, _ := gatewayConfigOf(t, off)
+	if len(og.pipelineUses("processors", "k8s_attributes")) > 0 {
+		t.Errorf("gateway.k8sAttributes.enabled=false still runs k8s_attributes")
+	}
+	if n := len(rightsOf(off, og.w.namespace, "gateway")); n > 0 {
+		t.Errorf("gateway.k8sAttributes.enabled=false still grants %d rights", n)
+	}
+	checkGateway(t, off)
+	checkRBAC(t, off)
 }

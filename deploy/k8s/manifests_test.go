@@ -47,10 +47,15 @@ var uploadOnlyCapabilities = []string{"DAC_READ_SEARCH", "SYS_PTRACE"}
 var served = map[string]struct {
 	port  int32
 	paths []string
+	// readiness, when it is served elsewhere than port and paths (the gateway's).
+	readyPort  int32
+	readyPaths []string
 }{
-	"symbolizer": {7070, []string{"/healthz", "/readyz", "/metrics"}},
-	"gateway":    {8888, []string{"/healthz", "/readyz", "/metrics"}},
-	"collector":  {9464, []string{"/healthz", "/readyz", "/metrics"}},
+	"symbolizer": {port: 7070, paths: []string{"/healthz", "/readyz", "/metrics"}},
+	// Liveness: the Collector's health_check extension (one path); readiness: the refusals
+	// extension's, which follows pushback.
+	"gateway":   {port: 13133, paths: []string{"/"}, readyPort: 13134, readyPaths: []string{"/readyz"}},
+	"collector": {port: 9464, paths: []string{"/healthz", "/readyz", "/metrics"}},
 }
 
 // externalSecrets are created by the operator in production (docs/operations.md says how),
@@ -65,16 +70,22 @@ type rendered struct {
 
 func build(t *testing.T, overlay string) rendered {
 	t.Helper()
+	return buildDir(t, filepath.Join("overlays", overlay))
+}
+
+// buildDir runs kustomize build on a directory of deploy/k8s.
+func buildDir(t *testing.T, dir string) rendered {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join("overlays", overlay))
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build overlays/%s: %v", overlay, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	out, err := resMap.AsYaml()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return decode(t, "overlays/"+overlay, out)
+	return decode(t, dir, out)
 }
 
 // decode strict-decodes every document of a rendering (kustomize or helm output).
@@ -131,8 +142,13 @@ func TestDockerfiles(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^USER\s+[1-9]`).MatchString(text) {
 			t.Errorf("%s.Dockerfile: the image must end as a non-root USER", svc)
 		}
-		if !strings.Contains(text, "CGO_ENABLED=0") || !strings.Contains(text, "./services/"+svc) {
-			t.Errorf("%s.Dockerfile: must build ./services/%s statically", svc, svc)
+		build := "./services/" + svc
+		if svc == "gateway" {
+			// The Collector distribution is a Go module of its own: built from its directory.
+			build = "cd services/gateway && CGO_ENABLED=0 go build"
+		}
+		if !strings.Contains(text, "CGO_ENABLED=0") || !strings.Contains(text, build) {
+			t.Errorf("%s.Dockerfile: must build %s statically (%q)", svc, svc, build)
 		}
 	}
 }
@@ -146,6 +162,7 @@ func TestOverlays(t *testing.T) {
 			checkRBAC(t, r)
 			checkSecrets(t, overlay, r)
 			checkTLS(t, r)
+			checkGateway(t, r)
 			checkFlags(t, r)
 		})
 	}
@@ -262,7 +279,9 @@ var pinned = regexp.MustCompile(`^[^:@]+(:[A-Za-z0-9._-]+)?(@sha256:[a-f0-9]{64}
 func checkPods(t *testing.T, overlay string, r rendered) {
 	for _, w := range workloads(r) {
 		spec := w.pod.Spec
-		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		// Only the gateway reads the API (k8s_attributes); checkGateway holds its token to its
+		// configuration and its rights to what the processor reads.
+		if w.name != "gateway" && (spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken) {
 			t.Errorf("%s: pods must not mount a service account token (no API access is needed)", w.name)
 		}
 		for _, c := range spec.Containers {
@@ -355,20 +374,46 @@ func checkProbes(t *testing.T, id string, c corev1.Container) {
 		if p.HTTPGet.Port.StrVal != "" {
 			port = ports[p.HTTPGet.Port.StrVal]
 		}
-		if port != want.port {
-			t.Errorf("%s: %s probe on port %d, but %s serves health on %d", id, kind, port, c.Name, want.port)
+		wantPort, wantPaths := want.port, want.paths
+		if kind == "readiness" && want.readyPort != 0 {
+			wantPort, wantPaths = want.readyPort, want.readyPaths
 		}
-		if !slices.Contains(want.paths, p.HTTPGet.Path) {
-			t.Errorf("%s: %s probe path %q is not one %s serves (%v)", id, kind, p.HTTPGet.Path, c.Name, want.paths)
+		if port != wantPort {
+			t.Errorf("%s: %s probe on port %d, but %s serves it on %d", id, kind, port, c.Name, wantPort)
+		}
+		if !slices.Contains(wantPaths, p.HTTPGet.Path) {
+			t.Errorf("%s: %s probe path %q is not one %s serves (%v)", id, kind, p.HTTPGet.Path, c.Name, wantPaths)
 		}
 	}
 }
 
+// checkRBAC: only the gateway's service account is bound to anything (checkGateway checks what),
+// and no service account automounts its token: a pod that needs it says so itself.
 func checkRBAC(t *testing.T, r rendered) {
+	gatewaySA := func(subjects []rbacv1.Subject) bool {
+		for _, s := range subjects {
+			if s.Kind != "ServiceAccount" || s.Name != "gateway" {
+				return false
+			}
+		}
+		return len(subjects) > 0
+	}
 	for _, o := range r.objs {
 		switch x := o.(type) {
-		case *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
-			t.Errorf("%T: no component needs API rights", x)
+		case *rbacv1.Role, *rbacv1.RoleBinding:
+			t.Errorf("%T: no component needs namespaced API rights", x)
+		case *rbacv1.ClusterRoleBinding:
+			if !gatewaySA(x.Subjects) || x.RoleRef.Kind != "ClusterRole" {
+				t.Errorf("ClusterRoleBinding %s binds %v to %s/%s: only the gateway reads the API", x.Name, x.Subjects, x.RoleRef.Kind, x.RoleRef.Name)
+			}
+		case *rbacv1.ClusterRole:
+			for _, rule := range x.Rules {
+				for _, v := range rule.Verbs {
+					if !slices.Contains([]string{"get", "list", "watch"}, v) {
+						t.Errorf("ClusterRole %s grants %q on %v: read only", x.Name, v, rule.Resources)
+					}
+				}
+			}
 		case *corev1.ServiceAccount:
 			if x.AutomountServiceAccountToken == nil || *x.AutomountServiceAccountToken {
 				t.Errorf("ServiceAccount %s must not automount its token", x.Name)
@@ -404,9 +449,17 @@ func checkSecrets(t *testing.T, overlay string, r rendered) {
 }
 
 // checkTLS: a peer that serves TLS is reached over TLS. The symbolizer with --tls-cert needs an
-// https --symbolizer-url at the gateway; a gateway with --tls-cert needs collectors that are not
-// told --gateway-insecure.
+// https processors::symbolize::endpoint at the gateway that trusts the cluster CA; a gateway
+// whose receivers serve TLS serves it on both ports, admits senders by certificate (mutual TLS,
+// client_ca_file) and needs collectors that are not told --gateway-insecure.
 func checkTLS(t *testing.T, r rendered) {
+	t.Helper()
+	if g, ok := gatewayConfigOf(t, r); ok {
+		checkTLSWith(t, r, g)
+	}
+}
+
+func checkTLSWith(t reporter, r rendered, g gatewayConfig) {
 	// By workload: the upload-only DaemonSet's container is a "collector" too.
 	args := map[string][]string{}
 	for _, w := range workloads(r) {
@@ -423,16 +476,31 @@ func checkTLS(t *testing.T, r rendered) {
 		return ""
 	}
 	if has("symbolizer", "--tls-cert") != "" {
-		if u := has("gateway", "--symbolizer-url="); !strings.HasPrefix(u, "--symbolizer-url=https://") {
-			t.Errorf("the symbolizer serves TLS but the gateway calls it with %q", u)
+		if u := g.resolve(getString(g.cfg, "processors::symbolize::endpoint")); !strings.HasPrefix(u, "https://") {
+			t.Errorf("the symbolizer serves TLS but the gateway calls it at %q", u)
+		}
+		ca := getString(g.cfg, "processors::symbolize::tls::ca_file")
+		if _, v, ok := g.mountOf(ca); ca == "" || !ok || v.Secret == nil || !strings.HasSuffix(v.Secret.SecretName, "-ca") {
+			t.Errorf("the symbolizer's certificate is signed by the cluster CA, but processors::symbolize::tls::ca_file %q is not that CA's Secret", ca)
 		}
 	}
-	gwTLS := has("gateway", "--tls-cert") != ""
+	gwTLS := map[string]bool{}
+	for _, proto := range []string{"grpc", "http"} {
+		prefix := "receivers::otlp::protocols::" + proto + "::tls::"
+		cert := getString(g.cfg, prefix+"cert_file")
+		gwTLS[proto] = cert != ""
+		if cert != "" && (getString(g.cfg, prefix+"key_file") == "" || getString(g.cfg, prefix+"client_ca_file") == "") {
+			t.Errorf("gateway: OTLP/%s serves TLS without key_file or client_ca_file: senders must be admitted by certificate (mutual TLS)", proto)
+		}
+	}
+	if gwTLS["grpc"] != gwTLS["http"] {
+		t.Errorf("gateway: TLS on OTLP/gRPC %v, on OTLP/HTTP %v: one port would be open in plain text", gwTLS["grpc"], gwTLS["http"])
+	}
 	if has("collector", "--gateway=") == "" {
 		return // no profiling collector (upload-only or off): nothing sends to the gateway
 	}
-	if insecure := has("collector", "--gateway-insecure") != ""; gwTLS == insecure {
-		t.Errorf("gateway TLS %v, but collector --gateway-insecure %v", gwTLS, insecure)
+	if insecure := has("collector", "--gateway-insecure") != ""; gwTLS["grpc"] == insecure {
+		t.Errorf("gateway TLS %v, but collector --gateway-insecure %v", gwTLS["grpc"], insecure)
 	}
 }
 
@@ -478,6 +546,12 @@ func helpOf(t *testing.T, service string, sub []string) string {
 		bin = filepath.Join(binDir, service)
 		// Built as deploy/docker/*.Dockerfile builds it: static, CGO off.
 		cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", bin, "../../services/"+service)
+		if service == "gateway" {
+			// The Collector distribution is a Go module of its own.
+			bin, _ = filepath.Abs(bin)
+			cmd = exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", bin, ".")
+			cmd.Dir = filepath.Join("..", "..", "services", "gateway")
+		}
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binMu.Unlock()
@@ -503,6 +577,9 @@ func helpOf(t *testing.T, service string, sub []string) string {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(inClusterEnv); dir != "" {
+		execInCluster(dir) // a container's stand-in pod (startup_test.go); does not return
+	}
 	var err error
 	if binDir, err = os.MkdirTemp("", "profsym-k8s-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,17 +1,21 @@
 package k8s_test
 
 import (
+	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -30,8 +34,100 @@ func TestPolicies(t *testing.T) {
 			for _, p := range redisEgress(objs, nil) {
 				t.Error(p)
 			}
+			for _, p := range gatewayFlows(t, objs) {
+				t.Error(p)
+			}
 		})
 	}
+}
+
+// gatewayFlows: the gateway's NetworkPolicy admits what its configuration listens on (OTLP from
+// anyone, /metrics from scrapers) and lets out what it calls: the symbolizer's and the
+// backends' ports as its configuration resolves them, and the Kubernetes API when it runs
+// k8s_attributes.
+func gatewayFlows(t *testing.T, objs []runtime.Object) []string {
+	t.Helper()
+	g, ok := gatewayConfigOf(t, rendered{objs: objs})
+	if !ok {
+		return nil
+	}
+	var np *networkingv1.NetworkPolicy
+	for _, o := range objs {
+		if p, ok := o.(*networkingv1.NetworkPolicy); ok && labels.SelectorFromSet(p.Spec.PodSelector.MatchLabels).Matches(labels.Set(g.w.pod.Labels)) {
+			np = p
+		}
+	}
+	if np == nil {
+		return []string{"gateway: no NetworkPolicy"}
+	}
+	ingress := map[int32]bool{}
+	scrape := map[int32]bool{}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if p.Port == nil {
+				continue
+			}
+			if len(rule.From) == 0 {
+				ingress[p.Port.IntVal] = true
+			}
+			for _, f := range rule.From {
+				if f.NamespaceSelector != nil && f.NamespaceSelector.MatchLabels["profsym.dev/metrics-scraper"] == "true" {
+					scrape[p.Port.IntVal] = true
+				}
+			}
+		}
+	}
+	egress := map[int32]bool{}
+	for _, rule := range np.Spec.Egress {
+		for _, p := range rule.Ports {
+			if p.Port != nil {
+				egress[p.Port.IntVal] = true
+			}
+		}
+	}
+	port := func(endpoint string) int32 {
+		endpoint = g.resolve(endpoint)
+		if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+			endpoint = u.Host
+		}
+		_, p, err := net.SplitHostPort(endpoint)
+		if err != nil {
+			return -1
+		}
+		n, _ := strconv.Atoi(p)
+		return int32(n)
+	}
+	var problems []string
+	for _, proto := range []string{"grpc", "http"} {
+		ep := getString(g.cfg, "receivers::otlp::protocols::"+proto+"::endpoint")
+		if p := port(ep); !ingress[p] {
+			problems = append(problems, fmt.Sprintf("gateway: OTLP/%s listens on %s, which the NetworkPolicy does not admit from OTLP senders", proto, ep))
+		}
+	}
+	if p := ports(g.c)["metrics"]; !scrape[p] {
+		problems = append(problems, fmt.Sprintf("gateway: /metrics on %d is not open to scrapers", p))
+	}
+	if ep := getString(g.cfg, "processors::symbolize::endpoint"); !egress[port(ep)] {
+		problems = append(problems, "gateway: the symbolizer at "+g.resolve(ep)+" is not in the NetworkPolicy's egress")
+	}
+	for _, id := range append(g.pipelineUses("exporters", "otlp_grpc"), g.pipelineUses("exporters", "otlp_http")...) {
+		ep := getString(g.cfg, "exporters::"+id+"::endpoint")
+		if !egress[port(ep)] {
+			problems = append(problems, "gateway: exporter "+id+" sends to "+g.resolve(ep)+", a port the NetworkPolicy's egress does not allow")
+		}
+	}
+	if len(g.pipelineUses("processors", "k8s_attributes")) > 0 && (!egress[443] || !egress[6443]) {
+		problems = append(problems, "gateway: k8s_attributes needs the Kubernetes API (443 through the kubernetes Service, 6443 at most API servers), which the NetworkPolicy's egress does not allow")
+	}
+	return problems
+}
+
+func ports(c corev1.Container) map[string]int32 {
+	m := map[string]int32{}
+	for _, p := range c.Ports {
+		m[p.Name] = p.ContainerPort
+	}
+	return m
 }
 
 // secretsOnArgv finds secrets on a command line, which every process sharing the node's PID
@@ -183,6 +279,25 @@ func TestPolicyChecksCatchKnownDefects(t *testing.T) {
 	}
 	if p := redisEgress(objs, []string{"rediss://redis.example.internal:6390/0"}); len(p) == 0 {
 		t.Error("Redis on a port the policy does not allow was not reported")
+	}
+	// The gateway: a backend on a port the policy does not open, and no way to the API server.
+	var gw []runtime.Object
+	for _, o := range objs {
+		o = o.DeepCopyObject()
+		switch x := o.(type) {
+		case *corev1.ConfigMap:
+			if v, ok := x.Data["otlp-endpoint"]; ok {
+				x.Data["otlp-endpoint"] = strings.Replace(v, ":4317", ":4319", 1)
+			}
+		case *networkingv1.NetworkPolicy:
+			for i := range x.Spec.Egress {
+				x.Spec.Egress[i].Ports = slices.DeleteFunc(x.Spec.Egress[i].Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.IntVal == 6443 })
+			}
+		}
+		gw = append(gw, o)
+	}
+	if p := gatewayFlows(t, gw); len(p) != 2 {
+		t.Errorf("a backend on 4319 and no egress to 6443: reported %q, want both", p)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +52,7 @@ func TestContainersStartAsRendered(t *testing.T) {
 
 // cluster holds the stand-ins for what a cluster gives the pods.
 type cluster struct {
+	sink     *backendSink // the OTLP backend of the production renderings
 	minio    *testsupport.MinIO
 	redis    *testsupport.Redis
 	secrets  map[string]map[string]string // Secret name -> key -> test value
@@ -73,9 +75,10 @@ func newCluster(t *testing.T) *cluster {
 	rd := testsupport.StartRedisWithPassword(t, testRedisPassword)
 	devRedis := testsupport.StartRedis(t)
 	ca, pki := newPKI(t)
+	sink := startBackendSink(t)
 	s3 := map[string]string{"access-key": m.AccessKey(), "secret-key": m.SecretKey()}
 	c := &cluster{
-		minio: m, redis: rd,
+		minio: m, redis: rd, sink: sink,
 		secrets: map[string]map[string]string{
 			"profsym-upload-tokens": {"tokens": "test-upload-token\n"},
 			"profsym-upload-token":  {"token": "test-upload-token\n"},
@@ -94,6 +97,7 @@ func newCluster(t *testing.T) *cluster {
 			"redis://redis:6379/0", devRedis.URL(),
 			"redis://profsym-redis:6379/0", devRedis.URL(),
 			"rediss://redis.example.internal:6380/0", "redis://" + rd.Addr() + "/0",
+			"otel-collector.observability.svc:4317", sink.addr,
 		},
 		extraEnv: map[string][]string{
 			// The test MinIO speaks plain HTTP in its default region.
@@ -137,7 +141,7 @@ func startAll(t *testing.T, objs []runtime.Object) {
 				if w.pod.Spec.HostPID && os.Geteuid() != 0 {
 					requireOrSkip(t, "root (the collector loads eBPF programs)")
 				}
-				startContainer(t, c, w, ctr, configMaps, secrets)
+				startContainer(t, c, w, ctr, configMaps, secrets, objs)
 			})
 			started++
 		}
@@ -149,9 +153,15 @@ func startAll(t *testing.T, objs []runtime.Object) {
 
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, configMaps, secrets map[string]map[string]string) {
+func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, configMaps, secrets map[string]map[string]string, objs []runtime.Object) {
 	t.Helper()
 	root := t.TempDir()
+	ports := map[int32]int{} // containerPort -> loopback port
+	for _, p := range ctr.Ports {
+		ports[p.ContainerPort] = testsupport.FreePort(t)
+	}
+	type configFile struct{ path, content string }
+	var configFiles []configFile
 	// Mount paths, longest first so /etc/profsym/ca is not rewritten as a prefix of another.
 	mounts := map[string]string{}
 	var mountPaths []string
@@ -192,6 +202,30 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 				}
 			}
 		}
+		if v.ConfigMap != nil {
+			data, ok := configMaps[v.ConfigMap.Name]
+			if !ok {
+				t.Fatalf("%s: ConfigMap %s is not in the rendering", ctr.Name, v.ConfigMap.Name)
+			}
+			files := map[string]string{}
+			if len(v.ConfigMap.Items) == 0 {
+				for k := range data {
+					files[k] = k
+				}
+			}
+			for _, it := range v.ConfigMap.Items {
+				files[it.Key] = it.Path
+			}
+			for key, path := range files {
+				val, ok := data[key]
+				if !ok {
+					t.Fatalf("%s: ConfigMap %s has no key %s", ctr.Name, v.ConfigMap.Name, key)
+				}
+				// Written once the rewriting below is known: configurations name listen
+				// addresses and mounted files too.
+				configFiles = append(configFiles, configFile{filepath.Join(dir, path), val})
+			}
+		}
 		mounts[vm.MountPath] = dir
 		mountPaths = append(mountPaths, vm.MountPath)
 	}
@@ -203,10 +237,6 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 	}
 	mountRewriter := strings.NewReplacer(pairs...)
 
-	ports := map[int32]int{} // containerPort -> loopback port
-	for _, p := range ctr.Ports {
-		ports[p.ContainerPort] = testsupport.FreePort(t)
-	}
 	listen := regexp.MustCompile(`^(--[a-z-]+=)?:(\d+)$`)
 	rewrite := func(s string) string {
 		for i := 0; i+1 < len(c.replace); i += 2 {
@@ -221,6 +251,35 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 			return m[1] + "127.0.0.1:" + strconv.Itoa(p)
 		}
 		return mountRewriter.Replace(s)
+	}
+	// In a mounted configuration (the gateway's Collector YAML): listen addresses on every
+	// interface become the loopback ports of their container ports, as in args; mount paths as
+	// in args.
+	anyHost := regexp.MustCompile(`0\.0\.0\.0:(\d+)`)
+	portKey := regexp.MustCompile(`(?m)^(\s*port:\s*)(\d+)\s*$`)
+	mapPort := func(n string) string {
+		i, _ := strconv.Atoi(n)
+		p, ok := ports[int32(i)]
+		if !ok {
+			p = testsupport.FreePort(t)
+		}
+		return strconv.Itoa(p)
+	}
+	for _, f := range configFiles {
+		s := f.content
+		for i := 0; i+1 < len(c.replace); i += 2 {
+			s = strings.ReplaceAll(s, c.replace[i], c.replace[i+1])
+		}
+		s = anyHost.ReplaceAllStringFunc(s, func(m string) string { return "127.0.0.1:" + mapPort(m[len("0.0.0.0:"):]) })
+		s = portKey.ReplaceAllStringFunc(s, func(m string) string {
+			sub := portKey.FindStringSubmatch(m)
+			return sub[1] + mapPort(sub[2])
+		})
+		s = strings.ReplaceAll(s, "host: 0.0.0.0", "host: 127.0.0.1")
+		s = mountRewriter.Replace(s)
+		if err := os.WriteFile(f.path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	env := map[string]string{}
@@ -271,10 +330,23 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 
 	bin := serviceBinary(t, ctr.Name)
 	cmd := exec.CommandContext(t.Context(), bin, args...)
-	cmd.Dir = root
 	// A container's environment is its env and nothing of the node's, except where the test
 	// needs PATH-free tools: none do.
 	cmd.Env = append([]string{"HOME=" + root, "TMPDIR=" + filepath.Join(root, "tmp")}, envList...)
+	automount := w.pod.Spec.AutomountServiceAccountToken != nil && *w.pod.Spec.AutomountServiceAccountToken
+	if automount {
+		// The pod reads the Kubernetes API with its service account (incluster_test.go).
+		kenv, saDir := inCluster(t, w, objs)
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.CommandContext(t.Context(), self, append([]string{bin}, args...)...)
+		cmd.Env = append([]string{"HOME=" + root, "TMPDIR=" + filepath.Join(root, "tmp"), inClusterEnv + "=" + saDir}, envList...)
+		cmd.Env = append(cmd.Env, kenv...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	}
+	cmd.Dir = root
 	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -341,6 +413,26 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("%s ready at %s", ctr.Name, url)
+	if automount {
+		checkAccess(t, w)
+		// The pod informer lists and watches at start; a right the RBAC lacks shows here.
+		time.Sleep(time.Second)
+		if o := out.String(); strings.Contains(strings.ToLower(o), "forbidden") || strings.Contains(o, "Unauthorized") {
+			t.Errorf("%s: the Kubernetes API refused the service account's requests:\n%s", ctr.Name, o)
+		}
+		if ctr.Name == "gateway" {
+			var cfgPath string
+			for _, a := range args {
+				if p, ok := strings.CutPrefix(a, "--config="); ok {
+					cfgPath = p
+				}
+			}
+			checkK8sNames(t, c, cfgPath, fmt.Sprintf("127.0.0.1:%d", ports[4317]))
+			if t.Failed() {
+				t.Logf("gateway output:\n%s", out.String())
+			}
+		}
+	}
 	if ctr.Name == "symbolizer" {
 		checkSymbolizerGuards(t, hc, fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[port]), ctr, ports)
 	}
