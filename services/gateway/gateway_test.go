@@ -90,22 +90,8 @@ func TestSymbolizesWithFullFidelity(t *testing.T) {
 		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
 		in := pprofile.NewProfiles()
 		pd.CopyTo(in)
-		body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-protobuf")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST /v1development/profiles: %s", resp.Status)
+		if code := g.postProfiles(t, pd); code != http.StatusOK {
+			t.Fatalf("POST /v1development/profiles: %d", code)
 		}
 		check(t, in, cases)
 	})
@@ -283,22 +269,8 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 		}
 		pd, cases = otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	}
-	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("HTTP with a full sending queue: %s, want 503", resp.Status)
+	if code := g.postProfiles(t, pd); code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP with a full sending queue: %d, want 503", code)
 	}
 	// Readiness follows the pushback, so a load balancer sends new connections elsewhere.
 	if code := g.readiness(t); code != http.StatusServiceUnavailable {
@@ -604,22 +576,8 @@ func TestMemoryLimiterRefuses(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("send above the memory limit: %v, want UNAVAILABLE", err)
 	}
-	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+g.httpAddr+"/v1development/profiles", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("HTTP above the memory limit: %s, want 503", resp.Status)
+	if code := g.postProfiles(t, pd); code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP above the memory limit: %d, want 503", code)
 	}
 	if refused := g.metrics(t).sum("otelcol_receiver_refused_profile_samples"); refused == 0 {
 		t.Error("otelcol_receiver_refused_profile_samples is 0 after refusals")

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -350,4 +352,31 @@ func (g *gateway) metrics(t *testing.T) scrape {
 		t.Fatalf("scrape %s: %v", g.metricsURL, err)
 	}
 	return out
+}
+
+// post sends body to the OTLP/HTTP receiver.
+func (g *gateway) post(t *testing.T, method, path, contentType string, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+g.httpAddr+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// postProfiles sends pd to the OTLP/HTTP receiver as protobuf and returns the status code.
+func (g *gateway) postProfiles(t *testing.T, pd pprofile.Profiles) int {
+	t.Helper()
+	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.post(t, http.MethodPost, "/v1development/profiles", "application/x-protobuf", body)
 }

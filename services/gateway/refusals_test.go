@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,36 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
-
-const profilesExport = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
-
-// rawCodec sends bytes as they are: a client that can send what no marshaler would.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
-	}
-	return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
-	}
-	*b = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
 
 // unknownCompressor is a compression the gateway does not have (it is registered in this test
 // process only).
@@ -118,23 +92,6 @@ func (g *gateway) waitLog(t *testing.T, msg, transport, reason string, timeout t
 	}
 }
 
-// post sends body to the OTLP/HTTP receiver.
-func (g *gateway) post(t *testing.T, method, path, contentType string, body []byte) int {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+g.httpAddr+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", contentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // readiness is the status code of the refusals extension's readiness endpoint.
 func (g *gateway) readiness(t *testing.T) int {
 	t.Helper()
@@ -172,12 +129,12 @@ func TestRefusalsAnsweredCountedLogged(t *testing.T) {
 	defer cc.Close()
 	raw := func(method string, body []byte, opts ...grpc.CallOption) error {
 		var reply []byte
-		return cc.Invoke(t.Context(), method, &body, &reply, append(opts, grpc.ForceCodecV2(rawCodec{}))...)
+		return cc.Invoke(t.Context(), method, &body, &reply, append(opts, grpc.ForceCodecV2(otlptest.RawCodec{}))...)
 	}
 
 	garbage := []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffnot an OTLP request")
 	for range 5 {
-		err := raw(profilesExport, garbage)
+		err := raw(otlptest.ExportMethod, garbage)
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("gRPC garbage: %v, want InvalidArgument", err)
 		}
@@ -185,10 +142,10 @@ func TestRefusalsAnsweredCountedLogged(t *testing.T) {
 			t.Fatalf("gRPC garbage: message %q does not name the problem", msg)
 		}
 	}
-	if err := raw(profilesExport, make([]byte, 17<<20)); status.Code(err) != codes.ResourceExhausted {
+	if err := raw(otlptest.ExportMethod, make([]byte, 17<<20)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("gRPC 17 MiB (limit 16 MiB): %v, want ResourceExhausted", err)
 	}
-	if err := raw(profilesExport, garbage, grpc.UseCompressor(unknownCompressor{}.Name())); status.Code(err) != codes.Unimplemented {
+	if err := raw(otlptest.ExportMethod, garbage, grpc.UseCompressor(unknownCompressor{}.Name())); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("gRPC with a compression the gateway lacks: %v, want Unimplemented", err)
 	}
 	if err := raw("/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Import", nil); status.Code(err) != codes.Unimplemented {

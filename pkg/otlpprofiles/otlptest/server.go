@@ -22,7 +22,7 @@ const profilesService = "opentelemetry.proto.collector.profiles.v1development.Pr
 // since pdata's GRPCServer interface has an unexported method and can only be implemented by
 // embedding its unimplemented server; an undecodable request gets InvalidArgument.
 func NewProfilesServer(export ExportFunc, opts ...grpc.ServerOption) *grpc.Server {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(rawCodec{})}, opts...)...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(RawCodec{})}, opts...)...)
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: profilesService,
 		HandlerType: (*any)(nil),
@@ -51,34 +51,47 @@ func NewProfilesServer(export ExportFunc, opts ...grpc.ServerOption) *grpc.Serve
 				if interceptor == nil {
 					return handle(ctx, in)
 				}
-				return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/" + profilesService + "/Export"}, handle)
+				return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: ExportMethod}, handle)
 			},
 		}},
 	}, nil)
 	return s
 }
 
-// rawMessage is an encoded request or response; rawCodec passes it through as it is.
+// rawMessage is an encoded request or response; RawCodec passes it through as it is.
 type rawMessage struct{ b []byte }
 
-type rawCodec struct{}
+// ExportMethod is the full gRPC method name of the OTLP profiles Export.
+const ExportMethod = "/" + profilesService + "/Export"
 
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*rawMessage)
-	if !ok {
-		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
+// RawCodec is a gRPC codec that passes bytes through as they are, for messages of type
+// *[]byte: with grpc.ForceCodecV2(RawCodec{}) a test client sends what no marshaler would
+// (cc.Invoke(ctx, ExportMethod, &body, &reply, ...)).
+type RawCodec struct{}
+
+// Marshal returns the bytes of a *[]byte.
+func (RawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *rawMessage:
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	case *[]byte:
+		return mem.BufferSlice{mem.SliceBuffer(*m)}, nil
 	}
-	return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
 }
 
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*rawMessage)
-	if !ok {
+// Unmarshal stores the bytes into a *[]byte.
+func (RawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch m := v.(type) {
+	case *rawMessage:
+		m.b = data.Materialize()
+	case *[]byte:
+		*m = data.Materialize()
+	default:
 		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
 	}
-	m.b = data.Materialize()
 	return nil
 }
 
 // Name is the content subtype: the bytes are protobuf.
-func (rawCodec) Name() string { return "proto" }
+func (RawCodec) Name() string { return "proto" }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -28,32 +29,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
-
 // garbage is not a protobuf message: 0xff 0xff ... is a varint tag that never ends.
 var garbage = []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffnot protobuf")
-
-// rawCodec sends bytes as they are: a client that can send what no marshaler would.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
-	}
-	return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
-	}
-	*b = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
 
 // fakeReceiver stands for the OTLP receiver: it records what it is handed and answers err.
 type fakeReceiver struct {
@@ -204,7 +181,7 @@ func startGRPC(t *testing.T, ext *Extension, maxRecv int, extra ...grpc.ServerOp
 
 func sendRaw(ctx context.Context, cc *grpc.ClientConn, method string, body []byte) error {
 	var reply []byte
-	return cc.Invoke(ctx, method, &body, &reply, grpc.ForceCodecV2(rawCodec{}))
+	return cc.Invoke(ctx, method, &body, &reply, grpc.ForceCodecV2(otlptest.RawCodec{}))
 }
 
 func wellFormed(t testing.TB) (pprofile.Profiles, []byte) {
@@ -235,11 +212,11 @@ func TestGRPCUndecodableIsInvalidArgument(t *testing.T) {
 	h := newHarness(t, createDefaultConfig())
 	fr, cc := startGRPC(t, h.ext, 4<<20)
 	for range 5 {
-		err := sendRaw(t.Context(), cc, exportMethod, garbage)
+		err := sendRaw(t.Context(), cc, otlptest.ExportMethod, garbage)
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("garbage: %v, want InvalidArgument", err)
 		}
-		if msg := status.Convert(err).Message(); !strings.Contains(msg, "not a valid protobuf message") || !strings.Contains(msg, exportMethod) {
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "not a valid protobuf message") || !strings.Contains(msg, otlptest.ExportMethod) {
 			t.Fatalf("garbage: message %q does not name the problem", msg)
 		}
 	}
@@ -247,7 +224,7 @@ func TestGRPCUndecodableIsInvalidArgument(t *testing.T) {
 		t.Fatalf("the receiver was handed %d undecodable requests", fr.count())
 	}
 	pd, body := wellFormed(t)
-	if err := sendRaw(t.Context(), cc, exportMethod, body); err != nil {
+	if err := sendRaw(t.Context(), cc, otlptest.ExportMethod, body); err != nil {
 		t.Fatalf("well-formed request: %v", err)
 	}
 	if fr.count() != 1 {
@@ -284,7 +261,7 @@ func TestGRPCNoLeftoverFailures(t *testing.T) {
 		return nil, status.Error(codes.Unauthenticated, "no credentials")
 	})
 	_, cc := startGRPC(t, h.ext, 4<<20, refuseAll)
-	if err := sendRaw(t.Context(), cc, exportMethod, garbage); status.Code(err) != codes.Unauthenticated {
+	if err := sendRaw(t.Context(), cc, otlptest.ExportMethod, garbage); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("garbage behind an authenticator: %v, want Unauthenticated", err)
 	}
 	waitNoPending(t, h.ext, "after the authenticator refused")
@@ -294,7 +271,7 @@ func TestGRPCNoLeftoverFailures(t *testing.T) {
 	_, cc2 := startGRPC(t, h2.ext, 4<<20)
 	_, body := wellFormed(t)
 	for _, msgs := range [][][]byte{{body, garbage}, {garbage, garbage}} {
-		st, err := cc2.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true}, exportMethod, grpc.ForceCodecV2(rawCodec{}))
+		st, err := cc2.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true}, otlptest.ExportMethod, grpc.ForceCodecV2(otlptest.RawCodec{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +296,7 @@ func TestGRPCNoLeftoverFailures(t *testing.T) {
 func TestGRPCReasons(t *testing.T) {
 	h := newHarness(t, createDefaultConfig())
 	fr, cc := startGRPC(t, h.ext, 1024)
-	if err := sendRaw(t.Context(), cc, exportMethod, make([]byte, 4096)); status.Code(err) != codes.ResourceExhausted {
+	if err := sendRaw(t.Context(), cc, otlptest.ExportMethod, make([]byte, 4096)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("over-size: %v, want ResourceExhausted", err)
 	}
 	if err := sendRaw(t.Context(), cc, "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Nope", nil); status.Code(err) != codes.Unimplemented {
@@ -330,11 +307,11 @@ func TestGRPCReasons(t *testing.T) {
 	}
 	fr.setErr(status.Error(codes.Unavailable, "sending queue is full"))
 	_, body := wellFormed(t)
-	if err := sendRaw(t.Context(), cc, exportMethod, body); status.Code(err) != codes.Unavailable {
+	if err := sendRaw(t.Context(), cc, otlptest.ExportMethod, body); status.Code(err) != codes.Unavailable {
 		t.Fatalf("pushback: %v, want Unavailable", err)
 	}
 	fr.setErr(errors.New("permanent"))
-	if err := sendRaw(t.Context(), cc, exportMethod, body); status.Code(err) != codes.Unknown {
+	if err := sendRaw(t.Context(), cc, otlptest.ExportMethod, body); status.Code(err) != codes.Unknown {
 		t.Fatalf("other: %v, want Unknown", err)
 	}
 	want := map[string]int64{"grpc/too_large": 1, "grpc/bad_method_or_path": 2, "grpc/pushback": 1, "grpc/other": 1}
@@ -392,7 +369,7 @@ func requestType(tb testing.TB) reflect.Type {
 		tb.Fatal(err)
 	}
 	defer cc.Close()
-	if err := sendRaw(context.Background(), cc, exportMethod, nil); err != nil {
+	if err := sendRaw(context.Background(), cc, otlptest.ExportMethod, nil); err != nil {
 		tb.Fatal(err)
 	}
 	if spy.typ == nil {
@@ -506,7 +483,7 @@ func BenchmarkExportRPC(b *testing.B) {
 			defer cc.Close()
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := sendRaw(context.Background(), cc, exportMethod, body); err != nil {
+				if err := sendRaw(context.Background(), cc, otlptest.ExportMethod, body); err != nil {
 					b.Fatal(err)
 				}
 			}
