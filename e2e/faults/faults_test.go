@@ -226,12 +226,18 @@ func TestFaults(t *testing.T) {
 	}
 	stopLoad()
 	<-loadDone
+	// Nothing lost: every request the gateway acknowledged reaches the downstream (its queue
+	// drains). Only then is it stopped: a stop interrupts the retries under way, whose requests
+	// the persistent queue keeps for the next start (TestDrillRestartWhileDownstreamDown in the
+	// gateway's tests) and an in-memory queue drops, saying how many.
+	acked := ld.ackedIDs()
+	for deadline := time.Now().Add(60 * time.Second); sk.missing(acked) > 0 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err := gw.Stop(syscall.SIGTERM, 90*time.Second); err != nil {
 		t.Errorf("stop gateway: %v", err)
 	}
 
-	// Nothing lost: every request the gateway acknowledged reached the downstream.
-	acked := ld.ackedIDs()
 	_, _, lost, _ := sk.account(acked)
 	// A duplicate belongs to the fault under which it arrived.
 	dups := sk.duplicatesByArrival()

@@ -231,12 +231,14 @@ func TestFaultsUpstreamAndSenderLinks(t *testing.T) {
 
 // startGateway runs the gateway against symbolizerURL, exporting to downstream, with the
 // deadlines of TestFaults (symbolizer calls 1 s, export 2 s) and no symbol cache in front of
-// the symbolizer; its configuration is written beside its log.
+// the symbolizer, and its sending queue on disk as in production; its configuration and queue
+// are kept beside its log.
 func startGateway(ctx context.Context, logPath, bin, symbolizerURL, downstream string) (*pipeline.Proc, pipeline.GatewayPorts, error) {
 	noCache := 0
-	return pipeline.StartGateway(ctx, bin, filepath.Join(filepath.Dir(logPath), "gateway.yaml"), logPath,
+	dir := filepath.Dir(logPath)
+	return pipeline.StartGateway(ctx, bin, filepath.Join(dir, "gateway.yaml"), logPath,
 		pipeline.GatewayConfig{Symbolizer: symbolizerURL, Timeout: time.Second, Deadline: 2 * time.Second,
-			CacheEntries: &noCache, Downstream: downstream}, 60*time.Second)
+			CacheEntries: &noCache, Downstream: downstream, StorageDir: filepath.Join(dir, "gateway-queue")}, 60*time.Second)
 }
 
 // failedFetches is the symbolizer's count of upstream fetches that failed or were not tried
