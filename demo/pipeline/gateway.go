@@ -96,6 +96,12 @@ func (c GatewayConfig) YAML(ports GatewayPorts) string {
 	fmt.Fprintf(&b, "  refusals:\n    log_interval: %s\n    readiness:\n      endpoint: 127.0.0.1:%d\n      path: /readyz\n      pushback_window: %s\n",
 		logInterval, ports.Readiness, window)
 	extensions := []string{"health_check", "refusals"}
+	if c.Downstream != "" {
+		// The exporter's middleware: a downstream outage logged at its start, summarized while
+		// it lasts, and logged at its end.
+		fmt.Fprintf(&b, "  downstream_watch:\n    summary_interval: %s\n", logInterval)
+		extensions = append(extensions, "downstream_watch")
+	}
 	if c.StorageDir != "" {
 		fmt.Fprintf(&b, "  file_storage:\n    directory: %s\n    create_directory: true\n    fsync: true\n", c.StorageDir)
 		extensions = append(extensions, "file_storage")
@@ -158,6 +164,7 @@ processors:
 		exporters = append(exporters, "otlp_grpc")
 		fmt.Fprintf(&b, `  otlp_grpc:
     endpoint: %s
+    middlewares: [{id: downstream_watch}]
     tls:
       insecure: true
     timeout: 2s

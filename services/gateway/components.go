@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/profsym/profsym/processor/symbolizeprocessor"
+	"github.com/profsym/profsym/services/gateway/internal/downstreamwatch"
 	"github.com/profsym/profsym/services/gateway/internal/plainencoding"
 	"github.com/profsym/profsym/services/gateway/internal/pprofexporter"
 	"github.com/profsym/profsym/services/gateway/internal/refusals"
@@ -53,6 +54,7 @@ func components() (otelcol.Factories, error) {
 		healthcheckextension.NewFactory(),
 		plainencoding.NewFactory(),
 		refusals.NewFactory(),
+		downstreamwatch.NewFactory(),
 	); err != nil {
 		return f, err
 	}

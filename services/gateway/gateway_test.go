@@ -180,6 +180,9 @@ func TestDrillsMidStream(t *testing.T) {
 		cfg          gwConfig // Symbolizer and Downstream are filled in
 		stop, start  func(sym *testsupport.Symbolizer, redis *testsupport.Redis, sk *sink)
 		symbolizedOK int
+		// logged is what the gateway's log says once when the outage starts and once when it
+		// ends; empty: the gateway does not see this outage itself.
+		logged [2]string
 	}{
 		{
 			name: "symbolizer stopped",
@@ -202,6 +205,7 @@ func TestDrillsMidStream(t *testing.T) {
 			stop:         func(_ *testsupport.Symbolizer, _ *testsupport.Redis, sk *sink) { sk.GracefulStop() },
 			start:        func(_ *testsupport.Symbolizer, _ *testsupport.Redis, sk *sink) { sk.Start(t) },
 			symbolizedOK: 30,
+			logged:       [2]string{"degraded: exports are queued and retried", "recovered"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,6 +236,17 @@ func TestDrillsMidStream(t *testing.T) {
 			sk.settle(t, sent, 60*time.Second)
 			if yes, no := symbolizedRequests(sk.received()); yes != tc.symbolizedOK || no != 30-tc.symbolizedOK {
 				t.Fatalf("%d requests symbolized, %d not; want %d and %d", yes, no, tc.symbolizedOK, 30-tc.symbolizedOK)
+			}
+			if tc.logged[0] != "" {
+				log, err := os.ReadFile(g.proc.LogPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, what := range tc.logged {
+					if n := strings.Count(string(log), "downstream "+sk.addr+" "+what); n != 1 {
+						t.Errorf("the gateway's log says %q %d times, want once", "downstream "+sk.addr+" "+what, n)
+					}
+				}
 			}
 		})
 	}

@@ -17,6 +17,9 @@ extensions:
     log_interval: 30s
     readiness: {endpoint: 0.0.0.0:13134, path: /readyz, pushback_window: 10s}
   {{- if $g.otlpGrpcEndpoint }}
+  # The exporter's middleware: a downstream outage logged at its start, summarized, and at its end.
+  downstream_watch:
+    summary_interval: 1m
   file_storage:
     directory: ${env:PROFSYM_GATEWAY_QUEUE_DIR:-/var/lib/profsym-gateway/queue}
     create_directory: true
@@ -74,6 +77,7 @@ exporters:
     tls:
       insecure: ${env:PROFSYM_OTLP_INSECURE:-false}
     compression: gzip
+    middlewares: [{id: downstream_watch}]
     timeout: 30s
     retry_on_failure: {initial_interval: 1s, max_interval: 30s, max_elapsed_time: 0}
     sending_queue:
@@ -99,6 +103,7 @@ service:
     - health_check
     - refusals
     {{- if $g.otlpGrpcEndpoint }}
+    - downstream_watch
     - file_storage
     {{- end }}
     {{- if $g.files.enabled }}
