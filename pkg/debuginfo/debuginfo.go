@@ -48,6 +48,13 @@ type Options struct {
 	// DWARFPackage is the DWARF package (.dwp) of a -gsplit-dwarf build to use instead of
 	// the one beside the binary (<binary>.dwp, where llvm-symbolizer looks).
 	DWARFPackage string
+	// NoSearch reads no companion file but those named above: no debug file found by
+	// .gnu_debuglink, no supplementary file at the path its link names, no .dwp beside the
+	// binary, no .dwo where the compiler wrote it. A server indexing uploaded files sets it: the
+	// names in a file someone uploaded must not make it read its own disk (an absolute
+	// DW_AT_comp_dir, a "../" debuglink, a huge file to checksum). Companions it lacks are
+	// reported missing, as when a search finds nothing.
+	NoSearch bool
 }
 
 // Binary is an opened ELF file with its companions. Its index is built once, on first use,
@@ -205,6 +212,11 @@ func (b *Binary) findSupplementary() error {
 	si := &SupplementaryInfo{SupLink: link}
 	b.info.Supplementary = si
 	supPath, how := b.opts.SupplementaryFile, "option"
+	if supPath == "" && b.opts.NoSearch {
+		si.Missing = true
+		b.supErr = fmt.Errorf("%w: DWARF of %s: %s names ID %s, not given, and files are not searched for", ErrSupplementaryMissing, path, link.Section, link.ID)
+		return nil
+	}
 	if supPath == "" {
 		supPath, how, err = debugfile.FindSupplementary(link, path, b.opts.DebugDirs)
 		if err != nil {
@@ -243,7 +255,7 @@ func (b *Binary) findSupplementary() error {
 
 func (b *Binary) findDebugFile() error {
 	dbgPath, how := b.opts.DebugFile, "option"
-	if dbgPath == "" && !b.elf.HasDWARF() {
+	if dbgPath == "" && !b.elf.HasDWARF() && !b.opts.NoSearch {
 		p, h, err := debugfile.Find(b.elf, b.ids, b.path, b.opts.DebugDirs)
 		if err != nil {
 			b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("search debug file: %v", err))
@@ -538,6 +550,9 @@ func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.P
 	}
 	if units, err := dwarfsym.SplitUnits(secs, byteOrder(f.ELF())); err == nil {
 		b.info.SkeletonUnits = len(units)
+	}
+	if b.opts.DWARFPackage == "" && b.opts.NoSearch {
+		return nil, nil
 	}
 	cands := []string{b.opts.DWARFPackage}
 	if b.opts.DWARFPackage == "" {

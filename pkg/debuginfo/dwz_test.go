@@ -86,6 +86,12 @@ func TestDWZSupplementary(t *testing.T) {
 				}
 				n := sameAsOriginal(t, bin, ix)
 				t.Logf("%s: %d addresses resolve as in the original; supplementary %s (%s) %s", filepath.Base(bin), n, sup.Name, sup.Section, sup.ID)
+				// A server does not open the path a link names; the file is missing until given.
+				if _, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{NoSearch: true}); err != nil {
+					t.Fatal(err)
+				} else if s := info.Supplementary; s == nil || !s.Missing || s.Path != "" || !strings.Contains(info.DWARFError, "not searched") {
+					t.Fatalf("%s with NoSearch: supplementary %+v, DWARF error %q", bin, s, info.DWARFError)
+				}
 			}
 
 			// A store tells the common file from the files that link to it.

@@ -42,6 +42,12 @@ func TestSplitDWARFPackage(t *testing.T) {
 	}
 	n := agreesWithLLVM(t, bin, ix)
 	t.Logf("%d addresses agree with llvm-symbolizer reading the .dwo files", n)
+	// A server does not follow the skeletons' names to files on its own disk.
+	if ix, info, err := debuginfo.OpenIndex(bin, debuginfo.Options{NoSearch: true}); err != nil {
+		t.Fatal(err)
+	} else if info.DWARFPackage != "" || info.SkeletonsWithoutPackage == 0 || ix.Fidelity() == index.FidelityFullInlines {
+		t.Fatalf("NoSearch read the .dwo files: package %q, %d skeletons without, fidelity %v", info.DWARFPackage, info.SkeletonsWithoutPackage, ix.Fidelity())
+	}
 
 	elfxtest.Run(t, "llvm-dwp", "-e", bin, "-o", bin+".dwp")
 	dwos, err := filepath.Glob(filepath.Join(dir, "*.dwo"))

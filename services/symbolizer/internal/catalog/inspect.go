@@ -83,7 +83,8 @@ func Inspect(path string, lim elfx.Limits, comp CompanionsFunc) (*Inspection, er
 	if err != nil {
 		isSup = false
 	}
-	opts := debuginfo.Options{Limits: lim}
+	// Companions come from the store only: never a path the uploaded file names.
+	opts := debuginfo.Options{Limits: lim, NoSearch: true}
 	if comp != nil && !isSup {
 		// The link is read without the DWARF: Open is cheap, Index is not.
 		b, err := debuginfo.Open(path, opts)
