@@ -18,9 +18,9 @@ type ExportFunc func(context.Context, pprofileotlp.ExportRequest) (pprofileotlp.
 const profilesService = "opentelemetry.proto.collector.profiles.v1development.ProfilesService"
 
 // NewProfilesServer returns a gRPC server whose OTLP profiles service (Export) is answered by
-// export: the downstream or sink of a test. It is registered by hand over a raw-bytes codec,
-// since pdata's GRPCServer interface has an unexported method and can only be implemented by
-// embedding its unimplemented server; an undecodable request gets InvalidArgument.
+// export: the downstream or sink of a test. It is registered by hand over a raw-bytes codec:
+// pdata's GRPCServer interface has an unexported method, so no type outside pdata can
+// implement it without embedding one of pdata's. An undecodable request gets InvalidArgument.
 func NewProfilesServer(export ExportFunc, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(RawCodec{})}, opts...)...)
 	s.RegisterService(&grpc.ServiceDesc{

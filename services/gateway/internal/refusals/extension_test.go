@@ -21,10 +21,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// fakeHTTPReceiver answers like the OTLP receiver: 405 for a method other than POST, 415 for a
+// httpReceiverStandIn answers like the OTLP receiver: 405 for a method other than POST, 415 for a
 // content type other than protobuf or JSON, 400 (an OTLP status in protobuf) for a body it
 // cannot read or decode, and then status.
-func fakeHTTPReceiver(status int) http.Handler {
+func httpReceiverStandIn(status int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "405 method not allowed, supported: [POST]", http.StatusMethodNotAllowed)
@@ -59,7 +59,7 @@ func TestHTTPRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner, err := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fakeHTTPReceiver(status).ServeHTTP(w, r)
+		httpReceiverStandIn(status).ServeHTTP(w, r)
 	}))
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"reflect"
 	"strings"
 	"sync"
@@ -32,16 +33,16 @@ import (
 // garbage is not a protobuf message: 0xff 0xff ... is a varint tag that never ends.
 var garbage = []byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffnot protobuf")
 
-// fakeReceiver stands for the OTLP receiver: it records what it is handed and answers err.
-type fakeReceiver struct {
-	pprofileotlp.UnimplementedGRPCServer
+// exportRecorder stands for the OTLP receiver behind pdata's gRPC handler (serveExport): it
+// records what it is handed and answers err.
+type exportRecorder struct {
 	mu       sync.Mutex
 	err      error
 	discard  bool
 	received []pprofile.Profiles
 }
 
-func (f *fakeReceiver) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+func (f *exportRecorder) export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -56,13 +57,13 @@ func (f *fakeReceiver) Export(_ context.Context, req pprofileotlp.ExportRequest)
 	return pprofileotlp.NewExportResponse(), nil
 }
 
-func (f *fakeReceiver) setErr(err error) {
+func (f *exportRecorder) setErr(err error) {
 	f.mu.Lock()
 	f.err = err
 	f.mu.Unlock()
 }
 
-func (f *fakeReceiver) count() int {
+func (f *exportRecorder) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.received)
@@ -152,9 +153,9 @@ func waitNoPending(t testing.TB, ext *Extension, when string) {
 	}
 }
 
-// startGRPC serves a fakeReceiver with the extension's options after extra (which stand for the
+// startGRPC serves a exportRecorder with the extension's options after extra (which stand for the
 // receiver's own, such as its authentication interceptor).
-func startGRPC(t *testing.T, ext *Extension, maxRecv int, extra ...grpc.ServerOption) (*fakeReceiver, *grpc.ClientConn) {
+func startGRPC(t *testing.T, ext *Extension, maxRecv int, extra ...grpc.ServerOption) (*exportRecorder, *grpc.ClientConn) {
 	t.Helper()
 	opts, err := ext.GetGRPCServerOptions(context.Background())
 	if err != nil {
@@ -162,8 +163,8 @@ func startGRPC(t *testing.T, ext *Extension, maxRecv int, extra ...grpc.ServerOp
 	}
 	opts = append(append(extra, grpc.MaxRecvMsgSize(maxRecv)), opts...)
 	srv := grpc.NewServer(opts...)
-	fr := &fakeReceiver{}
-	pprofileotlp.RegisterGRPCServer(srv, fr)
+	fr := &exportRecorder{}
+	serveExport(srv, fr)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -350,56 +351,66 @@ func TestClassifyGRPC(t *testing.T) {
 	}
 }
 
-// requestType is the message type gRPC hands the codec for the Export method (pdata's internal
-// ExportProfilesServiceRequest), learnt from a real server.
-func requestType(tb testing.TB) reflect.Type {
-	tb.Helper()
-	spy := &spyCodec{delegate: newCodec().delegate}
-	srv := grpc.NewServer(grpc.ForceServerCodecV2(spy))
-	pprofileotlp.RegisterGRPCServer(srv, &fakeReceiver{})
-	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer cc.Close()
-	if err := sendRaw(context.Background(), cc, otlptest.ExportMethod, nil); err != nil {
-		tb.Fatal(err)
-	}
-	if spy.typ == nil {
-		tb.Fatal("the server decoded no request")
-	}
-	return spy.typ
+// requestType and responseType are the message types pdata's generated gRPC handler decodes
+// a profiles Export into and answers with (pdata's internal ExportProfilesServiceRequest and
+// Response, the types of ExportRequest's and ExportResponse's first field): what the OTLP
+// receiver hands the codec.
+var (
+	requestType  = reflect.TypeOf(pprofileotlp.NewExportRequest()).Field(0).Type
+	responseType = reflect.TypeOf(pprofileotlp.NewExportResponse()).Field(0).Type
+)
+
+// pdataMessage is how pdata's registered "proto" codec encodes its own messages.
+type pdataMessage interface {
+	SizeProto() int
+	MarshalProto([]byte) int
 }
 
-type spyCodec struct {
-	delegate interface {
-		Marshal(any) (mem.BufferSlice, error)
-		Unmarshal(mem.BufferSlice, any) error
+// serveExport registers rec as the OTLP profiles service the way pdata's generated handler
+// does: a new message of pdata's request type, decoded by the server's codec, handed to the
+// interceptor chain, then to rec.
+func serveExport(srv *grpc.Server, rec *exportRecorder) {
+	handle := func(ctx context.Context, req any) (any, error) {
+		m, ok := req.(pdataMessage)
+		if !ok {
+			return nil, status.Errorf(codes.Internal, "request of type %T", req)
+		}
+		b := make([]byte, m.SizeProto())
+		b = b[:m.MarshalProto(b)]
+		r := pprofileotlp.NewExportRequest()
+		if err := r.UnmarshalProto(b); err != nil {
+			return nil, status.Errorf(codes.Internal, "re-decode request: %v", err)
+		}
+		if _, err := rec.export(ctx, r); err != nil {
+			return nil, err
+		}
+		return reflect.New(responseType.Elem()).Interface(), nil
 	}
-	typ reflect.Type
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: strings.TrimPrefix(path.Dir(otlptest.ExportMethod), "/"),
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: path.Base(otlptest.ExportMethod),
+			Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+				in := reflect.New(requestType.Elem()).Interface()
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				if interceptor == nil {
+					return handle(ctx, in)
+				}
+				return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: otlptest.ExportMethod}, handle)
+			},
+		}},
+	}, nil)
 }
-
-func (s *spyCodec) Marshal(v any) (mem.BufferSlice, error) { return s.delegate.Marshal(v) }
-func (s *spyCodec) Unmarshal(d mem.BufferSlice, v any) error {
-	s.typ = reflect.TypeOf(v)
-	return s.delegate.Unmarshal(d, v)
-}
-func (s *spyCodec) Name() string { return "proto" }
 
 // BenchmarkCodecUnmarshal decodes a well-formed request with pdata's codec alone and through
 // the wrapper (a new message each time, as gRPC does): the wrapper must add no allocation.
 func BenchmarkCodecUnmarshal(b *testing.B) {
 	_, body := wellFormed(b)
-	typ := requestType(b)
-	if _, ok := reflect.New(typ.Elem()).Interface().(otlpRequest); !ok {
-		b.Fatalf("%v is not an OTLP request to the codec", typ)
+	if _, ok := reflect.New(requestType.Elem()).Interface().(otlpRequest); !ok {
+		b.Fatalf("%v is not an OTLP request to the codec", requestType)
 	}
 	c := newCodec()
 	for _, bc := range []struct {
@@ -412,7 +423,7 @@ func BenchmarkCodecUnmarshal(b *testing.B) {
 			data := mem.BufferSlice{mem.SliceBuffer(body)}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := bc.codec.Unmarshal(data, reflect.New(typ.Elem()).Interface()); err != nil {
+				if err := bc.codec.Unmarshal(data, reflect.New(requestType.Elem()).Interface()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -423,7 +434,7 @@ func BenchmarkCodecUnmarshal(b *testing.B) {
 // BenchmarkCodecOverhead isolates the wrapper's own cost on success: around a codec that does
 // nothing, so the machine's noise on pdata's decode does not hide it.
 func BenchmarkCodecOverhead(b *testing.B) {
-	msg := reflect.New(requestType(b).Elem()).Interface()
+	msg := reflect.New(requestType.Elem()).Interface()
 	data := mem.BufferSlice{mem.SliceBuffer([]byte{})}
 	for _, bc := range []struct {
 		name  string
@@ -468,7 +479,7 @@ func BenchmarkExportRPC(b *testing.B) {
 				opts = append(opts, o...)
 			}
 			srv := grpc.NewServer(opts...)
-			pprofileotlp.RegisterGRPCServer(srv, &fakeReceiver{discard: true})
+			serveExport(srv, &exportRecorder{discard: true})
 			var lc net.ListenConfig
 			ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 			if err != nil {
