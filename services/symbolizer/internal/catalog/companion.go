@@ -202,9 +202,10 @@ func (m *Catalog) StoredPackage(ctx context.Context, gnu string) (*File, error) 
 }
 
 // Fetch makes local copies of the stored companions and returns the engine options that
-// name them, with a cleanup that removes the copies.
+// name them, with a cleanup that removes the copies. The options search for nothing else
+// (NoSearch): a stored file's companions come from the store, never from a path it names.
 func (c Companions) Fetch(ctx context.Context, s store.Store, tempDir string) (debuginfo.Options, func(), error) {
-	var opts debuginfo.Options
+	opts := debuginfo.Options{NoSearch: true}
 	var cleanups []func()
 	cleanup := func() {
 		for _, f := range cleanups {
