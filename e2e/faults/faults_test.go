@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -79,26 +78,7 @@ func TestFaults(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	logs := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range []string{"symbolizer", "gateway"} {
-				t.Logf("%s log (last lines):\n%s", name, pipeline.TailFile(filepath.Join(logs, name+".log"), 30))
-			}
-		}
-	})
-	bins, err := pipeline.BuildServices(ctx, root, filepath.Join(dir, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, logs, bins := buildSuite(ctx, t, "symbolizer", "gateway")
 	prog := testsupport.CompileC(t, program, "-O2", "-g")
 	tg, err := newTarget(prog)
 	if err != nil {

@@ -38,26 +38,7 @@ func TestFaultsUpstreamAndSenderLinks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	logs := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range []string{"upstream", "symbolizer", "gateway"} {
-				t.Logf("%s log (last lines):\n%s", name, pipeline.TailFile(filepath.Join(logs, name+".log"), 30))
-			}
-		}
-	})
-	bins, err := pipeline.BuildServices(ctx, root, filepath.Join(dir, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, logs, bins := buildSuite(ctx, t, "upstream", "symbolizer", "gateway")
 	tox := testsupport.StartToxiproxy(t)
 	const token = "faults-token"
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -289,4 +291,30 @@ func (s *sink) account(acked map[string]string) (in, out, lost int, dups map[str
 		}
 	}
 	return in, out, lost, dups
+}
+
+// buildSuite builds the services into a fresh directory and returns it, its logs folder and the
+// binaries; when t fails, the last lines of the named services' logs are printed.
+func buildSuite(ctx context.Context, t *testing.T, services ...string) (dir, logs string, bins pipeline.Binaries) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	logs = filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range services {
+				t.Logf("%s log (last lines):\n%s", name, pipeline.TailFile(filepath.Join(logs, name+".log"), 30))
+			}
+		}
+	})
+	if bins, err = pipeline.BuildServices(ctx, root, filepath.Join(dir, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	return dir, logs, bins
 }

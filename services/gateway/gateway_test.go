@@ -259,10 +259,7 @@ func TestDrillDownstreamDownBackpressure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	sk.Stop()
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, QueueSize: 3,
 		JSONLogs: true, RefusalLogInterval: time.Second, PushbackWindow: 2 * time.Second})
@@ -371,10 +368,7 @@ func TestDrillRestartWhileDownstreamDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	sk.Stop()
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, StorageDir: t.TempDir()})
 
@@ -452,10 +446,7 @@ func TestK8sAttributesPassthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, K8sPassthrough: true})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	in := pprofile.NewProfiles()
@@ -568,10 +559,7 @@ func TestMemoryLimiterRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, MemoryLimitMiB: 2})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	// The limiter decides on its first check after start: what came before goes through.

@@ -380,3 +380,13 @@ func (g *gateway) postProfiles(t *testing.T, pd pprofile.Profiles) int {
 	}
 	return g.post(t, http.MethodPost, "/v1development/profiles", "application/x-protobuf", body)
 }
+
+// startWithOneBinary starts a symbolizer holding the first of the shared test binaries, and a
+// downstream sink: what most drills run a gateway between.
+func startWithOneBinary(t *testing.T) ([]otlptest.Binary, *testsupport.Symbolizer, *sink) {
+	t.Helper()
+	b := otlptest.Binaries(t)[:1]
+	sym := testsupport.StartSymbolizer(t, "")
+	sym.Upload(t, b[0].Path)
+	return b, sym, startSink(t)
+}

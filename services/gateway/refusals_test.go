@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
-	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // unknownCompressor is a compression the gateway does not have (it is registered in this test
@@ -117,10 +116,7 @@ func TestRefusalsAnsweredCountedLogged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, JSONLogs: true, RefusalLogInterval: time.Second})
 	cc, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
-	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // writePEM writes one PEM block to dir/name and returns the path.
@@ -104,10 +103,7 @@ func TestMutualTLSReceivers(t *testing.T) {
 		t.Skip("builds and runs the gateway, the symbolizer and a downstream")
 	}
 	certPath, keyPath, caPath, servers, clientCert := testPKI(t)
-	b := otlptest.Binaries(t)[:1]
-	sym := testsupport.StartSymbolizer(t, "")
-	sym.Upload(t, b[0].Path)
-	sk := startSink(t)
+	b, sym, sk := startWithOneBinary(t)
 	g := startGateway(t, gwConfig{Symbolizer: sym.URL(), Downstream: sk.addr, TLSCert: certPath, TLSKey: keyPath, TLSClientCA: caPath})
 	pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, b)
 	body, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(pd)
