@@ -125,7 +125,7 @@ func (w *Watch) observe(ctx context.Context, endpoint string, err error) {
 	switch {
 	case err == nil:
 		w.tracker(endpoint).OK()
-	case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+	case errors.Is(ctx.Err(), context.Canceled):
 	default:
 		w.tracker(endpoint).Fail(err)
 	}
