@@ -1,7 +1,6 @@
 package symbolizecmd
 
 import (
-	"bufio"
 	"io"
 	"os"
 	"strings"
@@ -22,11 +21,15 @@ func BenchmarkWarm(b *testing.B) {
 	if obj == "" || addrFile == "" {
 		b.Skip("PROFSYM_BENCH_OBJ and PROFSYM_BENCH_ADDRS name the binary and its addresses")
 	}
-	text, err := os.ReadFile(addrFile)
+	raw, err := os.ReadFile(addrFile)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lines := strings.Fields(string(text))
+	lines := strings.Fields(string(raw))
+	text := make([][]byte, len(lines))
+	for i, l := range lines {
+		text[i] = []byte(l)
+	}
 	addrs := make([]uint64, len(lines))
 	for i, l := range lines {
 		if addrs[i], err = ParseAddress(l); err != nil {
@@ -59,7 +62,7 @@ func BenchmarkWarm(b *testing.B) {
 		})
 	}
 	b.Run("json", func(b *testing.B) {
-		w := bufio.NewWriterSize(io.Discard, 1<<16)
+		w := newOutput(io.Discard)
 		p := printer{w: w, module: obj, json: true, inlines: true, ix: ix}
 		cpu := processCPUTime()
 		for i := 0; b.Loop(); i++ {
@@ -70,13 +73,12 @@ func BenchmarkWarm(b *testing.B) {
 	})
 	// What `symbolizer symbolize` runs on addresses from stdin.
 	b.Run("batch", func(b *testing.B) {
-		w := bufio.NewWriterSize(io.Discard, 1<<16)
-		p := printer{w: w, module: obj, json: true, inlines: true, ix: ix}
+		p := printer{w: newOutput(io.Discard), module: obj, json: true, inlines: true, ix: ix}
 		cpu := processCPUTime()
 		for i := 0; b.Loop(); i++ {
-			if i%batchSize == 0 {
-				from := i % len(lines)
-				p.batch(lines[from:min(from+batchSize, len(lines))])
+			p.add(text[i%len(lines)])
+			if p.pending() == batchSize {
+				p.flushBatch()
 			}
 		}
 		reportCPU(b, cpu)

@@ -5,6 +5,7 @@ package symbolizecmd
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
-	"strings"
+	"unsafe"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -57,7 +58,7 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	defer done()
-	w := bufio.NewWriterSize(stdout, 1<<16)
+	w := newOutput(stdout)
 	p := printer{w: w, module: c.Obj, json: c.OutputStyle == "JSON", inlines: c.Inlines, ix: ix}
 
 	if len(c.Addresses) > 0 {
@@ -78,29 +79,29 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 	// Programs drive llvm-symbolizer one address at a time (go tool pprof does), waiting for
 	// each answer: flush whenever the input read so far is used up, so they get it, while a
 	// piped file is still answered in large writes.
-	// Addresses are answered in batches of what has been read (see printer.batch).
+	// Addresses are answered in batches of what has been read (see printer.flushBatch).
 	r := bufio.NewReaderSize(stdin, 1<<16)
-	batch := make([]string, 0, batchSize)
 	for {
-		line, err := r.ReadString('\n')
-		if len(line) > 1<<20 {
-			p.batch(batch)
-			return errors.Join(fmt.Errorf("read addresses: a line of %d bytes", len(line)), w.Flush())
+		// ReadSlice, not ReadString: the line is parsed where the reader holds it, with no
+		// string made of it unless it is no address.
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			p.flushBatch()
+			return errors.Join(fmt.Errorf("read addresses: a line longer than %d bytes", r.Size()), w.Flush())
 		}
-		if text := strings.TrimSpace(line); text != "" {
-			batch = append(batch, text)
+		if text := bytes.TrimSpace(line); len(text) > 0 {
+			p.add(text)
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			// What was symbolized before the read failed is still printed.
-			p.batch(batch)
+			p.flushBatch()
 			return errors.Join(fmt.Errorf("read addresses: %w", err), w.Flush())
 		}
-		if len(batch) == batchSize || r.Buffered() == 0 {
-			p.batch(batch)
-			batch = batch[:0]
+		if p.pending() == batchSize || r.Buffered() == 0 {
+			p.flushBatch()
 		}
 		if r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
@@ -108,14 +109,14 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 			}
 		}
 	}
-	p.batch(batch)
+	p.flushBatch()
 	return w.Flush()
 }
 
 // buildGCPercent is the GOGC in force while the command builds an index (see loadIndex).
 const buildGCPercent = 50
 
-// batchSize is how many addresses are looked up together; see printer.batch.
+// batchSize is how many addresses are looked up together; see printer.flushBatch.
 const batchSize = 64
 
 // loadIndex returns what answers the addresses, and what to call when done with it: the
@@ -202,22 +203,72 @@ func ParseAddress(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
+// parseAddressBytes is ParseAddress on a line as read, without making a string of it: hex
+// of up to 16 digits and decimal of up to 19 are read here, anything else by ParseAddress.
+func parseAddressBytes(b []byte) (uint64, bool) {
+	var v uint64
+	switch {
+	case len(b) > 2 && len(b) <= 18 && b[0] == '0' && (b[1] == 'x' || b[1] == 'X'):
+		for _, c := range b[2:] {
+			d := hexDigit[c]
+			if d > 15 {
+				return 0, false
+			}
+			v = v<<4 | uint64(d)
+		}
+		return v, true
+	case len(b) > 0 && len(b) <= 19 && b[0] != '0' || len(b) == 1:
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + uint64(c-'0')
+		}
+		return v, true
+	}
+	v, err := ParseAddress(string(b))
+	return v, err == nil
+}
+
+// hexDigit maps a byte to its hex digit's value, and every other byte to 0xff.
+var hexDigit = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			t[c] = byte(c - 'A' + 10)
+		default:
+			t[c] = 0xff
+		}
+	}
+	return t
+}()
+
 type printer struct {
-	w       *bufio.Writer
+	w       *output
 	module  string
 	json    bool
 	inlines bool
 	ix      debuginfo.Lookuper
 	frames  []index.Frame
 	buf     bytes.Buffer
-	out     []byte
 
-	// batch's buffers.
-	addrs []uint64
+	// The batch read so far (see add and flushBatch): per line, whether it is an address;
+	// the addresses; the lines that are not, as read.
 	valid []bool
-	refs  []index.FrameRef
-	ends  []int
-	sink  uint64
+	addrs []uint64
+	bad   []string
+
+	// plain is what appendString knows of the index's strings, by ID.
+	plain []plainness
+
+	// flushBatch's buffers.
+	refs []index.FrameRef
+	ends []int
+	sink uint64
 }
 
 type jsonError struct {
@@ -225,46 +276,69 @@ type jsonError struct {
 	ModuleName string                   `json:"ModuleName"`
 }
 
+// one answers text, an address given as an argument.
 func (p *printer) one(text string) {
 	addr, err := ParseAddress(text)
 	if err != nil {
-		if p.json {
-			var e jsonError
-			e.Error.Message = "unable to parse arguments: " + text
-			e.ModuleName = p.module
-			p.writeJSON(e)
-		} else {
-			fmt.Fprintf(p.w, "%s\n\n", text)
-		}
+		p.unparsable(text)
 		return
 	}
-	p.frames = p.ix.AppendLookup(p.frames[:0], addr)
-	p.write(addr, p.frames)
+	p.answer(addr)
 }
 
-// batch answers texts, one address each, in order, each JSON answer on its own line. With an
+func (p *printer) unparsable(text string) {
+	if p.json {
+		var e jsonError
+		e.Error.Message = "unable to parse arguments: " + text
+		e.ModuleName = p.module
+		p.writeJSON(e)
+	} else {
+		fmt.Fprintf(p.w, "%s\n\n", text)
+	}
+}
+
+func (p *printer) answer(addr uint64) {
+	p.frames = p.ix.AppendLookup(p.frames[:0], addr)
+	p.writeRefs(addr, p.frames, nil)
+}
+
+// add queues one line read from stdin (trimmed, not empty) for flushBatch.
+func (p *printer) add(text []byte) {
+	addr, ok := parseAddressBytes(text)
+	p.valid = append(p.valid, ok)
+	if ok {
+		p.addrs = append(p.addrs, addr)
+	} else {
+		p.bad = append(p.bad, string(text))
+	}
+}
+
+// pending is how many lines add has queued.
+func (p *printer) pending() int { return len(p.valid) }
+
+// flushBatch answers the queued lines, in order, each JSON answer on its own line. With an
 // index the addresses' lookups run together: Touch and TouchStrings read what the lookups and
 // the output will read for all of them first, so that the cache misses of different addresses
 // overlap, where one address's misses come one after another (on a 150 MB Go binary's index,
 // measured by BenchmarkWarm, this halves the CPU time per address).
-func (p *printer) batch(texts []string) {
+func (p *printer) flushBatch() {
+	defer func() { p.valid, p.addrs, p.bad = p.valid[:0], p.addrs[:0], p.bad[:0] }()
 	ix, ok := p.ix.(*index.Index)
-	if !ok || len(texts) < 2 {
-		for _, t := range texts {
-			p.one(t)
+	if !ok || len(p.valid) < 2 {
+		k, j := 0, 0
+		for _, v := range p.valid {
+			if v {
+				p.answer(p.addrs[k])
+				k++
+			} else {
+				p.unparsable(p.bad[j])
+				j++
+			}
 			if p.json {
 				p.w.WriteByte('\n')
 			}
 		}
 		return
-	}
-	p.addrs, p.valid = p.addrs[:0], p.valid[:0]
-	for _, t := range texts {
-		a, err := ParseAddress(t)
-		p.valid = append(p.valid, err == nil)
-		if err == nil {
-			p.addrs = append(p.addrs, a)
-		}
 	}
 	p.sink += ix.Touch(p.addrs)
 	p.refs, p.ends = p.refs[:0], p.ends[:0]
@@ -273,16 +347,18 @@ func (p *printer) batch(texts []string) {
 		p.ends = append(p.ends, len(p.refs))
 	}
 	p.sink += ix.TouchStrings(p.refs)
-	k, from := 0, 0
-	for i, t := range texts {
-		if !p.valid[i] {
-			p.one(t)
+	k, j, from := 0, 0, 0
+	for _, v := range p.valid {
+		if !v {
+			p.unparsable(p.bad[j])
+			j++
 		} else {
 			p.frames = p.frames[:0]
-			for _, r := range p.refs[from:p.ends[k]] {
+			refs := p.refs[from:p.ends[k]]
+			for _, r := range refs {
 				p.frames = append(p.frames, ix.Frame(r))
 			}
-			p.write(p.addrs[k], p.frames)
+			p.writeRefs(p.addrs[k], p.frames, refs)
 			from = p.ends[k]
 			k++
 		}
@@ -292,16 +368,22 @@ func (p *printer) batch(texts []string) {
 	}
 }
 
-// write prints the answer for addr from its frames.
-func (p *printer) write(addr uint64, frames []index.Frame) {
+// writeRefs prints the answer for addr from its frames; refs, when not nil, are the frames'
+// string IDs in the index, which spare the JSON writer looking at strings it has seen.
+func (p *printer) writeRefs(addr uint64, frames []index.Frame, refs []index.FrameRef) {
 	if !p.inlines && len(frames) > 1 {
 		// Without inlines llvm-symbolizer names the outermost function at the innermost line.
 		f := frames[len(frames)-1]
 		f.File, f.Line, f.Column = frames[0].File, frames[0].Line, frames[0].Column
 		frames = []index.Frame{f}
+		if refs != nil {
+			r := refs[len(refs)-1]
+			r.File, r.Line, r.Column = refs[0].File, refs[0].Line, refs[0].Column
+			refs = []index.FrameRef{r}
+		}
 	}
 	if p.json {
-		p.writeResult(addr, frames)
+		p.writeResult(addr, frames, refs)
 		return
 	}
 	if len(frames) == 0 {
@@ -322,28 +404,34 @@ func (p *printer) write(addr uint64, frames []index.Frame) {
 }
 
 // writeResult writes one address's answer the way llvm-symbolizer 14's JSON does, field for
-// field and in its field order. It is written by hand: encoding/json's reflection cost more than
-// the lookup itself on large batches.
-func (p *printer) writeResult(addr uint64, frames []index.Frame) {
-	b := p.out[:0]
+// field and in its field order, straight into the output buffer. It is written by hand:
+// encoding/json's reflection cost more than the lookup itself on large batches.
+func (p *printer) writeResult(addr uint64, frames []index.Frame, refs []index.FrameRef) {
+	b := p.w.buf
 	b = append(b, `{"Address":"0x`...)
 	b = strconv.AppendUint(b, addr, 16)
 	b = append(b, `","ModuleName":`...)
 	b = appendJSONString(b, p.module)
 	b = append(b, `,"Symbol":[`...)
 	if len(frames) == 0 {
-		frames = []index.Frame{{}}
+		frames, refs = []index.Frame{{}}, nil
 	}
 	for i, f := range frames {
 		if i > 0 {
 			b = append(b, ',')
 		}
+		r := noRef
+		if refs != nil {
+			r = refs[i]
+		}
 		b = append(b, `{"Column":`...)
 		b = strconv.AppendUint(b, uint64(f.Column), 10)
 		b = append(b, `,"Discriminator":0,"FileName":`...)
-		b = appendJSONString(b, f.File)
+		fileAt := len(b)
+		b = p.appendString(b, f.File, r.File)
+		fileEnd := len(b)
 		b = append(b, `,"FunctionName":`...)
-		b = appendJSONString(b, f.Function)
+		b = p.appendString(b, f.Function, r.Function)
 		b = append(b, `,"Line":`...)
 		b = strconv.AppendUint(b, uint64(f.Line), 10)
 		b = append(b, `,"StartAddress":"`...)
@@ -352,43 +440,108 @@ func (p *printer) writeResult(addr uint64, frames []index.Frame) {
 			b = strconv.AppendUint(b, f.StartAddress, 16)
 		}
 		b = append(b, `","StartFileName":`...)
-		b = appendJSONString(b, f.StartFile)
+		if f.StartFile == f.File {
+			// Most frames: the code is in the file that declares its function. The file
+			// as quoted above is in cache; its string may not be by now.
+			b = append(b, b[fileAt:fileEnd]...)
+		} else {
+			b = p.appendString(b, f.StartFile, r.StartFile)
+		}
 		b = append(b, `,"StartLine":`...)
 		b = strconv.AppendUint(b, uint64(f.StartLine), 10)
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
-	p.w.Write(b)
-	p.out = b
+	p.w.buf = b
+	p.w.flushIfFull()
 }
+
+// noRef is the string IDs of a frame that has none: unknownID, whose strings appendString
+// looks at.
+var noRef = index.FrameRef{Function: unknownID, File: unknownID, StartFile: unknownID}
+
+const unknownID = ^uint32(0)
+
+// appendString is appendJSONString for string id of the index, remembering which strings
+// are plain: names repeat from address to address, and reading one again to find it plain
+// cost more than its lookup.
+func (p *printer) appendString(b []byte, s string, id uint32) []byte {
+	if id == unknownID {
+		return appendJSONString(b, s)
+	}
+	if int(id) >= len(p.plain) {
+		p.plain = append(p.plain, make([]plainness, int(id)+1-len(p.plain))...)
+	}
+	switch p.plain[id] {
+	case isPlain:
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	case notPlain:
+		return appendJSONString(b, s)
+	}
+	if jsonPlain(s) {
+		p.plain[id] = isPlain
+	} else {
+		p.plain[id] = notPlain
+	}
+	return appendJSONString(b, s)
+}
+
+// plainness is what the printer knows of a string: unseen, plain (written as it is between
+// quotes), or not.
+type plainness uint8
+
+const (
+	unseen plainness = iota
+	isPlain
+	notPlain
+)
 
 // appendJSONString quotes s as encoding/json does with HTML escaping off (llvm does not escape
 // the <, > and & of C++ names either). Plain ASCII, nearly every name and path, is copied.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if jsonSpecial[s[i]] {
-			var sb bytes.Buffer
-			enc := json.NewEncoder(&sb)
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(s); err != nil {
-				return append(b, `""`...)
-			}
-			return append(b, bytes.TrimSuffix(sb.Bytes(), []byte("\n"))...)
+	if !jsonPlain(s) {
+		var sb bytes.Buffer
+		enc := json.NewEncoder(&sb)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			return append(b, `""`...)
 		}
+		return append(b, bytes.TrimSuffix(sb.Bytes(), []byte("\n"))...)
 	}
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
 }
 
-// jsonSpecial marks the bytes appendJSONString leaves to encoding/json: one table load per
-// byte where four comparisons were, on the loop that reads every name and path written.
-var jsonSpecial = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80
+// jsonPlain reports whether encoding/json writes s as it is between quotes: no byte below
+// 0x20 or from 0x80, no '"' and no '\\'. It tests 8 bytes at a time, on the loop that reads
+// every name and path written (a table load per byte took a fifth of the warm rate's time).
+func jsonPlain(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	var special uint64
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		// (v - ones) &^ v has a high bit set if and only if v has a zero byte (exact as a
+		// yes/no), and v = x ^ c repeated is zero where x's byte is c; x - 0x20 repeated,
+		// &^ x, likewise finds a byte below 0x20 where x has no high bit, and x's own high
+		// bits are the bytes from 0x80. Accumulated and tested once: names are short.
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		special |= x | (x-ones*0x20)&^x | (q-ones)&^q | (bs-ones)&^bs
 	}
-	return t
-}()
+	if special&highs != 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
 
 func (p *printer) writeJSON(v any) {
 	// llvm-symbolizer does not escape <, > and & the way encoding/json does by default, and C++
@@ -401,4 +554,54 @@ func (p *printer) writeJSON(v any) {
 		return
 	}
 	p.w.Write(bytes.TrimSuffix(p.buf.Bytes(), []byte("\n")))
+}
+
+// output buffers what the command writes, like a bufio.Writer, and lets the JSON writer
+// append to its buffer in place: the answers are about 460 bytes per address, and a copy of
+// each into a bufio.Writer was a tenth of the warm rate's time.
+type output struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+// outputFlushAt is the buffered size at which output writes: large writes, as bufio's
+// 64 KiB were.
+const outputFlushAt = 64 << 10
+
+func newOutput(w io.Writer) *output {
+	return &output{w: w, buf: make([]byte, 0, outputFlushAt+4<<10)}
+}
+
+func (o *output) flushIfFull() {
+	if len(o.buf) >= outputFlushAt {
+		o.Flush()
+	}
+}
+
+// Flush writes what is buffered; the first write error is kept and returned from then on.
+func (o *output) Flush() error {
+	if o.err == nil && len(o.buf) > 0 {
+		_, o.err = o.w.Write(o.buf)
+	}
+	o.buf = o.buf[:0]
+	return o.err
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.buf = append(o.buf, p...)
+	o.flushIfFull()
+	return len(p), o.err
+}
+
+func (o *output) WriteString(s string) (int, error) {
+	o.buf = append(o.buf, s...)
+	o.flushIfFull()
+	return len(s), o.err
+}
+
+func (o *output) WriteByte(c byte) error {
+	o.buf = append(o.buf, c)
+	o.flushIfFull()
+	return o.err
 }
