@@ -901,49 +901,141 @@ func (ix *Index) Stats() Stats {
 // processor overlaps their misses. A batch of a few dozen addresses is the intended use
 // (BenchmarkWarm in symbolizecmd measures it). The result means nothing; it keeps the reads
 // from being optimized away.
+//
+// Each step first works out where to read, from what is in cache, and then reads in a loop of
+// a few instructions: a miss holds up the retirement of everything after it, and the fewer
+// instructions each read brings along, the more reads the processor has under way at once.
 func (ix *Index) Touch(addrs []uint64) uint64 {
 	h := &ix.hint
 	if h.first == nil || len(ix.iv) == 0 || len(ix.ln) == 0 {
 		return 0
 	}
 	var sink uint64
+	for len(addrs) > 0 {
+		n := min(len(addrs), touchBatch)
+		sink += ix.touch(addrs[:n])
+		addrs = addrs[n:]
+	}
+	return sink
+}
+
+// touchBatch is how many addresses touch reads for at a time, in arrays on its stack.
+const touchBatch = 64
+
+func (ix *Index) touch(addrs []uint64) uint64 {
+	h := &ix.hint
+	var (
+		sink    uint64
+		buckets [touchBatch]int32 // the bucket's first column, or -1 outside the tables
+		lines   [3 * touchBatch]int32 // rows to read
+		ivs     [2 * touchBatch]int32
+		nodes   [2 * touchBatch]int32
+	)
+	n := 0
 	for _, a := range addrs {
 		if b, below, above := h.bucket(a); !below && !above {
-			sink += uint64(h.first[b])
+			buckets[n] = int32(b)
+			n++
 		}
 	}
-	for _, a := range addrs {
-		if b, below, above := h.bucket(a); !below && !above {
-			// The row holding a is the bucket's first or the one before it.
-			f := h.first[b : b+2*h.stride]
-			l, v := min(int(f[tabLines]), len(ix.ln)-1), min(int(f[tabIntervals]), len(ix.iv)-1)
-			sink += uint64(ix.ln[l].addrLo) + uint64(ix.ln[max(l-1, 0)].addrLo)
-			sink += ix.iv[v].startAddr + ix.iv[max(v-1, 0)].startAddr
+	for _, b := range buckets[:n] {
+		sink += uint64(h.first[b])
+	}
+	// A lookup searches the bucket's rows and the one before them: the one before, the
+	// middle (the binary search's first probe) and the last row are read, the lines of a
+	// bucket of about hintRows rows.
+	for i, b := range buckets[:n] {
+		f := h.first[b : int(b)+2*h.stride]
+		lo, hi := int(f[tabLines]), int(f[h.stride+tabLines])
+		lines[3*i] = int32(max(lo-1, 0))
+		lines[3*i+1] = int32(min((lo+hi)/2, len(ix.ln)-1))
+		lines[3*i+2] = int32(min(max(hi-1, 0), len(ix.ln)-1))
+		lo, hi = int(f[tabIntervals]), int(f[h.stride+tabIntervals])
+		ivs[2*i] = int32(max(lo-1, 0))
+		ivs[2*i+1] = int32(min(max(hi-1, 0), len(ix.iv)-1))
+	}
+	for _, l := range lines[:3*n] {
+		sink += uint64(ix.ln[l].addrLo)
+	}
+	for _, v := range ivs[:2*n] {
+		sink += ix.iv[v].startAddr
+	}
+	outer := h.stride > tabOuter && len(ix.on) > 0
+	if outer {
+		// The outermost frame's name, for binaries with outer names (nameOutermost).
+		for i, b := range buckets[:n] {
+			f := h.first[b : int(b)+2*h.stride]
+			lo, hi := int(f[tabOuter]), int(f[h.stride+tabOuter])
+			ivs[2*i] = int32(max(lo-1, 0))
+			ivs[2*i+1] = int32(min(max(hi-1, 0), len(ix.on)-1))
+		}
+		for _, v := range ivs[:2*n] {
+			sink += ix.on[v].startAddr
 		}
 	}
+	m := 0
 	for _, a := range addrs {
 		if b, below, above := h.bucket(a); !below && !above {
 			f := h.first[b : b+2*h.stride]
-			i := ivUpper(ix.iv, int(f[tabIntervals]), int(f[h.stride+tabIntervals]), a) - 1
-			if i >= 0 && a < ix.iv[i].end() {
-				sink += uint64(ix.nodes[ix.iv[i].node].Parent)
+			v := ivUpper(ix.iv, int(f[tabIntervals]), int(f[h.stride+tabIntervals]), a) - 1
+			if v >= 0 && a < ix.iv[v].end() {
+				nodes[m] = int32(ix.iv[v].node)
+				m++
+			}
+			if outer {
+				o := ivUpper(ix.on, int(f[tabOuter]), int(f[h.stride+tabOuter]), a) - 1
+				if o >= 0 && a < ix.on[o].end() {
+					nodes[m] = int32(ix.on[o].node)
+					m++
+				}
 			}
 		}
+	}
+	for _, nd := range nodes[:m] {
+		sink += uint64(ix.nodes[nd].Parent)
+	}
+	// The caller of an inlined frame's function: the first step of the inline chain.
+	p := 0
+	for _, nd := range nodes[:m] {
+		if parent := ix.nodes[nd].Parent; parent != NoParent {
+			nodes[p] = int32(parent)
+			p++
+		}
+	}
+	for _, nd := range nodes[:p] {
+		sink += uint64(ix.nodes[nd].Name)
 	}
 	return sink
 }
 
 // TouchStrings reads the strings of refs that a printer writes (function, file, start file)
-// so that their reads overlap, as Touch does for lookups.
+// so that their reads overlap, as Touch does for lookups: the strings' headers first, then
+// the first and last byte of each (the names and paths of a large binary often span two
+// cache lines).
 func (ix *Index) TouchStrings(refs []FrameRef) uint64 {
 	var sink uint64
-	for i := range refs {
-		for _, id := range [3]uint32{refs[i].Function, refs[i].File, refs[i].StartFile} {
-			// First and last byte: the names and paths of a large binary often span two lines.
+	var ids [3 * touchBatch]uint32
+	for len(refs) > 0 {
+		k := min(len(refs), touchBatch)
+		n := 0
+		for i := range refs[:k] {
+			r := &refs[i]
+			ids[n], ids[n+1] = r.Function, r.File
+			n += 2
+			if r.StartFile != r.File {
+				ids[n] = r.StartFile
+				n++
+			}
+		}
+		for _, id := range ids[:n] {
+			sink += uint64(len(ix.strings[id]))
+		}
+		for _, id := range ids[:n] {
 			if s := ix.strings[id]; len(s) > 0 {
 				sink += uint64(s[0]) + uint64(s[len(s)-1])
 			}
 		}
+		refs = refs[k:]
 	}
 	return sink
 }

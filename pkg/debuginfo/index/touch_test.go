@@ -21,6 +21,11 @@ func TestTouch(t *testing.T) {
 			b.AddRange(lo+8, lo+16, inl)
 		}
 		b.AddRange(lo, lo+0x30, outer) // a gap of 0x10 after each function
+		if i%3 == 0 {
+			// Outer names for some functions, as a symbol table gives them.
+			sym := b.AddNode(Node{Name: b.String(fmt.Sprintf("sym%d", i)), Parent: NoParent, StartAddress: lo})
+			b.AddOuterName(lo, lo+0x30, sym)
+		}
 		b.AddLine(lo, file, uint32(i), 1)
 		b.AddLine(lo+8, file, uint32(i)+1, 2)
 		b.EndSequence(lo + 0x30)
@@ -30,8 +35,8 @@ func TestTouch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.hint.first == nil {
-		t.Fatal("no hint: the test needs an index that has one")
+	if ix.hint.first == nil || ix.hint.stride <= tabOuter {
+		t.Fatal("no hint with outer names: the test needs an index that has one")
 	}
 	addrs = append(addrs, 0, 1, 0xffff, 0x10000+500*0x40, 1<<40, ^uint64(0))
 	want := make([][]Frame, len(addrs))
