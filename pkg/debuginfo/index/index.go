@@ -926,7 +926,7 @@ func (ix *Index) touch(addrs []uint64) uint64 {
 	h := &ix.hint
 	var (
 		sink    uint64
-		buckets [touchBatch]int32 // the bucket's first column, or -1 outside the tables
+		buckets [touchBatch]int32     // the first column of the buckets of addresses inside the tables
 		lines   [3 * touchBatch]int32 // rows to read
 		ivs     [2 * touchBatch]int32
 		nodes   [2 * touchBatch]int32
