@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +161,112 @@ func TestCoverageMissingCompanions(t *testing.T) {
 				t.Fatalf("the binary's page still shows a missing companion:\n%s", body)
 			}
 		})
+	}
+}
+
+// qualityOf returns the record of the binary with GNU build ID id (not its companion) as Get
+// and as List answer it.
+func qualityOf(t *testing.T, url, id string) (get, list *debuginfov1.Quality) {
+	t.Helper()
+	get = getRecord(t, url, id).GetQuality()
+	dc := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, url)
+	token := ""
+	for {
+		resp, err := dc.List(context.Background(), connect.NewRequest(&debuginfov1.ListRequest{PageToken: token}))
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		for _, d := range resp.Msg.GetDebuginfos() {
+			if d.GetBuildId() == id && d.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE {
+				list = d.GetQuality()
+			}
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if list == nil {
+		t.Fatalf("List has no record of %s", id)
+	}
+	return get, list
+}
+
+// TestCompanionQuality: a record's quality is that of its file read with the companions stored
+// now, whichever arrived first. A dwz'ed debug file without its supplementary file, or a
+// -gsplit-dwarf executable without its package, has no inline frames; once the companion is
+// stored, Get and List say it has, on the replica that stored it and on another sharing the
+// store: computed by the first read, or stored by a symbolization that came first.
+func TestCompanionQuality(t *testing.T) {
+	const (
+		companionBefore = iota // the binary verified with the companion
+		readFirst              // stored after the binary; Get and List come first
+		symbolizedFirst        // stored after the binary; a symbolization comes first
+	)
+	for _, c := range companionCases(t) {
+		for _, order := range []struct {
+			name string
+			when int
+		}{{"companion-before", companionBefore}, {"companion-after/read-first", readFirst}, {"companion-after/symbolized-first", symbolizedFirst}} {
+			t.Run(c.name+"/"+order.name, func(t *testing.T) {
+				storeDir := t.TempDir()
+				a := start(t, "--store-dir", storeDir)
+				b := start(t, "--store-dir", storeDir)
+				check := func(when string, inlines bool) {
+					t.Helper()
+					for _, url := range []string{a.url, b.url} {
+						get, list := qualityOf(t, url, c.id)
+						if get.GetHasInlineInfo() != inlines || list.GetHasInlineInfo() != inlines || !get.GetHasDwarf() {
+							t.Fatalf("%s, %s: Get %v, List %v; want has_inline_info %v", when, url, get, list, inlines)
+						}
+						if get.GetDwarfError() != "" {
+							t.Fatalf("%s, %s: dwarf_error %q", when, url, get.GetDwarfError())
+						}
+					}
+				}
+				symbolize := func() {
+					t.Helper()
+					if m, _ := symbolizeOne(t, b.url, &symbolizerv1.Module{GnuBuildId: c.id, Addresses: c.addrs}); m.GetFidelity() != symbolizerv1.Fidelity_FIDELITY_FULL {
+						t.Fatalf("with the companion: %v", m)
+					}
+				}
+				if order.when == companionBefore {
+					uploadAll(t, a.url, c.companion)
+					uploadAll(t, a.url, c.binary...)
+				} else {
+					uploadAll(t, a.url, c.binary...)
+					check("without the companion", false)
+					uploadAll(t, a.url, c.companion)
+				}
+				qualities := func() []string {
+					var found []string
+					err := filepath.WalkDir(storeDir, func(p string, _ fs.DirEntry, err error) error {
+						if strings.HasSuffix(p, ".quality") {
+							found = append(found, p)
+						}
+						return err
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return found
+				}
+				if order.when == symbolizedFirst {
+					symbolize()
+					// The symbolization stored the quality it found: reads need no build.
+					if q := qualities(); len(q) != 1 {
+						t.Fatalf("quality objects after the symbolization: %v", q)
+					}
+				}
+				check("with the companion", true)
+				if order.when == companionBefore {
+					// Verified with the companion: the record's own quality serves.
+					if q := qualities(); len(q) != 0 {
+						t.Fatalf("quality objects: %v", q)
+					}
+				}
+				symbolize()
+				check("after a symbolization", true)
+			})
+		}
 	}
 }
