@@ -771,7 +771,11 @@ func (x *BinaryID) GetId() string {
 }
 
 // Quality records what a stored file can give symbolization, as found by the server
-// at `FinishUpload`.
+// at `FinishUpload`. For a file whose DWARF needs companions (`Debuginfo.companions`), it is
+// what the file gives read with the companions stored when the record is read: a companion
+// uploaded after the file (for example a dwz'ed debug file's supplementary file, or the DWARF
+// package of a skeleton-only executable) changes `has_inline_info`, `dwarf_version` and
+// `dwarf_error` from then on.
 type Quality struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file has DWARF (`.debug_info`, possibly compressed).
