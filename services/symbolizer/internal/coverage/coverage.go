@@ -53,7 +53,7 @@ type Entry struct {
 	// included, so a replica that found the companion stored clears what another one saw
 	// missing before.
 	Missing   []Companion `json:"missing,omitempty"`
-	MissingAt time.Time   `json:"missing_at,omitempty"`
+	MissingAt time.Time   `json:"missing_at,omitzero"`
 }
 
 // Companion is a companion file (a dwz supplementary file, a DWARF package) an answer found
