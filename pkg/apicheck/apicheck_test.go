@@ -389,6 +389,7 @@ func TestFieldContract(t *testing.T) {
 			{"first_seen", 7, msg, false, "google.protobuf.Timestamp"},
 			{"last_seen", 8, msg, false, "google.protobuf.Timestamp"},
 			{"filenames", 9, str, true, ""},
+			{"missing_companions", 10, msg, true, dbg + "Companion"},
 		},
 		dbg + "ListCoverageRequest": {
 			{"reason", 1, enum, false, dbg + "CoverageReason"},
@@ -459,6 +460,7 @@ func TestEnumContract(t *testing.T) {
 		},
 		"profsym.debuginfo.v1.CoverageReason": {
 			"NO_DEBUGINFO", "INVALID_FILE", "UPSTREAM_MISS", "EXECUTABLE_NEEDED", "INVALID_MAPPING", "NO_SYMBOLS",
+			"COMPANION_MISSING",
 		},
 		"profsym.debuginfo.v1.CoverageFidelity":   {"SYMBOLS", "LINES", "FULL"},
 		"profsym.debuginfo.v1.DebuginfoState":     {"UPLOADING", "AVAILABLE", "INVALID"},

@@ -596,6 +596,14 @@ const (
 	// The file was read but has nothing for these addresses (symbols stripped, addresses
 	// outside every function).
 	CoverageReason_COVERAGE_REASON_NO_SYMBOLS CoverageReason = 6
+	// The stored file's DWARF needs a companion that is not stored (a dwz supplementary
+	// file, a DWARF package): the latest answer came at reduced fidelity (symbol tables
+	// only, or lines without functions or inline frames from DWARF), and frames it left
+	// unresolved may resolve once the companion is uploaded. Set even when every frame
+	// resolved, since the fidelity is what the companion would raise;
+	// `Coverage.missing_companions` names what to upload. Cleared once an answer finds
+	// every companion stored.
+	CoverageReason_COVERAGE_REASON_COMPANION_MISSING CoverageReason = 7
 )
 
 // Enum value maps for CoverageReason.
@@ -608,6 +616,7 @@ var (
 		4: "COVERAGE_REASON_EXECUTABLE_NEEDED",
 		5: "COVERAGE_REASON_INVALID_MAPPING",
 		6: "COVERAGE_REASON_NO_SYMBOLS",
+		7: "COVERAGE_REASON_COMPANION_MISSING",
 	}
 	CoverageReason_value = map[string]int32{
 		"COVERAGE_REASON_UNSPECIFIED":       0,
@@ -617,6 +626,7 @@ var (
 		"COVERAGE_REASON_EXECUTABLE_NEEDED": 4,
 		"COVERAGE_REASON_INVALID_MAPPING":   5,
 		"COVERAGE_REASON_NO_SYMBOLS":        6,
+		"COVERAGE_REASON_COMPANION_MISSING": 7,
 	}
 )
 
@@ -761,7 +771,11 @@ func (x *BinaryID) GetId() string {
 }
 
 // Quality records what a stored file can give symbolization, as found by the server
-// at `FinishUpload`.
+// at `FinishUpload`. For a file whose DWARF needs companions (`Debuginfo.companions`), it is
+// what the file gives read with the companions stored when the record is read: a companion
+// uploaded after the file (for example a dwz'ed debug file's supplementary file, or the DWARF
+// package of a skeleton-only executable) changes `has_inline_info`, `dwarf_version` and
+// `dwarf_error` from then on.
 type Quality struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file has DWARF (`.debug_info`, possibly compressed).
@@ -1890,9 +1904,15 @@ type Coverage struct {
 	// When the binary was last asked about.
 	LastSeen *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// Executable names or paths the requests carried (the module's `filename`), at most 8.
-	Filenames     []string `protobuf:"bytes,9,rep,name=filenames,proto3" json:"filenames,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Filenames []string `protobuf:"bytes,9,rep,name=filenames,proto3" json:"filenames,omitempty"`
+	// Companions the stored file's DWARF needs that the latest answer found missing (state
+	// `COMPANION_STATE_MISSING`), each with its kind and the ID to upload it under: what
+	// to upload for this binary beside, or instead of, its debuginfo. Empty when the latest
+	// answer found every companion stored (or the file needs none); with several replicas
+	// the latest answer of any replica counts.
+	MissingCompanions []*Companion `protobuf:"bytes,10,rep,name=missing_companions,json=missingCompanions,proto3" json:"missing_companions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Coverage) Reset() {
@@ -1988,14 +2008,24 @@ func (x *Coverage) GetFilenames() []string {
 	return nil
 }
 
+func (x *Coverage) GetMissingCompanions() []*Companion {
+	if x != nil {
+		return x.MissingCompanions
+	}
+	return nil
+}
+
 // ListCoverageRequest filters the coverage list.
 type ListCoverageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only binaries whose latest unresolved frames have this reason; unspecified means all.
+	// `COVERAGE_REASON_COMPANION_MISSING` selects every binary whose companions are missing,
+	// resolved frames or not.
 	Reason CoverageReason `protobuf:"varint,1,opt,name=reason,proto3,enum=profsym.debuginfo.v1.CoverageReason" json:"reason,omitempty"`
 	// Only binaries last asked about at or after this time; unset means any time.
 	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
-	// Only binaries with unresolved frames.
+	// Only binaries with unresolved frames, or with missing companions (their frames
+	// resolved at reduced fidelity).
 	UnresolvedOnly bool `protobuf:"varint,3,opt,name=unresolved_only,json=unresolvedOnly,proto3" json:"unresolved_only,omitempty"`
 	// At most this many entries (the most unresolved first): 0 means 100, at most 10000.
 	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -2213,7 +2243,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\rDeleteRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\"\x10\n" +
-	"\x0eDeleteResponse\"\xcc\x03\n" +
+	"\x0eDeleteResponse\"\x9c\x04\n" +
 	"\bCoverage\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x12!\n" +
@@ -2224,7 +2254,9 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\n" +
 	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
 	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1c\n" +
-	"\tfilenames\x18\t \x03(\tR\tfilenames\"\xc4\x01\n" +
+	"\tfilenames\x18\t \x03(\tR\tfilenames\x12N\n" +
+	"\x12missing_companions\x18\n" +
+	" \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\x11missingCompanions\"\xc4\x01\n" +
 	"\x13ListCoverageRequest\x12<\n" +
 	"\x06reason\x18\x01 \x01(\x0e2$.profsym.debuginfo.v1.CoverageReasonR\x06reason\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12'\n" +
@@ -2276,7 +2308,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x0eCompanionState\x12\x1f\n" +
 	"\x1bCOMPANION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMPANION_STATE_AVAILABLE\x10\x01\x12\x1b\n" +
-	"\x17COMPANION_STATE_MISSING\x10\x02*\x84\x02\n" +
+	"\x17COMPANION_STATE_MISSING\x10\x02*\xab\x02\n" +
 	"\x0eCoverageReason\x12\x1f\n" +
 	"\x1bCOVERAGE_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCOVERAGE_REASON_NO_DEBUGINFO\x10\x01\x12 \n" +
@@ -2284,7 +2316,8 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x1dCOVERAGE_REASON_UPSTREAM_MISS\x10\x03\x12%\n" +
 	"!COVERAGE_REASON_EXECUTABLE_NEEDED\x10\x04\x12#\n" +
 	"\x1fCOVERAGE_REASON_INVALID_MAPPING\x10\x05\x12\x1e\n" +
-	"\x1aCOVERAGE_REASON_NO_SYMBOLS\x10\x06*\x8d\x01\n" +
+	"\x1aCOVERAGE_REASON_NO_SYMBOLS\x10\x06\x12%\n" +
+	"!COVERAGE_REASON_COMPANION_MISSING\x10\a*\x8d\x01\n" +
 	"\x10CoverageFidelity\x12!\n" +
 	"\x1dCOVERAGE_FIDELITY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COVERAGE_FIDELITY_SYMBOLS\x10\x01\x12\x1b\n" +
@@ -2379,28 +2412,29 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	8,  // 28: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
 	30, // 29: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
 	30, // 30: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
-	8,  // 31: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	30, // 32: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
-	26, // 33: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
-	14, // 34: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
-	16, // 35: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
-	18, // 36: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
-	20, // 37: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
-	22, // 38: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
-	24, // 39: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
-	27, // 40: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
-	15, // 41: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
-	17, // 42: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
-	19, // 43: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
-	21, // 44: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
-	23, // 45: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
-	25, // 46: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
-	28, // 47: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	13, // 31: profsym.debuginfo.v1.Coverage.missing_companions:type_name -> profsym.debuginfo.v1.Companion
+	8,  // 32: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	30, // 33: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 34: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
+	14, // 35: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
+	16, // 36: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
+	18, // 37: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
+	20, // 38: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
+	22, // 39: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
+	24, // 40: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
+	27, // 41: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
+	15, // 42: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
+	17, // 43: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
+	19, // 44: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
+	21, // 45: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
+	23, // 46: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
+	25, // 47: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
+	28, // 48: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_profsym_debuginfo_v1_debuginfo_proto_init() }

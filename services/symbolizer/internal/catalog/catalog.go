@@ -53,6 +53,10 @@ type File struct {
 	// ID a supplementary file is named by (see debuginfo.SupplementaryFileID).
 	PackageUnits    int    `json:"package_units,omitempty"`
 	SupplementaryOf string `json:"supplementary_of,omitempty"`
+	// QualityVariant names the companions Quality was found with (Companions.Variant): ""
+	// for a file that needs none, and for records written before it was kept. Read with
+	// other companions, the file has another quality (see QualityWith).
+	QualityVariant string `json:"quality_variant,omitempty"`
 }
 
 // Exec is what a record keeps of an executable of its binary while its file is a separate
@@ -473,12 +477,11 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 		}
 		if d := r.Proto(); d != nil && (token == "" || less(after, afterType, d.BuildId, d.Type)) {
 			if r.Current != nil {
-				// Only files that need companions cost a lookup more.
-				c, err := m.Companions(ctx, r.Current)
-				if err != nil {
+				// Only files that need companions cost a lookup more, and their quality with
+				// companions stored since they were verified a read more (a build, once).
+				if err := m.describeCompanions(ctx, r.Current, d); err != nil {
 					return nil, "", err
 				}
-				d.Companions = c.Proto()
 			}
 			all = append(all, d)
 		}

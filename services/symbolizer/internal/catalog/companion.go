@@ -238,10 +238,27 @@ func (m *Catalog) Describe(ctx context.Context, r *Record) (*debuginfov1.Debugin
 	if d == nil || r.Current == nil {
 		return d, nil
 	}
-	c, err := m.Companions(ctx, r.Current)
-	if err != nil {
+	if err := m.describeCompanions(ctx, r.Current, d); err != nil {
 		return nil, err
 	}
-	d.Companions = c.Proto()
 	return d, nil
+}
+
+// describeCompanions sets the companions of f in d, and f's quality with them.
+func (m *Catalog) describeCompanions(ctx context.Context, f *File, d *debuginfov1.Debuginfo) error {
+	c, err := m.Companions(ctx, f)
+	if err != nil {
+		return err
+	}
+	d.Companions = c.Proto()
+	if f.State != debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE {
+		// An invalid file is not read again: its record says why it is unusable.
+		return nil
+	}
+	q, err := m.QualityWith(ctx, f, c)
+	if err != nil {
+		return err
+	}
+	d.Quality = q.Proto()
+	return nil
 }

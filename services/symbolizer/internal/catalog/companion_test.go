@@ -122,6 +122,7 @@ func TestCompanionUploads(t *testing.T) {
 	if err != nil || c.Supplementary == nil || c.Missing() {
 		t.Fatalf("companions after the common file: %+v, %v", c, err)
 	}
+	checkQualityWith(t, m, f, c)
 
 	// Packages: GNU build IDs only, packages only.
 	pkgType := debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DWARF_PACKAGE
@@ -183,5 +184,53 @@ func TestCompanionUploads(t *testing.T) {
 	}
 	if left, err := m.Store().List(ctx, f.Object); err != nil || len(left) != 0 {
 		t.Errorf("left after deleting the dwz'ed file: %v, %v", left, err)
+	}
+}
+
+// checkQualityWith: f was verified without its common file, which c now holds. Read with it,
+// f has inline frames: computed once and stored beside the variant's index, computed again
+// when that object does not decode, and for a record written before records kept the variant
+// their quality was found with.
+func checkQualityWith(t *testing.T, m *Catalog, f *File, c Companions) {
+	t.Helper()
+	ctx := context.Background()
+	if f.Quality.Inlines || f.QualityVariant != ".nosup" {
+		t.Fatalf("verified without the common file: inlines %v, variant %q", f.Quality.Inlines, f.QualityVariant)
+	}
+	r, err := m.Resolve(ctx, f.BuildID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := f.QualityObjectOf(c.Variant())
+	for _, step := range []struct {
+		name  string
+		setup func()
+	}{
+		{"first read", func() {}},
+		{"stored", func() {}},
+		{"undecodable object", func() {
+			if err := m.Store().Put(ctx, key, strings.NewReader("{not json"), 9); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"record without a variant", func() {
+			if err := m.Store().Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			r.Current.QualityVariant = ""
+		}},
+	} {
+		step.setup()
+		d, err := m.Describe(ctx, r)
+		if err != nil || !d.GetQuality().GetHasInlineInfo() || !d.GetQuality().GetHasDwarf() || d.GetQuality().GetDwarfVersion() == 0 {
+			t.Fatalf("%s: quality %v, %v", step.name, d.GetQuality(), err)
+		}
+		var sq storedQuality
+		if err := m.readJSON(ctx, key, &sq); err != nil || !sq.Quality.Inlines {
+			t.Fatalf("%s: stored quality %+v, %v", step.name, sq, err)
+		}
+		if _, err := m.Store().Size(ctx, f.IndexObjectOf(c.Variant())); err != nil {
+			t.Fatalf("%s: the index built with the common file is not stored: %v", step.name, err)
+		}
 	}
 }

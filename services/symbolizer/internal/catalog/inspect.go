@@ -120,37 +120,45 @@ func Inspect(path string, lim elfx.Limits, comp CompanionsFunc) (*Inspection, er
 		ins.Index, ins.IndexErr = b.Index()
 	}
 	info := b.Info()
-	ins.Quality = Quality{
-		DWARF: info.DWARF, DWARFVersion: info.DWARFVersion, GoPclntab: info.GoPclntab,
-		Symtab: info.Symtab, Dynsym: info.Dynsym, MiniDebugInfo: info.MiniDebugInfo,
-		Debuglink: info.Debuglink != "", DWARFError: info.DWARFError,
-	}
+	ins.Quality = QualityOf(info, ins.Index)
 	if s := info.Supplementary; s != nil {
 		ins.Supplementary = s.ID
 		ins.Companions.SupplementaryID = s.ID
-		if s.Missing {
-			// A missing companion is no fault of the file's DWARF: the record's companions
-			// say it is missing, and the index is rebuilt once it is stored.
-			ins.Quality.DWARFError = ""
-		}
 	}
 	ins.SkeletonUnits = info.SkeletonUnits
 	ins.Companions.NeedsPackage = info.SkeletonUnits > 0
 	if !ins.Companions.NeedsPackage {
 		ins.Companions.Package = nil
 	}
-	if info.DWARF && ins.Index != nil && ins.Index.Fidelity() == index.FidelityFullInlines {
-		ins.Quality.Inlines = true
+	return ins, nil
+}
+
+// QualityOf is what a file read as info says, with ix the index built from it (nil when none
+// was). With companions, both depend on which were read beside the file: a file's quality is
+// that of one companions variant (see File.QualityVariant).
+func QualityOf(info debuginfo.Info, ix *index.Index) Quality {
+	q := Quality{
+		DWARF: info.DWARF, DWARFVersion: info.DWARFVersion, GoPclntab: info.GoPclntab,
+		Symtab: info.Symtab, Dynsym: info.Dynsym, MiniDebugInfo: info.MiniDebugInfo,
+		Debuglink: info.Debuglink != "", DWARFError: info.DWARFError,
+	}
+	if s := info.Supplementary; s != nil && s.Missing {
+		// A missing companion is no fault of the file's DWARF: the record's companions
+		// say it is missing, and the index is rebuilt once it is stored.
+		q.DWARFError = ""
+	}
+	if info.DWARF && ix != nil && ix.Fidelity() == index.FidelityFullInlines {
+		q.Inlines = true
 	}
 	switch {
 	case info.DebugBytes == 0:
-		ins.Quality.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_UNSPECIFIED
+		q.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_UNSPECIFIED
 	case info.Compression == "zstd":
-		ins.Quality.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_ZSTD
+		q.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_ZSTD
 	case info.Compression == "zlib" || info.Compression == "zlib-gnu":
-		ins.Quality.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_ZLIB
+		q.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_ZLIB
 	default:
-		ins.Quality.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_NONE
+		q.Compression = debuginfov1.SectionCompression_SECTION_COMPRESSION_NONE
 	}
-	return ins, nil
+	return q
 }

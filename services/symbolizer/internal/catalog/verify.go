@@ -193,7 +193,7 @@ func (m *Catalog) verify(ctx context.Context, p *Upload, size uint64) (*File, *I
 		State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE, Quality: ins.Quality,
 		SHA256: sum, Size: size, UploadedAt: m.opt.Now().UTC(), Loads: ins.Loads, Runnable: ins.Runnable,
 		Fidelity: fidelityOf(ins), Supplementary: ins.Supplementary, SkeletonUnits: ins.SkeletonUnits,
-		SupplementaryOf: ins.SupplementaryOf,
+		SupplementaryOf: ins.SupplementaryOf, QualityVariant: ins.Companions.Variant(),
 	}, ins, nil
 }
 

@@ -48,18 +48,72 @@ type Entry struct {
 	FirstSeen time.Time                    `json:"first_seen"`
 	LastSeen  time.Time                    `json:"last_seen"`
 	Filenames []string                     `json:"filenames,omitempty"`
+	// Missing is what the latest answer found missing of the companions the binary's DWARF
+	// needs, MissingAt when that answer was given: the latest wins a merge, an empty list
+	// included, so a replica that found the companion stored clears what another one saw
+	// missing before.
+	Missing   []Companion `json:"missing,omitempty"`
+	MissingAt time.Time   `json:"missing_at,omitzero"`
+}
+
+// Companion is a companion file (a dwz supplementary file, a DWARF package) an answer found
+// missing: what to upload, and the ID to upload it under.
+type Companion struct {
+	Kind debuginfov1.CompanionKind `json:"kind"`
+	ID   string                    `json:"id"`
 }
 
 // Unresolved is the number of frames that stayed addresses.
 func (e *Entry) Unresolved() uint64 { return e.Asked - min(e.Resolved, e.Asked) }
+
+// NeedsUpload reports whether something can be uploaded for the binary: frames stayed
+// addresses, or a companion is missing (frames resolved, at a lower fidelity than it gives).
+func (e *Entry) NeedsUpload() bool { return e.Unresolved() > 0 || len(e.Missing) > 0 }
+
+// settle drops a missing-companion reason that a later answer, which found every companion
+// stored, made stale. Merged entries need it: the reason and the companions may come from
+// different replicas, and the replica that saw the companion stored may never have seen it
+// missing, so it had no reason of its own to clear.
+func (e *Entry) settle() {
+	if e.Reason == debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING && len(e.Missing) == 0 {
+		e.Reason = debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED
+	}
+}
 
 // Proto renders the entry for the API.
 func (e *Entry) Proto() *debuginfov1.Coverage {
 	return &debuginfov1.Coverage{
 		BuildId: e.ID, BuildIdType: e.Type, FramesAsked: e.Asked, FramesResolved: e.Resolved,
 		Fidelity: e.Fidelity, Reason: e.Reason, FirstSeen: timestamppb.New(e.FirstSeen),
-		LastSeen: timestamppb.New(e.LastSeen), Filenames: e.Filenames,
+		LastSeen: timestamppb.New(e.LastSeen), Filenames: e.Filenames, MissingCompanions: companionsProto(e.Missing),
 	}
+}
+
+func companionsProto(cs []Companion) []*debuginfov1.Companion {
+	var out []*debuginfov1.Companion
+	for _, c := range cs {
+		out = append(out, &debuginfov1.Companion{Kind: c.Kind, Id: c.ID, State: debuginfov1.CompanionState_COMPANION_STATE_MISSING})
+	}
+	return out
+}
+
+// missingOf lists the companions a module's answer found missing.
+func missingOf(res *symbolizerv1.ModuleResult) []Companion {
+	var out []Companion
+	for _, c := range res.GetCompanions() {
+		if c.GetState() == debuginfov1.CompanionState_COMPANION_STATE_MISSING {
+			out = append(out, Companion{Kind: c.GetKind(), ID: c.GetId()})
+		}
+	}
+	return out
+}
+
+// clone copies e, so that merging into the copy changes nothing of e.
+func (e *Entry) clone() *Entry {
+	c := *e
+	c.Filenames = slices.Clone(e.Filenames)
+	c.Missing = slices.Clone(e.Missing)
+	return &c
 }
 
 // merge adds o's tally to e's.
@@ -75,6 +129,9 @@ func (e *Entry) merge(o *Entry) {
 	}
 	if o.LastSeen.After(e.LastSeen) {
 		e.LastSeen = o.LastSeen
+	}
+	if !o.MissingAt.IsZero() && !o.MissingAt.Before(e.MissingAt) {
+		e.Missing, e.MissingAt = slices.Clone(o.Missing), o.MissingAt
 	}
 	for _, f := range o.Filenames {
 		e.addFilename(f)
@@ -162,10 +219,14 @@ func New(st store.Store, opt Options) *Recorder {
 	return r
 }
 
-// reasonOf maps a module's answer to why its unresolved frames stayed addresses.
-func reasonOf(res *symbolizerv1.ModuleResult) debuginfov1.CoverageReason {
+// reasonOf maps a module's answer to why its unresolved frames stayed addresses, or its
+// resolved ones fell short of what a missing companion gives.
+func reasonOf(res *symbolizerv1.ModuleResult, missing []Companion) debuginfov1.CoverageReason {
 	switch res.GetStatus() {
 	case symbolizerv1.ModuleStatus_MODULE_STATUS_OK:
+		if len(missing) > 0 {
+			return debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING
+		}
 		return debuginfov1.CoverageReason_COVERAGE_REASON_NO_SYMBOLS
 	case symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND:
 		return debuginfov1.CoverageReason_COVERAGE_REASON_NO_DEBUGINFO
@@ -230,9 +291,18 @@ func (r *Recorder) Record(mod *symbolizerv1.Module, res *symbolizerv1.ModuleResu
 	if resolved > 0 {
 		e.Fidelity = max(e.Fidelity, fidelityOf(res.GetFidelity()))
 	}
-	if resolved < asked {
-		e.Reason, e.ReasonAt = reasonOf(res), now
+	// Only an answer that read the file knows its companions; any other (not found, invalid)
+	// says nothing is missing beside a file it could not use, and clears the list all the same:
+	// the entry describes the latest answer.
+	var missing []Companion
+	if res.GetStatus() == symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		missing = missingOf(res)
 	}
+	e.Missing, e.MissingAt = missing, now
+	if resolved < asked || len(missing) > 0 {
+		e.Reason, e.ReasonAt = reasonOf(res, missing), now
+	}
+	e.settle()
 	e.addFilename(mod.GetFilename())
 	r.dirty = true
 }
@@ -256,9 +326,7 @@ func (r *Recorder) snapshot() []*Entry {
 	defer r.mu.Unlock()
 	out := make([]*Entry, 0, len(r.entries))
 	for _, e := range r.entries {
-		c := *e
-		c.Filenames = slices.Clone(e.Filenames)
-		out = append(out, &c)
+		out = append(out, e.clone())
 	}
 	return out
 }
@@ -332,9 +400,7 @@ func (r *Recorder) merged(ctx context.Context, sweep bool) ([]*Entry, error) {
 			m.merge(e)
 			return
 		}
-		c := *e
-		c.Filenames = slices.Clone(e.Filenames)
-		byKey[k] = &c
+		byKey[k] = e.clone()
 	}
 	cutoff := r.opt.Now().Add(-r.opt.Retention)
 	for _, k := range keys {
@@ -369,6 +435,7 @@ func (r *Recorder) merged(ctx context.Context, sweep bool) ([]*Entry, error) {
 	}
 	out := make([]*Entry, 0, len(byKey))
 	for _, e := range byKey {
+		e.settle()
 		out = append(out, e)
 	}
 	return out, nil
@@ -422,8 +489,8 @@ func (r *Recorder) setGauges(all []*Entry) {
 type Filter struct {
 	Reason         debuginfov1.CoverageReason // unspecified: any
 	Since          time.Time                  // zero: any
-	UnresolvedOnly bool
-	Limit          int // 0: every entry
+	UnresolvedOnly bool                       // frames stayed addresses, or a companion is missing (NeedsUpload)
+	Limit          int                        // 0: every entry
 }
 
 // List returns the merged entries that pass f, the most unresolved frames first (then the most
@@ -436,9 +503,9 @@ func (r *Recorder) List(ctx context.Context, f Filter) ([]*Entry, int, error) {
 	out := all[:0]
 	for _, e := range all {
 		switch {
-		case f.Reason != debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED && (e.Reason != f.Reason || e.Unresolved() == 0):
+		case f.Reason != debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED && (e.Reason != f.Reason || !e.NeedsUpload()):
 		case !f.Since.IsZero() && e.LastSeen.Before(f.Since):
-		case f.UnresolvedOnly && e.Unresolved() == 0:
+		case f.UnresolvedOnly && !e.NeedsUpload():
 		default:
 			out = append(out, e)
 		}

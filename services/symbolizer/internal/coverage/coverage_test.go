@@ -3,6 +3,7 @@ package coverage
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,5 +101,112 @@ func TestMaxEntries(t *testing.T) {
 		if e.ID == "b2" {
 			t.Fatal("the least recently seen binary was kept")
 		}
+	}
+}
+
+// withCompanions is an answer of status OK whose file needs the companions given.
+func withCompanions(counts []uint32, cs ...*debuginfov1.Companion) *symbolizerv1.ModuleResult {
+	return &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, FrameCounts: counts,
+		Fidelity: symbolizerv1.Fidelity_FIDELITY_SYMBOLS, Companions: cs}
+}
+
+func companion(kind debuginfov1.CompanionKind, id string, missing bool) *debuginfov1.Companion {
+	st := debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE
+	if missing {
+		st = debuginfov1.CompanionState_COMPANION_STATE_MISSING
+	}
+	return &debuginfov1.Companion{Kind: kind, Id: id, State: st}
+}
+
+// TestMissingCompanions: an answer that found a companion missing lists it with the reason
+// that says so, even when every frame resolved (at reduced fidelity); the latest answer of any
+// replica decides, so a later answer that found it stored clears the list and the reason,
+// whichever replica gave either.
+func TestMissingCompanions(t *testing.T) {
+	sup, dwp := debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY, debuginfov1.CompanionKind_COMPANION_KIND_DWARF_PACKAGE
+	ok := symbolizerv1.ModuleStatus_MODULE_STATUS_OK
+	type step struct {
+		replica int // 0 or 1
+		res     *symbolizerv1.ModuleResult
+	}
+	for _, c := range []struct {
+		name        string
+		steps       []step
+		wantMissing []Companion
+		wantReason  debuginfov1.CoverageReason
+		wantListed  bool // by UnresolvedOnly and by the reason filter
+	}{
+		{"supplementary missing, every frame resolved",
+			[]step{{0, withCompanions([]uint32{1, 1}, companion(sup, "5a", true))}},
+			[]Companion{{sup, "5a"}}, debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING, true},
+		{"package missing, a frame unresolved",
+			[]step{{0, withCompanions([]uint32{1, 0}, companion(dwp, "aa", true))}},
+			[]Companion{{dwp, "aa"}}, debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING, true},
+		{"only the missing one of two is listed",
+			[]step{{0, withCompanions([]uint32{1}, companion(sup, "5a", false), companion(dwp, "aa", true))}},
+			[]Companion{{dwp, "aa"}}, debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING, true},
+		{"stored later, answered by the same replica",
+			[]step{{0, withCompanions([]uint32{1}, companion(sup, "5a", true))}, {0, withCompanions([]uint32{1}, companion(sup, "5a", false))}},
+			nil, debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED, false},
+		{"stored later, answered by the other replica",
+			[]step{{0, withCompanions([]uint32{1}, companion(sup, "5a", true))}, {1, withCompanions([]uint32{1}, companion(sup, "5a", false))}},
+			nil, debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED, false},
+		{"missing again after an answer that had it, on the other replica",
+			[]step{{1, withCompanions([]uint32{1}, companion(sup, "5a", false))}, {0, withCompanions([]uint32{1}, companion(sup, "5a", true))}},
+			[]Companion{{sup, "5a"}}, debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING, true},
+		{"stored later, but other frames stay unresolved",
+			[]step{{0, withCompanions([]uint32{0}, companion(sup, "5a", true))}, {1, withCompanions([]uint32{0}, companion(sup, "5a", false))}},
+			nil, debuginfov1.CoverageReason_COVERAGE_REASON_NO_SYMBOLS, true},
+		{"the file deleted since: nothing known to be missing",
+			[]step{{0, withCompanions([]uint32{1}, companion(sup, "5a", true))}, {1, answer(symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, 0)}},
+			nil, debuginfov1.CoverageReason_COVERAGE_REASON_NO_DEBUGINFO, true},
+		{"no companions needed", []step{{0, answer(ok, 1)}}, nil, debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := store.NewFolder(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+			clock := func() time.Time { return now }
+			reps := []*Recorder{New(st, Options{Now: clock}), New(st, Options{Now: clock})}
+			ctx := context.Background()
+			for _, s := range c.steps {
+				now = now.Add(time.Minute)
+				reps[s.replica].Record(mod("bb", len(s.res.GetFrameCounts()), "/bin/p"), s.res)
+			}
+			for _, r := range reps {
+				if err := r.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, r := range reps { // each replica's view merges the other's file
+				got, _, err := r.List(ctx, Filter{})
+				if err != nil || len(got) != 1 {
+					t.Fatalf("replica %d: List = %v, %v", i, got, err)
+				}
+				e := got[0]
+				if fmt.Sprint(e.Missing) != fmt.Sprint(c.wantMissing) || e.Reason != c.wantReason {
+					t.Errorf("replica %d: missing %v reason %v, want %v %v", i, e.Missing, e.Reason, c.wantMissing, c.wantReason)
+				}
+				p := e.Proto()
+				if len(p.GetMissingCompanions()) != len(c.wantMissing) {
+					t.Errorf("replica %d: proto lists %v", i, p.GetMissingCompanions())
+				}
+				for j, pc := range p.GetMissingCompanions() {
+					if pc.GetKind() != c.wantMissing[j].Kind || pc.GetId() != c.wantMissing[j].ID || pc.GetState() != debuginfov1.CompanionState_COMPANION_STATE_MISSING {
+						t.Errorf("replica %d: proto companion %v", i, pc)
+					}
+				}
+				for _, f := range []Filter{{UnresolvedOnly: true}, {Reason: c.wantReason}} {
+					if f.Reason == debuginfov1.CoverageReason_COVERAGE_REASON_UNSPECIFIED && !f.UnresolvedOnly {
+						continue
+					}
+					if got, _, _ := r.List(ctx, f); (len(got) == 1) != c.wantListed {
+						t.Errorf("replica %d: filter %+v listed %d, want listed %v", i, f, len(got), c.wantListed)
+					}
+				}
+			}
+		})
 	}
 }

@@ -517,13 +517,12 @@ func TestDWZThroughDebuginfod(t *testing.T) {
 	checkFull(t, b, frames)
 }
 
-// TestSplitDWARFThroughStore: a gcc -gsplit-dwarf build whose .dwo files were packed into a
-// .dwp with binutils' dwp and removed. Uploaded alone, the executable's skeleton units give
-// lines, and the status says the package is missing; the package uploaded beside it (the
-// CLI takes the build ID from the executable next to it) makes the answers full, the same as
-// llvm-symbolizer's reading the same package.
-func TestSplitDWARFThroughStore(t *testing.T) {
-	need(t, "gcc", "dwp", "llvm-symbolizer")
+// buildSplit compiles p1 with gcc -gsplit-dwarf and packs its .dwo into p1.dwp with binutils'
+// dwp: the executable (its package beside it as bin+".dwp"), its IDs and every address of its
+// functions.
+func buildSplit(t *testing.T) (bin string, ids buildid.IDs, addrs []uint64) {
+	t.Helper()
+	need(t, "gcc", "dwp")
 	dir := t.TempDir()
 	for name, text := range companionSources {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -538,12 +537,22 @@ func TestSplitDWARFThroughStore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "p1.dwo")); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "p1")
+	bin = filepath.Join(dir, "p1")
 	ids, err := buildid.FromFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := functionAddrs(t, bin)
+	return bin, ids, functionAddrs(t, bin)
+}
+
+// TestSplitDWARFThroughStore: a gcc -gsplit-dwarf build whose .dwo files were packed into a
+// .dwp with binutils' dwp and removed. Uploaded alone, the executable's skeleton units give
+// lines, and the status says the package is missing; the package uploaded beside it (the
+// CLI takes the build ID from the executable next to it) makes the answers full, the same as
+// llvm-symbolizer's reading the same package.
+func TestSplitDWARFThroughStore(t *testing.T) {
+	need(t, "llvm-symbolizer")
+	bin, ids, addrs := buildSplit(t)
 	mod := &symbolizerv1.Module{GnuBuildId: ids.GNU, Addresses: addrs}
 	r := start(t)
 

@@ -657,7 +657,7 @@ func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.
 	defer cleanupComps()
 	opts.Limits, opts.Workers = s.opt.Limits, s.opt.Workers
 	start := time.Now()
-	ix, _, err := debuginfo.OpenIndex(path, opts)
+	ix, info, err := debuginfo.OpenIndex(path, opts)
 	if s.m != nil {
 		s.m.IndexBuildTime.Observe(time.Since(start).Seconds())
 	}
@@ -677,6 +677,11 @@ func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.
 	}
 	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "companions", comps.Variant(), "fidelity", ix.Fidelity().String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
 	s.meta.StoreIndex(ctx, f, comps.Variant(), ix)
+	if v := comps.Variant(); v != f.QualityVariant {
+		// The record's quality is that of other companions: Get and List read this one
+		// rather than build the index again (see catalog.QualityWith).
+		s.meta.StoreQuality(ctx, f, v, catalog.QualityOf(info, ix))
+	}
 	return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
 }
 

@@ -27,6 +27,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"reason":   reasonText,
 	"fidelity": fidelityText,
 	"idtype":   idTypeText,
+	"kind":     kindText,
 	"percent": func(part, whole uint64) string {
 		if whole == 0 {
 			return "-"
@@ -194,6 +195,8 @@ func reasonText(r debuginfov1.CoverageReason) string {
 		return "invalid mapping"
 	case debuginfov1.CoverageReason_COVERAGE_REASON_NO_SYMBOLS:
 		return "no symbols there"
+	case debuginfov1.CoverageReason_COVERAGE_REASON_COMPANION_MISSING:
+		return "companion missing"
 	}
 	return ""
 }
@@ -208,6 +211,16 @@ func fidelityText(f debuginfov1.CoverageFidelity) string {
 		return "full (inlines)"
 	}
 	return "nothing"
+}
+
+func kindText(k debuginfov1.CompanionKind) string {
+	switch k {
+	case debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY:
+		return "supplementary DWARF file (dwz)"
+	case debuginfov1.CompanionKind_COMPANION_KIND_DWARF_PACKAGE:
+		return "DWARF package (.dwp)"
+	}
+	return "companion"
 }
 
 func idTypeText(t debuginfov1.BuildIDType) string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,13 +21,14 @@ import (
 // MissingCmd is `symbolizer debuginfo missing`.
 type MissingCmd struct {
 	Conn
-	Reason string        `help:"Only binaries whose unresolved frames have this reason: no_debuginfo, invalid_file, upstream_miss, executable_needed, invalid_mapping, no_symbols." placeholder:"REASON"`
-	Since  time.Duration `help:"Only binaries asked about within this long (e.g. 24h); 0: any time."`
-	All    bool          `help:"Also list binaries whose every frame resolved."`
-	Limit  uint32        `default:"100" help:"At most this many binaries, the most unresolved frames first."`
-	JSON   bool          `help:"One JSON entry per line."`
-	Paths  bool          `help:"Print only the executable paths the requests carried, one per line, for a CI step such as 'symbolizer debuginfo missing --paths | xargs symbolizer upload'."`
-	Out    io.Writer     `kong:"-"`
+	Reason     string        `help:"Only binaries whose unresolved frames have this reason: no_debuginfo, invalid_file, upstream_miss, executable_needed, invalid_mapping, no_symbols, companion_missing (a supplementary file or DWARF package is not stored; such binaries are listed even when every frame resolved, at a lower fidelity)." placeholder:"REASON"`
+	Since      time.Duration `help:"Only binaries asked about within this long (e.g. 24h); 0: any time."`
+	All        bool          `help:"Also list binaries whose every frame resolved and that miss no companion."`
+	Limit      uint32        `default:"100" help:"At most this many binaries, the most unresolved frames first."`
+	JSON       bool          `help:"One JSON entry per line (missing companions in missingCompanions)."`
+	Paths      bool          `help:"Print only the executable paths the requests carried, one per line, for a CI step such as 'symbolizer debuginfo missing --paths | xargs symbolizer upload'. Missing companions have no path the server knows: --companions lists them."`
+	Companions bool          `help:"Print only the missing companions, one per line, tab-separated: the kind (supplementary: the dwz file a debug file's .gnu_debugaltlink or .debug_sup names; dwarf_package: the .dwp of a -gsplit-dwarf executable), the ID it is uploaded under (the supplementary file's build ID or .debug_sup checksum; the executable's GNU build ID), then the executable paths the requests carried for binaries that need it. For a CI step such as 'symbolizer debuginfo missing --companions | while IFS=$'\\t' read -r kind id paths; do ...; done'."`
+	Out        io.Writer     `kong:"-"`
 }
 
 // reasonValue parses a --reason value.
@@ -82,6 +84,9 @@ func (c *MissingCmd) Run() error {
 			fmt.Fprintln(out, string(b))
 		}
 		return nil
+	case c.Companions:
+		printCompanions(out, entries)
+		return nil
 	case c.Paths:
 		seen := map[string]bool{}
 		for _, e := range entries {
@@ -95,7 +100,7 @@ func (c *MissingCmd) Run() error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UNRESOLVED\tASKED\tRESOLVED\tFIDELITY\tREASON\tTYPE\tBUILD ID\tLAST SEEN\tEXECUTABLES")
+	fmt.Fprintln(tw, "UNRESOLVED\tASKED\tRESOLVED\tFIDELITY\tREASON\tTYPE\tBUILD ID\tLAST SEEN\tEXECUTABLES\tMISSING COMPANIONS")
 	for _, e := range entries {
 		un := e.GetFramesAsked() - min(e.GetFramesResolved(), e.GetFramesAsked())
 		share := "-"
@@ -103,16 +108,24 @@ func (c *MissingCmd) Run() error {
 			share = fmt.Sprintf("%.1f%%", 100*float64(e.GetFramesResolved())/float64(e.GetFramesAsked()))
 		}
 		why := "-"
-		if un > 0 {
+		if un > 0 || len(e.GetMissingCompanions()) > 0 {
 			why = short(e.GetReason().String(), "COVERAGE_REASON_")
 		}
 		files := strings.Join(e.GetFilenames(), ",")
 		if files == "" {
 			files = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", un, e.GetFramesAsked(), share,
+		comps := "-"
+		if cs := e.GetMissingCompanions(); len(cs) > 0 {
+			var parts []string
+			for _, c := range cs {
+				parts = append(parts, companionKind(c.GetKind())+":"+c.GetId())
+			}
+			comps = strings.Join(parts, ",")
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", un, e.GetFramesAsked(), share,
 			short(e.GetFidelity().String(), "COVERAGE_FIDELITY_"), why, short(e.GetBuildIdType().String(), "BUILD_ID_TYPE_"),
-			e.GetBuildId(), e.GetLastSeen().AsTime().UTC().Format(time.RFC3339), files)
+			e.GetBuildId(), e.GetLastSeen().AsTime().UTC().Format(time.RFC3339), files, comps)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -121,6 +134,40 @@ func (c *MissingCmd) Run() error {
 		fmt.Fprintf(out, "(%d of %d binaries; --limit shows more)\n", len(entries), total)
 	}
 	return nil
+}
+
+// printCompanions writes one line per missing companion: kind, ID and the executables of the
+// binaries that need it, tab-separated. A supplementary file shared by several binaries is
+// one line: it is uploaded once.
+func printCompanions(out io.Writer, entries []*debuginfov1.Coverage) {
+	type comp struct {
+		kind debuginfov1.CompanionKind
+		id   string
+	}
+	var order []comp
+	paths := map[comp][]string{}
+	for _, e := range entries {
+		for _, c := range e.GetMissingCompanions() {
+			k := comp{c.GetKind(), c.GetId()}
+			if _, ok := paths[k]; !ok {
+				order = append(order, k)
+				paths[k] = []string{}
+			}
+			for _, f := range e.GetFilenames() {
+				if !slices.Contains(paths[k], f) {
+					paths[k] = append(paths[k], f)
+				}
+			}
+		}
+	}
+	for _, k := range order {
+		fmt.Fprintln(out, strings.Join(append([]string{companionKind(k.kind), k.id}, paths[k]...), "\t"))
+	}
+}
+
+// companionKind is the word --companions and the table print for a kind.
+func companionKind(k debuginfov1.CompanionKind) string {
+	return short(k.String(), "COMPANION_KIND_")
 }
 
 func short(enum, prefix string) string {
