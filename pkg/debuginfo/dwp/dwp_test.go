@@ -328,12 +328,14 @@ func TestPackExecutableProblems(t *testing.T) {
 	}
 
 	if _, err := dwp.PackExecutable(filepath.Join(dir, "a.o"), &bytes.Buffer{}); err == nil {
-		t.Error("an object with no skeleton (its DWARF is in the .dwo) packed")
+		t.Error("an object file's skeleton, whose DWARF is not relocated, was read")
 	}
-	whole := filepath.Join(dir, "whole")
-	run(t, dir, "g++", "-g", "-O2", "-o", whole, "a.cc", "b.cc")
-	if _, err := dwp.PackExecutable(whole, &bytes.Buffer{}); !errors.Is(err, dwp.ErrNoSplitUnits) {
-		t.Errorf("a build without -gsplit-dwarf: %v, want ErrNoSplitUnits", err)
+	for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
+		whole := filepath.Join(dir, "whole"+dw)
+		run(t, dir, "g++", "-g", dw, "-O2", "-o", whole, "a.cc", "b.cc")
+		if _, err := dwp.PackExecutable(whole, &bytes.Buffer{}); !errors.Is(err, dwp.ErrNoSplitUnits) {
+			t.Errorf("a build without -gsplit-dwarf (%s): %v, want ErrNoSplitUnits", dw, err)
+		}
 	}
 
 	// The builder: the same unit twice is one, a different unit of one DWO ID and the other

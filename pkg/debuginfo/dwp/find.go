@@ -1,6 +1,7 @@
 package dwp
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +94,14 @@ func Skeletons(exe string) ([]dwarfsym.SplitUnit, error) {
 	}
 	// Only read: a failing close loses nothing.
 	defer func() { _ = closer.Close() }()
+	if f.ELF().Type == elf.ET_REL {
+		// Its DWARF is not relocated, so the names its skeleton units give are not read
+		// right; the linked executable has them.
+		return nil, fmt.Errorf("%s: a relocatable object: its skeleton units are read from the executable it is linked into", exe)
+	}
+	if !mayHaveSkeletons(f) {
+		return nil, fmt.Errorf("%s: %w", exe, ErrNoSplitUnits)
+	}
 	secs, err := f.DWARFSectionsOf("info", "abbrev", "str", "line_str", "str_offsets", "addr")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", exe, err)
@@ -149,4 +158,34 @@ func readObjectFile(path string) (*Object, error) {
 		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	return ReadObject(path, fh, st.Size())
+}
+
+// mayHaveSkeletons tells from the first unit header of .debug_info, without reading the
+// section, that f has no skeleton units, so that a client looking at every file it uploads
+// does not load the DWARF of large builds that are not split. Compilers split every unit of
+// a build or none. A DWARF 5 header says its unit type; a GNU DWARF 4 skeleton is known by
+// its root's attributes only, but its build has a .debug_addr, which DWARF 4 has not
+// otherwise.
+func mayHaveSkeletons(f *elfx.File) bool {
+	s := f.Section(".debug_info")
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 {
+		// Absent (or only in .zdebug_info), or compressed: read it all to know.
+		return s == nil && f.Section(".zdebug_info") != nil || s != nil && s.Type != elf.SHT_NOBITS
+	}
+	var hdr [16]byte
+	if s.Size < uint64(len(hdr)) {
+		return false
+	}
+	if _, err := f.ReaderAt().ReadAt(hdr[:], int64(s.Offset)); err != nil {
+		return false
+	}
+	order := f.ELF().ByteOrder
+	at := 4
+	if order.Uint32(hdr[:]) == 0xffffffff {
+		at = 12
+	}
+	if order.Uint16(hdr[at:]) >= 5 {
+		return hdr[at+2] == 0x04 // DW_UT_skeleton
+	}
+	return f.Section(".debug_addr") != nil
 }
