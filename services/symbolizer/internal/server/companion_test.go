@@ -602,7 +602,9 @@ func TestLooseDWOThroughStore(t *testing.T) {
 		dwarf    string
 		withDWOs bool // the .dwo files are among the files uploaded
 		noPack   bool
-	}{{"dwarf5", "-gdwarf-5", false, false}, {"dwarf4-with-dwo-files", "-gdwarf-4", true, false}, {"dwarf5-no-pack-dwo", "-gdwarf-5", false, true}} {
+		debug    bool // its debug file (objcopy --only-keep-debug) is uploaded too: one package for both
+	}{{"dwarf5", "-gdwarf-5", false, false, false}, {"dwarf4-with-dwo-files", "-gdwarf-4", true, false, false},
+		{"dwarf5-no-pack-dwo", "-gdwarf-5", false, true, false}, {"dwarf5-with-debug-file", "-gdwarf-5", false, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, text := range companionSources {
@@ -629,10 +631,27 @@ func TestLooseDWOThroughStore(t *testing.T) {
 			if c.withDWOs {
 				paths = append(paths, dwos...)
 			}
-			res := uploadWith(t, r.url, func(u *uploadcli.UploadCmd) { u.NoPackDWO = c.noPack }, paths...)
-			if c.withDWOs {
+			if c.debug {
+				run(t, dir, "objcopy", "--only-keep-debug", "p12", "p12.debug")
+				paths = append(paths, bin+".debug")
+			}
+			res := uploadWith(t, r.url, func(u *uploadcli.UploadCmd) {
+				u.NoPackDWO = c.noPack
+				if c.debug {
+					// One after the other: the store takes one upload per build ID at a time.
+					u.Parallel = 1
+				}
+			}, paths...)
+			if c.withDWOs || c.debug {
 				var rest []uploadcli.Result
 				for _, x := range res {
+					if strings.HasSuffix(x.Path, ".debug") && x.Err == nil {
+						continue
+					}
+					if strings.HasSuffix(x.Path, ".debug.dwp") {
+						// Made from the debug file instead of the executable: the same package.
+						x.Path = bin + ".dwp"
+					}
 					if strings.HasSuffix(x.Path, ".dwo") {
 						if x.Outcome != "skipped" || x.Err != nil || !strings.Contains(x.Detail, "split DWARF object") {
 							t.Errorf("%s: %+v, want it skipped as a split DWARF object", x.Path, x)
