@@ -23,6 +23,7 @@ const (
 	// DWARF 5 unit types (DW_UT_*) of -gsplit-dwarf builds.
 	utSkeleton     = 0x04
 	utSplitCompile = 0x05
+	utSplitType    = 0x06
 
 	atName           = 0x03
 	atStmtList       = 0x10

@@ -299,3 +299,69 @@ func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 
 // Units returns the number of split units the package holds.
 func (p *Package) Units() int { return len(p.units) }
+
+// A DWOUnit is one unit of a split DWARF object's .debug_info.dwo or .debug_types.dwo, as a
+// packer of DWARF packages needs it: where it lies and the ID a unit index files it under.
+type DWOUnit struct {
+	Off, End uint64 // the unit's bytes in its section, header included
+	Version  int
+	DWARF64  bool
+	// Type is set for type units (DWARF 5 split type units in .debug_info.dwo, DWARF 4 units
+	// of .debug_types.dwo); ID is then the type signature, else the DWO ID.
+	Type bool
+	ID   uint64
+}
+
+// DWOUnits lists the units of a .dwo file's sections (keys as in PackageSectionNames, with
+// "types.dwo" for DWARF 4 type units): the split compilation unit with its DWO ID (from the
+// header in DWARF 5, from the root's DW_AT_GNU_dwo_id before) and any type units with their
+// signatures. Units of other types are refused: a .dwo holds nothing else.
+func DWOUnits(secs map[string][]byte, order binary.ByteOrder) ([]DWOUnit, error) {
+	var out []DWOUnit
+	for _, key := range []string{"info.dwo", "types.dwo"} {
+		units, err := scanUnits(secs[key], order)
+		if err != nil {
+			return nil, fmt.Errorf(".debug_%s: %w", key, err)
+		}
+		for _, h := range units {
+			u := DWOUnit{Off: h.off, End: h.end, Version: h.version, DWARF64: h.dwarf64}
+			offSize, lenSize := uint64(4), uint64(4)
+			if h.dwarf64 {
+				offSize, lenSize = 8, 12
+			}
+			switch {
+			case key == "types.dwo":
+				if h.version != 4 {
+					return nil, fmt.Errorf(".debug_types.dwo: unit at offset %#x of DWARF version %d, want 4", h.off, h.version)
+				}
+				// unit_length, version, debug_abbrev_offset, address_size, type_signature.
+				at := h.off + lenSize + 2 + offSize + 1
+				if at+8 > h.end {
+					return nil, fmt.Errorf(".debug_types.dwo: unit at offset %#x: truncated header", h.off)
+				}
+				u.Type, u.ID = true, order.Uint64(secs[key][at:])
+			case h.version >= 5 && h.unitType == utSplitCompile:
+				u.ID = h.dwoID
+			case h.version >= 5 && h.unitType == utSplitType:
+				// unit_length, version, unit_type, address_size, debug_abbrev_offset, type_signature.
+				at := h.off + lenSize + 2 + 1 + 1 + offSize
+				u.Type, u.ID = true, order.Uint64(secs[key][at:])
+			case h.version >= 5:
+				return nil, fmt.Errorf(".debug_info.dwo: unit at offset %#x of type %#x, want a split compilation or type unit", h.off, h.unitType)
+			default:
+				s := &dieSecs{info: secs[key], abbrev: secs["abbrev.dwo"], str: secs["str.dwo"],
+					strOffsets: secs["str_offsets.dwo"], order: order}
+				cu, err := s.openUnit(h, map[uint64]*abbrevTable{})
+				if err != nil {
+					return nil, fmt.Errorf(".debug_info.dwo: unit at offset %#x: %w", h.off, err)
+				}
+				if cu.hdr.dwoID == 0 {
+					return nil, fmt.Errorf(".debug_info.dwo: DWARF %d unit at offset %#x without DW_AT_GNU_dwo_id", h.version, h.off)
+				}
+				u.ID = cu.hdr.dwoID
+			}
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}

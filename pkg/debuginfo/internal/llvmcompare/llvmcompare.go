@@ -64,6 +64,9 @@ type Tool struct {
 	Path string
 	// DebugFileDirectories are passed as --debug-file-directory.
 	DebugFileDirectories []string
+	// DWP, when set, is the DWARF package of a -gsplit-dwarf obj (--dwp), instead of the
+	// obj.dwp beside it.
+	DWP string
 }
 
 // Symbolize runs one llvm-symbolizer process over all addrs of obj (fed on stdin, one per
@@ -77,6 +80,9 @@ func (t Tool) Symbolize(ctx context.Context, obj string, addrs []uint64) ([][]Fr
 	args := []string{"--output-style=JSON", "--inlines", "--demangle", "--obj=" + obj}
 	for _, d := range t.DebugFileDirectories {
 		args = append(args, "--debug-file-directory="+d)
+	}
+	if t.DWP != "" {
+		args = append(args, "--dwp="+t.DWP)
 	}
 	var in bytes.Buffer
 	for _, a := range addrs {

@@ -25,6 +25,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
 )
 
 // Two C programs sharing a header of inline functions and a type: what dwz -m moves into
@@ -595,6 +596,119 @@ func TestSplitDWARFThroughStore(t *testing.T) {
 		t.Errorf("llvm-symbolizer with the package: %d of %d addresses agree (%d with inlined frames); first difference %s", same, len(addrs), inlined, diff)
 	}
 	t.Logf("%d addresses (%d with inlined frames): %d agree with llvm-symbolizer reading the same .dwp", len(addrs), inlined, same)
+}
+
+// TestLooseDWOThroughStore: a gcc -gsplit-dwarf build of two units whose .dwo files were
+// never packed. The upload CLI, given the executable alone, packs its .dwo files into a DWARF
+// package and uploads it under the executable's build ID; with the .dwo files then gone from
+// the disk, the answers through the store are full and the same as llvm-symbolizer's on the
+// build as the compiler left it. .dwo files named among the files are not uploaded
+// themselves. With --no-pack-dwo only the executable goes, and the answers have lines only.
+func TestLooseDWOThroughStore(t *testing.T) {
+	need(t, "gcc", "objcopy", "llvm-symbolizer")
+	for _, c := range []struct {
+		name     string
+		dwarf    string
+		withDWOs bool // the .dwo files are among the files uploaded
+		noPack   bool
+		debug    bool // its debug file (objcopy --only-keep-debug) is uploaded too: one package for both
+	}{{"dwarf5", "-gdwarf-5", false, false, false}, {"dwarf4-with-dwo-files", "-gdwarf-4", true, false, false},
+		{"dwarf5-no-pack-dwo", "-gdwarf-5", false, true, false}, {"dwarf5-with-debug-file", "-gdwarf-5", false, false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, text := range companionSources {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run(t, dir, "gcc", "-g", c.dwarf, "-gsplit-dwarf", "-O2", "-c", "p1.c", "p2.c")
+			// Two units: p2's main renamed away.
+			run(t, dir, "objcopy", "--redefine-sym", "main=p2_main", "p2.o")
+			run(t, dir, "gcc", "-Wl,--build-id", "-o", "p12", "p1.o", "p2.o")
+			bin := filepath.Join(dir, "p12")
+			ids, err := buildid.FromFile(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs := functionAddrs(t, bin)
+			// llvm-symbolizer reads the .dwo files where gcc wrote them.
+			ref := llvmSymbolize(t, bin, addrs)
+
+			r := start(t)
+			dwos := []string{filepath.Join(dir, "p1.dwo"), filepath.Join(dir, "p2.dwo")}
+			paths := []string{bin}
+			if c.withDWOs {
+				paths = append(paths, dwos...)
+			}
+			if c.debug {
+				run(t, dir, "objcopy", "--only-keep-debug", "p12", "p12.debug")
+				paths = append(paths, bin+".debug")
+			}
+			res := uploadWith(t, r.url, func(u *uploadcli.UploadCmd) {
+				u.NoPackDWO = c.noPack
+				if c.debug {
+					// One after the other: the store takes one upload per build ID at a time.
+					u.Parallel = 1
+				}
+			}, paths...)
+			if c.withDWOs || c.debug {
+				var rest []uploadcli.Result
+				for _, x := range res {
+					if strings.HasSuffix(x.Path, ".debug") && x.Err == nil {
+						continue
+					}
+					if strings.HasSuffix(x.Path, ".debug.dwp") {
+						// Made from the debug file instead of the executable: the same package.
+						x.Path = bin + ".dwp"
+					}
+					if strings.HasSuffix(x.Path, ".dwo") {
+						if x.Outcome != "skipped" || x.Err != nil || !strings.Contains(x.Detail, "split DWARF object") {
+							t.Errorf("%s: %+v, want it skipped as a split DWARF object", x.Path, x)
+						}
+						continue
+					}
+					rest = append(rest, x)
+				}
+				res = rest
+			}
+			if c.noPack {
+				if len(res) != 1 || res[0].Outcome != "uploaded" {
+					t.Fatalf("upload with --no-pack-dwo: %+v", res)
+				}
+			} else if len(res) != 2 || res[1].Outcome != "uploaded" || res[1].BuildID != ids.GNU || res[1].Path != bin+".dwp" ||
+				!strings.Contains(res[1].Detail, "2 of 2 split units") {
+				t.Fatalf("upload: %+v", res)
+			}
+			for _, d := range dwos {
+				if err := os.Remove(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			m, frames := symbolizeOne(t, r.url, &symbolizerv1.Module{GnuBuildId: ids.GNU, Addresses: addrs})
+			_, st := companionState(m.Companions, debuginfov1.CompanionKind_COMPANION_KIND_DWARF_PACKAGE)
+			if c.noPack {
+				if m.Fidelity != symbolizerv1.Fidelity_FIDELITY_LINES || st != debuginfov1.CompanionState_COMPANION_STATE_MISSING {
+					t.Fatalf("without the package: %v %v %q %v", m.Status, m.Fidelity, m.Message, m.Companions)
+				}
+				return
+			}
+			if m.Fidelity != symbolizerv1.Fidelity_FIDELITY_FULL || m.Message != "" || st != debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE {
+				t.Fatalf("with the package made at upload: %v %v %q %v", m.Status, m.Fidelity, m.Message, m.Companions)
+			}
+			inlined := 0
+			for _, f := range frames {
+				if len(f) > 1 {
+					inlined++
+				}
+			}
+			same, _, diff := agreement(frames, ref, false)
+			if same != len(addrs) || inlined == 0 {
+				t.Errorf("%d of %d addresses agree with llvm-symbolizer on the .dwo files (%d with inlined frames); first difference %s", same, len(addrs), inlined, diff)
+			}
+			t.Logf("%d addresses (%d with inlined frames): %d agree with llvm-symbolizer reading the .dwo files", len(addrs), inlined, same)
+		})
+	}
 }
 
 // TestDWZReplicasShareTheUpgrade: two replicas over one store and one Redis, the second

@@ -118,9 +118,16 @@ func startWith(t *testing.T, hook func(*Server), args ...string) *running {
 
 func upload(t *testing.T, url string, paths ...string) []uploadcli.Result {
 	t.Helper()
+	return uploadWith(t, url, func(*uploadcli.UploadCmd) {}, paths...)
+}
+
+// uploadWith is upload with the command's flags changed by set.
+func uploadWith(t *testing.T, url string, set func(*uploadcli.UploadCmd), paths ...string) []uploadcli.Result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := &uploadcli.UploadCmd{Conn: uploadcli.Conn{Server: url, Token: token, Timeout: time.Minute},
 		Paths: paths, Parallel: 4, Source: "ci", Type: "auto", Retries: 3, Progress: "plain", Out: &out, Err: &errb}
+	set(cmd)
 	res, err := cmd.Upload(context.Background())
 	if err != nil {
 		t.Fatalf("upload: %v", err)

@@ -86,6 +86,8 @@ type UploadCmd struct {
 	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable. Supplementary DWARF files (dwz -m) and DWARF packages (.dwp) are recognized either way."`
 	// PackageOf names the executable of a DWARF package that has none beside it.
 	PackageOf string `name:"package-of" placeholder:"BUILD-ID" help:"GNU build ID of the executable the DWARF packages (.dwp) among the files belong to; by default that of the executable beside each package (X for X.dwp)."`
+	// NoPackDWO turns off packing the .dwo files of -gsplit-dwarf builds.
+	NoPackDWO bool   `name:"no-pack-dwo" help:"Do not pack the loose .dwo files of a -gsplit-dwarf build. By default, an executable or debug file whose skeleton units name .dwo files, uploaded without its DWARF package (no X.dwp beside X, none among the files), gets one made from the .dwo files where the compiler wrote them (or beside it), uploaded as its DWARF package under its GNU build ID: without it the server has line tables only, no functions or inlined frames."`
 	DryRun    bool   `name:"dry-run" help:"Ask the server, upload nothing."`
 	Retries   uint   `default:"5" help:"Attempts per step for transient failures."`
 	Progress  string `default:"auto" enum:"auto,bar,plain" help:"Progress output: a bar on a terminal, plain lines otherwise."`
@@ -167,7 +169,8 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 		bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(errw), progressbar.OptionShowBytes(true),
 			progressbar.OptionSetDescription("uploading"), progressbar.OptionThrottle(100*time.Millisecond))
 	}
-	results := make([]Result, len(files))
+	results := make([][]Result, len(files))
+	packs := u.newPackSet(files)
 	var mu sync.Mutex
 	sem := make(chan struct{}, max(u.Parallel, 1))
 	var wg sync.WaitGroup
@@ -177,12 +180,19 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			r := u.one(ctx, client, f, bar)
+			rs := []Result{u.one(ctx, client, f, bar)}
+			lines := []string{fmt.Sprintf("%s: %s", f.path, rs[0].Outcome)}
+			if pr, notes := u.packDWO(ctx, client, f, rs[0], packs, bar); pr != nil {
+				rs = append(rs, *pr)
+				lines = append(append(lines, notes...), fmt.Sprintf("%s: %s", pr.Path, pr.Outcome))
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			results[i] = r
+			results[i] = rs
 			if !useBar {
-				fmt.Fprintf(errw, "%s: %s\n", f.path, r.Outcome)
+				for _, l := range lines {
+					fmt.Fprintln(errw, l)
+				}
 			}
 		}()
 	}
@@ -192,7 +202,11 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 		_ = bar.Finish()
 		fmt.Fprintln(errw)
 	}
-	for _, r := range results {
+	var flat []Result
+	for _, rs := range results {
+		flat = append(flat, rs...)
+	}
+	for _, r := range flat {
 		line := fmt.Sprintf("%-8s %s %s", r.Outcome, r.Path, r.BuildID)
 		if r.Err != nil {
 			line += ": " + r.Err.Error()
@@ -201,7 +215,7 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 		}
 		fmt.Fprintln(out, line)
 	}
-	return results, nil
+	return flat, nil
 }
 
 func isTerminal(w io.Writer) bool {
@@ -278,6 +292,11 @@ func (u *UploadCmd) describe(ref fileRef) (*candidate, error) {
 		return nil, err
 	}
 	c := &candidate{path: ref.path, size: ef.Size()}
+	if ef.Section(".debug_info.dwo") != nil && ef.Section(".debug_cu_index") == nil {
+		// No build ID names a .dwo: alone, the store could not tell whose it is.
+		c.typ = splitObject
+		return c, nil
+	}
 	// Companion files are stored under the ID that names them, not their own IDs.
 	if ef.Section(".debug_cu_index") != nil {
 		id, err := u.packageOf(ref.path)
@@ -367,6 +386,16 @@ func (u *UploadCmd) one(ctx context.Context, client *uploadclient.Client, ref fi
 		res.Outcome, res.Err = "failed", err
 		return res
 	}
+	if c.typ == splitObject {
+		res.Outcome, res.Detail = "skipped", "a split DWARF object (.dwo): the store takes it packed into its executable's DWARF package"
+		progress(bar, c.size)
+		return res
+	}
+	return u.send(ctx, client, c, res, bar)
+}
+
+// send uploads the file c describes, unless the server has it, filling res.
+func (u *UploadCmd) send(ctx context.Context, client *uploadclient.Client, c *candidate, res Result, bar *progressbar.ProgressBar) Result {
 	res.BuildID = c.id
 	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source()}
 	should, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.ShouldUploadResponse, error) {
