@@ -99,23 +99,11 @@ type Builder struct {
 	strs     map[string]uint32
 	strList  []string
 	nodes    []Node
-	ranges   []rangeEntry
+	ranges   chunks[rangeEntry]
+	lines    chunks[lineRow]
 	outer    []rangeEntry
 	fidelity Fidelity
-
-	// Line rows are kept in chunks, the last one filling (lines) and the full ones before it
-	// (fullLines, of nFull rows), joined once by Build. One slice grown by append copied
-	// each row about five times over, and each copy of tens of megabytes was one memmove that
-	// the garbage collector could not preempt: it spun sending signals to the adding thread
-	// for the length of the copy (on MinIO, 1.8 s of 4 s cold, and most of the run's system
-	// time).
-	lines     []lineRow
-	fullLines [][]lineRow
-	nFull     int
 }
-
-// lineChunk is the row count of a chunk of lines (1.5 MiB).
-const lineChunk = 64 << 10
 
 type rangeEntry struct {
 	lo, hi   uint64
@@ -174,7 +162,7 @@ func (b *Builder) AddRange(lo, hi uint64, node NodeID) {
 	if hi <= lo {
 		return
 	}
-	b.ranges = append(b.ranges, rangeEntry{lo: lo, hi: hi, node: node, seq: uint32(len(b.ranges))})
+	b.ranges.Append(rangeEntry{lo: lo, hi: hi, node: node, seq: uint32(b.ranges.Len())})
 }
 
 // AddSymbolRange says node covers [lo, hi) as far as no AddRange covers those addresses: it is
@@ -183,7 +171,7 @@ func (b *Builder) AddSymbolRange(lo, hi uint64, node NodeID) {
 	if hi <= lo {
 		return
 	}
-	b.ranges = append(b.ranges, rangeEntry{lo: lo, hi: hi, node: node, fallback: true, seq: uint32(len(b.ranges))})
+	b.ranges.Append(rangeEntry{lo: lo, hi: hi, node: node, fallback: true, seq: uint32(b.ranges.Len())})
 }
 
 // AddOuterName says that the outermost frame of any address in [lo, hi) is named by node (an
@@ -204,53 +192,18 @@ func (b *Builder) AddOuterName(lo, hi uint64, node NodeID) {
 // counts: growing slices of millions of elements by appending costs far more memory at peak.
 func (b *Builder) Grow(nodes, ranges, lines int) {
 	b.nodes = slices.Grow(b.nodes, nodes)
-	b.ranges = slices.Grow(b.ranges, ranges)
-	if cap(b.lines)-len(b.lines) < lines {
-		b.newLineChunk(lines)
-	}
-}
-
-// newLineChunk starts a chunk of lines with room for at least n rows.
-func (b *Builder) newLineChunk(n int) {
-	if len(b.lines) > 0 {
-		b.fullLines = append(b.fullLines, b.lines)
-		b.nFull += len(b.lines)
-	}
-	b.lines = make([]lineRow, 0, max(n, lineChunk))
-}
-
-// numLines is how many line rows have been added.
-func (b *Builder) numLines() int { return b.nFull + len(b.lines) }
-
-// allLines returns every line row in one slice, the chunks joined (and released).
-func (b *Builder) allLines() []lineRow {
-	if len(b.fullLines) == 0 {
-		return b.lines
-	}
-	all := make([]lineRow, 0, b.numLines())
-	for i, c := range b.fullLines {
-		all = append(all, c...)
-		b.fullLines[i] = nil
-	}
-	all = append(all, b.lines...)
-	b.fullLines, b.nFull, b.lines = nil, 0, nil
-	return all
+	b.ranges.Grow(ranges)
+	b.lines.Grow(lines)
 }
 
 // AddLine adds a line-table row: from addr up to the next row, code belongs to file:line:column.
 func (b *Builder) AddLine(addr uint64, file, line, column uint32) {
-	if len(b.lines) == cap(b.lines) {
-		b.newLineChunk(0)
-	}
-	b.lines = append(b.lines, lineRow{addr: addr, file: file, line: line, column: column, seq: uint32(b.numLines())})
+	b.lines.Append(lineRow{addr: addr, file: file, line: line, column: column, seq: uint32(b.lines.Len())})
 }
 
 // EndSequence marks the end of a line sequence at addr (exclusive).
 func (b *Builder) EndSequence(addr uint64) {
-	if len(b.lines) == cap(b.lines) {
-		b.newLineChunk(0)
-	}
-	b.lines = append(b.lines, lineRow{addr: addr, file: endFile, seq: uint32(b.numLines())})
+	b.lines.Append(lineRow{addr: addr, file: endFile, seq: uint32(b.lines.Len())})
 }
 
 // RaiseFidelity records that a source delivered at least f.
@@ -445,10 +398,10 @@ func (b *Builder) Build() (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity, str: &lazyStrings{}}
-	ix.iv = flatten(b.ranges, depth)
+	ix.iv = flatten(b.ranges.Join(), depth)
 	ix.on = outerNames(b.outer)
 
-	lines := b.allLines()
+	lines := b.lines.Join()
 	// An end marker and a row at one address: the row starts the next sequence and wins.
 	// Sources add sequences mostly in address order, so check before sorting.
 	lineCmp := func(a, b lineRow) int {
@@ -503,7 +456,6 @@ func (b *Builder) Build() (*Index, error) {
 			ix.ln = append(ix.ln, row)
 		}
 	}
-	b.lines = nil
 	if err := ix.validate(); err != nil {
 		return nil, err
 	}

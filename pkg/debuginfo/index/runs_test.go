@@ -31,7 +31,7 @@ func TestSortedRunsOrdersAsASort(t *testing.T) {
 					}
 					b.EndSequence(a)
 				}
-				rows := slices.Clone(b.lines)
+				rows := b.lines.Join()
 				want := slices.Clone(rows)
 				cmpRows := func(a, b lineRow) int {
 					switch {

@@ -155,6 +155,8 @@ func Load(f *elf.File, b *index.Builder) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	// At most one node and one range per symbol, reserved at once (see Builder.Grow).
+	b.Grow(len(fns), len(fns), 0)
 	node := index.NoParent
 	for i, fn := range fns {
 		// The pieces of one symbol are adjacent and share their names: one node for all.
