@@ -142,8 +142,8 @@ func (s *stage) commit(b *index.Builder) {
 		ids[i] = b.String(v)
 	}
 	base := index.NodeID(b.NumNodes())
-	// The counts are known: reserving once keeps the Builder from doubling slices of millions
-	// of elements, which dominated peak memory on large binaries.
+	// The counts are known: reserving once keeps the Builder from growing its slice of
+	// hundreds of thousands of nodes by appending (see Builder.Grow).
 	b.Grow(len(s.nodes), s.ranges.len(), s.lines.len())
 	for _, n := range s.nodes {
 		n.Name, n.LinkageName, n.CallFile, n.DeclFile = ids[n.Name], ids[n.LinkageName], ids[n.CallFile], ids[n.DeclFile]

@@ -5,56 +5,45 @@ import (
 	"testing"
 )
 
-// TestChunks: rows come back in the order added, across chunk boundaries and Grow's larger
-// chunks, and a single chunk is returned without a copy.
+// TestChunks: rows read in place (At) and joined (Join) come back in the order added, across
+// chunk boundaries, and a single chunk is joined without a copy.
 func TestChunks(t *testing.T) {
-	per := chunkBytes / 24 // rows of lineRow's size per chunk
-	tests := []struct {
-		name  string
-		n     int
-		grow  int // Grow(grow) before adding, 0 for none
-		after int // Grow(per) again after this many rows, 0 for never
-	}{
-		{"empty", 0, 0, 0},
-		{"one row", 1, 0, 0},
-		{"one chunk", per, 0, 0},
-		{"a chunk and a row", per + 1, 0, 0},
-		{"several chunks", 3*per + 17, 0, 0},
-		{"grown to fit", 2*per + 5, 2*per + 5, 0},
-		{"grown too little", 2*per + 5, per / 2, 0},
-		{"grown midway", 2*per + 5, 0, per / 3},
+	var probe chunks[lineRow]
+	probe.Append(lineRow{})
+	per := 1 << probe.shift
+	if per*24 > chunkBytes || per*24*2 <= chunkBytes {
+		t.Fatalf("%d rows of 24 bytes per chunk: not the largest power of two within %d bytes", per, chunkBytes)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var c chunks[lineRow]
-			c.Grow(tt.grow)
-			want := make([]lineRow, 0, tt.n)
-			for i := range tt.n {
-				if tt.after > 0 && i == tt.after {
-					c.Grow(per)
-				}
-				r := lineRow{addr: uint64(i), seq: uint32(i)}
-				c.Append(r)
-				want = append(want, r)
+	for _, n := range []int{0, 1, per - 1, per, per + 1, 3*per + 17} {
+		var c chunks[lineRow]
+		want := make([]lineRow, 0, n)
+		for i := range n {
+			r := lineRow{addr: uint64(i), seq: uint32(i)}
+			c.Append(r)
+			want = append(want, r)
+		}
+		if c.Len() != n {
+			t.Fatalf("%d rows: Len = %d", n, c.Len())
+		}
+		for i := range n {
+			if *c.At(i) != want[i] {
+				t.Fatalf("%d rows: At(%d) = %+v, want %+v", n, i, *c.At(i), want[i])
 			}
-			if c.Len() != tt.n {
-				t.Fatalf("Len = %d, want %d", c.Len(), tt.n)
-			}
-			single := len(c.full) == 0
-			last := c.last
-			got := c.Join()
-			if !slices.Equal(got, want) {
-				t.Fatalf("Join: %d rows, not the %d added in order", len(got), len(want))
-			}
-			if single && tt.n > 0 && &got[0] != &last[0] {
-				t.Error("a single chunk was copied")
-			}
-			if c.Len() != 0 {
-				t.Errorf("Len after Join = %d", c.Len())
-			}
-			if tt.grow >= tt.n && tt.after == 0 && !single {
-				t.Errorf("Grow(%d) before %d rows left %d chunks", tt.grow, tt.n, len(c.full)+1)
-			}
-		})
+		}
+		single := len(c.list) == 1
+		var first *lineRow
+		if n > 0 {
+			first = c.At(0)
+		}
+		got := c.Join()
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d rows: Join is not the rows added, in order", n)
+		}
+		if single && &got[0] != first {
+			t.Errorf("%d rows: a single chunk was copied", n)
+		}
+		if c.Len() != 0 {
+			t.Errorf("%d rows: Len after Join = %d", n, c.Len())
+		}
 	}
 }

@@ -188,12 +188,12 @@ func (b *Builder) AddOuterName(lo, hi uint64, node NodeID) {
 	b.outer = append(b.outer, rangeEntry{lo: lo, hi: hi, node: node, seq: uint32(len(b.outer))})
 }
 
-// Grow reserves room for n more nodes, ranges and line rows, for sources that know their
-// counts: growing slices of millions of elements by appending costs far more memory at peak.
+// Grow reserves room for n more nodes, for sources that know their count: growing a slice of
+// millions of elements by appending costs far more memory at peak. Ranges and line rows are
+// kept in chunks (see chunks), which need no reservation; their counts are taken for the
+// sources' sake.
 func (b *Builder) Grow(nodes, ranges, lines int) {
 	b.nodes = slices.Grow(b.nodes, nodes)
-	b.ranges.Grow(ranges)
-	b.lines.Grow(lines)
 }
 
 // AddLine adds a line-table row: from addr up to the next row, code belongs to file:line:column.
@@ -401,10 +401,13 @@ func (b *Builder) Build() (*Index, error) {
 	ix.iv = flatten(b.ranges.Join(), depth)
 	ix.on = outerNames(b.outer)
 
-	lines := b.lines.Join()
+	// The rows are read where they were added, in their chunks (see chunks); only when
+	// sequences interleave are they joined and sorted.
+	lines := &b.lines
+	row := lines.At
 	// An end marker and a row at one address: the row starts the next sequence and wins.
 	// Sources add sequences mostly in address order, so check before sorting.
-	lineCmp := func(a, b lineRow) int {
+	lineCmp := func(a, b *lineRow) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
 		}
@@ -418,7 +421,13 @@ func (b *Builder) Build() (*Index, error) {
 		// (much faster than a stable one on millions of rows) gives the stable result.
 		return cmp.Compare(a.seq, b.seq)
 	}
-	runs := sortedRuns(lines, lineCmp)
+	runs := sortedRuns(lines.Len(), row, lineCmp)
+	if runs == nil {
+		sorted := lines.Join()
+		slices.SortFunc(sorted, func(a, b lineRow) int { return lineCmp(&a, &b) })
+		row = func(i int) *lineRow { return &sorted[i] }
+		runs = []span{{0, len(sorted)}}
+	}
 	// A row that says what the row before it says changes no lookup (a lookup takes the last
 	// row at or below the address) and is dropped: Go's DWARF repeats file:line on about a
 	// third of its rows (statement boundaries), and on a large binary that is megabytes. Rows
@@ -430,32 +439,34 @@ func (b *Builder) Build() (*Index, error) {
 	var prev *lineRow
 	for _, rn := range runs {
 		for i := rn.lo; i < rn.hi; i++ {
-			if prev == nil || !same(prev, &lines[i]) {
+			r := row(i)
+			if prev == nil || !same(prev, r) {
 				kept++
 			}
-			prev = &lines[i]
+			prev = r
 		}
 	}
 	ix.ln = make([]lnRow, 0, kept)
 	prev = nil
 	for _, rn := range runs {
 		for i := rn.lo; i < rn.hi; i++ {
-			r := &lines[i]
+			r := row(i)
 			if prev != nil && same(prev, r) {
 				prev = r
 				continue
 			}
 			prev = r
-			var row lnRow
-			row.setAddr(r.addr)
+			var lr lnRow
+			lr.setAddr(r.addr)
 			if r.end() {
-				row.file = endFile
+				lr.file = endFile
 			} else {
-				row.file, row.line, row.col = r.file, r.line, r.column
+				lr.file, lr.line, lr.col = r.file, r.line, r.column
 			}
-			ix.ln = append(ix.ln, row)
+			ix.ln = append(ix.ln, lr)
 		}
 	}
+	b.lines = chunks[lineRow]{}
 	if err := ix.validate(); err != nil {
 		return nil, err
 	}
@@ -466,18 +477,16 @@ func (b *Builder) Build() (*Index, error) {
 // span is a run of rows [lo, hi).
 type span struct{ lo, hi int }
 
-// sortedRuns returns the rows' order as spans of rows: the rows in span order are sorted by
-// cmp. Sources add line sequences, each sorted, but not always in address order (DWARF units
-// are added last to first): when the sequences do not overlap, ordering them costs a sort of
-// thousands of sequences instead of millions of rows. Otherwise the rows are sorted in place
-// and come back as one span.
-func sortedRuns(rows []lineRow, cmp func(a, b lineRow) int) []span {
+// sortedRuns returns the order of the n rows (row(i) is row i) as spans of rows: the rows in
+// span order are sorted by cmp. It returns nil when sequences interleave, and the rows need a
+// sort of their own.
+func sortedRuns(n int, row func(int) *lineRow, cmp func(a, b *lineRow) int) []span {
 	// A run ends where the order breaks and after every end marker: consecutive sequences
 	// of one unit ascend, but other units' sequences may lie in the gaps between them.
 	var runs []span
 	start := 0
-	for i := 1; i <= len(rows); i++ {
-		if i == len(rows) || rows[i-1].end() || cmp(rows[i-1], rows[i]) > 0 {
+	for i := 1; i <= n; i++ {
+		if i == n || row(i-1).end() || cmp(row(i-1), row(i)) > 0 {
 			runs = append(runs, span{start, i})
 			start = i
 		}
@@ -485,12 +494,11 @@ func sortedRuns(rows []lineRow, cmp func(a, b lineRow) int) []span {
 	if len(runs) <= 1 {
 		return runs
 	}
-	slices.SortFunc(runs, func(a, b span) int { return cmp(rows[a.lo], rows[b.lo]) })
+	slices.SortFunc(runs, func(a, b span) int { return cmp(row(a.lo), row(b.lo)) })
 	for k := 1; k < len(runs); k++ {
 		// Each run must end before the next begins; otherwise their rows interleave.
-		if cmp(rows[runs[k-1].hi-1], rows[runs[k].lo]) >= 0 {
-			slices.SortFunc(rows, cmp)
-			return []span{{0, len(rows)}}
+		if cmp(row(runs[k-1].hi-1), row(runs[k].lo)) >= 0 {
+			return nil
 		}
 	}
 	return runs
