@@ -11,12 +11,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/zlib"
 	"io"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
