@@ -598,7 +598,8 @@ func (b *Binary) dwarfPackage(f *elfx.File, secs map[string][]byte) (*dwarfsym.P
 const maxDWOFiles = 1 << 16
 
 // dwoFiles makes a Package of the .dwo files f's skeleton units name; units whose file is
-// missing stay without functions (Load counts them).
+// missing stay without functions (Load counts them), and so do those whose file cannot be
+// read, with a warning that names it.
 func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Package, error) {
 	units, err := dwarfsym.SplitUnits(secs, byteOrder(f.ELF()))
 	if err != nil || len(units) == 0 {
@@ -618,16 +619,10 @@ func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Packa
 			if _, err := os.Stat(p); err != nil {
 				continue
 			}
-			df, closer, err := elfx.OpenPath(p, b.opts.Limits)
+			s, err := readDWO(p, b.opts.Limits, byteOrder(f.ELF()))
 			if err != nil {
-				return nil, fmt.Errorf("dwo %s: %w", p, err)
-			}
-			s, err := df.DWARFSectionsOf(dwarfsym.PackageSectionNames...)
-			if cerr := closer.Close(); err == nil && cerr != nil {
-				err = cerr
-			}
-			if err != nil {
-				return nil, fmt.Errorf("dwo %s: %w", p, err)
+				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwo %s: %v", p, err))
+				break
 			}
 			objs = append(objs, s)
 			dirs = append(dirs, filepath.Dir(p))
@@ -643,6 +638,27 @@ func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Packa
 	}
 	b.info.DWARFPackage = fmt.Sprintf("%d .dwo files in %s", len(objs), strings.Join(uniq(dirs), ", "))
 	return pkg, nil
+}
+
+// readDWO reads the sections of the split DWARF object at path that the engine uses, all of
+// its .debug_info.dwo sections joined (gcc writes each type unit in one of its own), and
+// checks that it holds one split compilation unit.
+func readDWO(path string, lim elfx.Limits, order binary.ByteOrder) (map[string][]byte, error) {
+	df, closer, err := elfx.OpenPath(path, lim)
+	if err != nil {
+		return nil, err
+	}
+	s, err := df.DWARFSectionsJoinedOf(dwarfsym.PackageSectionNames, dwarfsym.DWOJoinedSections...)
+	if cerr := closer.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dwarfsym.DWOUnitID(s, order); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func uniq(ss []string) []string {

@@ -201,49 +201,65 @@ func HasSplitUnits(secs map[string][]byte, order binary.ByteOrder) bool {
 	return err == nil && u.gnuSkeleton
 }
 
-// splitUnitID returns the DWO ID of the one split unit of a .dwo file's sections (keys as in
-// PackageSectionNames): from the header in DWARF 5, from the root's DW_AT_GNU_dwo_id before.
-func splitUnitID(secs map[string][]byte, order binary.ByteOrder) (uint64, error) {
-	units, err := scanUnits(secs["info.dwo"], order)
+// DWOJoinedSections are the keys (as in PackageSectionNames) of the .dwo sections that an
+// object may hold several of: gcc writes each type unit in a section of its own, a
+// .debug_info.dwo in DWARF 5 and a .debug_types.dwo in DWARF 4, beside the one of the split
+// compilation unit. Joined in file order, as a DWARF package holds them, they are what
+// NewPackageFromObjects and DWOUnits read; every other section must be one.
+var DWOJoinedSections = []string{"info.dwo", "types.dwo"}
+
+// splitCompileUnit returns the one split compilation unit of a .dwo file's sections (keys as
+// in PackageSectionNames, several .debug_info.dwo joined as DWOJoinedSections says), wherever
+// among its type units it lies.
+func splitCompileUnit(secs map[string][]byte, order binary.ByteOrder) (DWOUnit, error) {
+	units, err := DWOUnits(map[string][]byte{"info.dwo": secs["info.dwo"], "abbrev.dwo": secs["abbrev.dwo"],
+		"str.dwo": secs["str.dwo"], "str_offsets.dwo": secs["str_offsets.dwo"]}, order)
 	if err != nil {
-		return 0, err
+		return DWOUnit{}, err
 	}
-	if len(units) != 1 {
-		return 0, fmt.Errorf("%d units, want one split compilation unit", len(units))
-	}
-	h := units[0]
-	if h.version >= 5 {
-		if h.unitType != utSplitCompile {
-			return 0, fmt.Errorf("unit of type %#x, want a split compilation unit", h.unitType)
+	var cu *DWOUnit
+	for i, u := range units {
+		if u.Type {
+			continue
 		}
-		return h.dwoID, nil
+		if cu != nil {
+			return DWOUnit{}, fmt.Errorf("two split compilation units (DWO IDs %#x and %#x at offsets %#x and %#x of .debug_info.dwo): a .dwo holds one",
+				cu.ID, u.ID, cu.Off, u.Off)
+		}
+		cu = &units[i]
 	}
-	s := &dieSecs{info: secs["info.dwo"], abbrev: secs["abbrev.dwo"], str: secs["str.dwo"],
-		strOffsets: secs["str_offsets.dwo"], order: order}
-	u, err := s.openUnit(h, map[uint64]*abbrevTable{})
-	if err != nil {
-		return 0, err
+	if cu == nil {
+		return DWOUnit{}, fmt.Errorf("no split compilation unit among the %d units of .debug_info.dwo", len(units))
 	}
-	if u.hdr.dwoID == 0 {
-		return 0, fmt.Errorf("DWARF %d unit without DW_AT_GNU_dwo_id", h.version)
-	}
-	return u.hdr.dwoID, nil
+	return *cu, nil
+}
+
+// DWOUnitID returns the DWO ID of the split compilation unit of a .dwo file's sections (keys
+// as in PackageSectionNames, several .debug_info.dwo joined as DWOJoinedSections says), or
+// why NewPackageFromObjects would refuse the object.
+func DWOUnitID(secs map[string][]byte, order binary.ByteOrder) (uint64, error) {
+	cu, err := splitCompileUnit(secs, order)
+	return cu.ID, err
 }
 
 // NewPackageFromObjects makes a Package of .dwo files (each one's sections, keyed as in
-// PackageSectionNames without cu_index): what Load reads when the .dwo files were not packed.
+// PackageSectionNames without cu_index, several .debug_info.dwo joined as DWOJoinedSections
+// says): what Load reads when the .dwo files were not packed. Each object's split
+// compilation unit is found among its type units, which are not read, as a package's unit
+// index finds it.
 func NewPackageFromObjects(objs []map[string][]byte, order binary.ByteOrder) (*Package, error) {
 	p := &Package{units: make(map[uint64]contribution, len(objs))}
 	for i, secs := range objs {
-		id, err := splitUnitID(secs, order)
+		cu, err := splitCompileUnit(secs, order)
 		if err != nil {
 			return nil, fmt.Errorf("dwo %d: %w", i, err)
 		}
 		c := contribution{secs: secs}
-		for kind, key := range map[int]string{sectInfo: "info.dwo", sectAbbrev: "abbrev.dwo", sectStrOffsets: "str_offsets.dwo", sectRnglists: "rnglists.dwo"} {
+		for kind, key := range map[int]string{sectAbbrev: "abbrev.dwo", sectStrOffsets: "str_offsets.dwo", sectRnglists: "rnglists.dwo"} {
 			c.size[kind] = uint64(len(secs[key]))
 		}
-		p.units[id] = c
+		c.off[sectInfo], c.size[sectInfo] = cu.Off, cu.End-cu.Off
+		p.units[cu.ID] = c
 	}
 	return p, nil
 }

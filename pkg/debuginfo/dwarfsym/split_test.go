@@ -1,6 +1,7 @@
 package dwarfsym
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os/exec"
@@ -219,6 +220,78 @@ func TestNewPackageMalformed(t *testing.T) {
 		_, err := NewPackage(map[string][]byte{"cu_index": tc.idx}, binary.LittleEndian)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// dwoUnit assembles a DWARF 5 .debug_info.dwo unit over one abbreviation table (dwoAbbrev):
+// a split compilation unit of DWO ID id (type DW_UT_split_compile), or a split type unit of
+// signature id (DW_UT_split_type), or a unit of another type ut with a DWO ID field.
+func dwoUnit(ut uint8, id uint64) []byte {
+	le := binary.LittleEndian
+	var hdr []byte
+	hdr = le.AppendUint16(hdr, 5)
+	hdr = append(hdr, ut, 8)
+	hdr = le.AppendUint32(hdr, 0) // abbrev offset
+	hdr = le.AppendUint64(hdr, id)
+	die := []byte{1, 0} // DW_TAG_compile_unit, DW_AT_name strx1 0
+	if ut == utSplitType {
+		hdr = le.AppendUint32(hdr, uint32(4+len(hdr)+4)) // type offset: the DIE after the header
+		die = []byte{2}                                  // DW_TAG_type_unit
+	}
+	b := le.AppendUint32(nil, uint32(len(hdr)+len(die)))
+	return append(append(b, hdr...), die...)
+}
+
+// dwoAbbrev is the abbreviation table of dwoUnit's units.
+var dwoAbbrev = []byte{1, 0x11, 0, 0x03, 0x25, 0, 0, 2, 0x41, 0, 0, 0, 0}
+
+// TestNewPackageFromObjectsTypeUnits: a .dwo's split compilation unit is found wherever it lies
+// among type units (gcc puts it after them, in a .debug_info.dwo of its own, which the
+// reader joins), and only its bytes are the unit's part; a .dwo without one, with two, or
+// with a unit of another type is refused with an error that says so.
+func TestNewPackageFromObjectsTypeUnits(t *testing.T) {
+	const id = 0xfeed_f00d_1234_5678
+	str := []byte("u.cc\x00")
+	strOffsets := []byte{8, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}
+	secs := func(units ...[]byte) map[string][]byte {
+		var info []byte
+		for _, u := range units {
+			info = append(info, u...)
+		}
+		return map[string][]byte{"info.dwo": info, "abbrev.dwo": dwoAbbrev, "str.dwo": str, "str_offsets.dwo": strOffsets}
+	}
+	tu1, tu2, cu := dwoUnit(utSplitType, 0x1111), dwoUnit(utSplitType, 0x2222), dwoUnit(utSplitCompile, id)
+	for _, c := range []struct {
+		name  string
+		units [][]byte
+	}{{"last", [][]byte{tu1, tu2, cu}}, {"first", [][]byte{cu, tu1}}, {"between", [][]byte{tu1, cu, tu2}}, {"alone", [][]byte{cu}}} {
+		pkg, err := NewPackageFromObjects([]map[string][]byte{secs(c.units...)}, binary.LittleEndian)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		u, ok := pkg.unit(id)
+		if !ok || pkg.Units() != 1 {
+			t.Fatalf("%s: DWO ID %#x not found among %d units", c.name, uint64(id), pkg.Units())
+		}
+		part, err := pkg.part(u, "info.dwo", sectInfo)
+		if err != nil || !bytes.Equal(part, cu) {
+			t.Fatalf("%s: the unit's part is % x (%v), want the compilation unit's % x", c.name, part, err, cu)
+		}
+	}
+	for _, c := range []struct {
+		name, want string
+		units      [][]byte
+	}{
+		{"type units only", "no split compilation unit among the 2 units", [][]byte{tu1, tu2}},
+		{"nothing", "no split compilation unit among the 0 units", nil},
+		{"two compilation units", "two split compilation units (DWO IDs 0xfeedf00d12345678 and 0x3333", [][]byte{cu, tu1, dwoUnit(utSplitCompile, 0x3333)}},
+		{"a skeleton", "of type 0x4", [][]byte{tu1, dwoUnit(utSkeleton, id)}},
+		{"a truncated unit", "exceeds", [][]byte{tu1, cu[:len(cu)-1]}},
+	} {
+		_, err := NewPackageFromObjects([]map[string][]byte{secs(c.units...)}, binary.LittleEndian)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,108 @@ func synthDWO(t testing.TB, dwarf int, id uint64) []byte {
 	return buf.Bytes()
 }
 
+// synthDWOTypeUnits is synthDWO with two type units, each in a section of its own before the
+// compilation unit's, as gcc 12 writes them with -fdebug-types-section: .debug_info.dwo
+// sections of split type units (DW_UT_split_type) in DWARF 5, .debug_types.dwo sections in
+// GNU's DWARF 4. The units share one abbreviation table and one .debug_str_offsets.dwo.
+func synthDWOTypeUnits(t testing.TB, dwarf int, id uint64) []byte {
+	le := binary.LittleEndian
+	f, err := elf.NewFile(bytes.NewReader(synthDWO(t, dwarf, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cu, abbrev, strOffsets, str []byte
+	for _, s := range []struct {
+		name string
+		to   *[]byte
+	}{{".debug_info.dwo", &cu}, {".debug_abbrev.dwo", &abbrev}, {".debug_str_offsets.dwo", &strOffsets}, {".debug_str.dwo", &str}} {
+		if *s.to, err = f.Section(s.name).Data(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Abbreviation 2, after synthDWO's 1: DW_TAG_type_unit, no children, no attributes.
+	abbrev = append(abbrev[:len(abbrev)-1], 2, 0x41, 0, 0, 0, 0)
+	typeUnit := func(sig uint64) []byte {
+		var h []byte
+		h = le.AppendUint16(h, uint16(dwarf))
+		if dwarf == 5 {
+			h = append(h, 0x06, 8) // DW_UT_split_type, address size
+			h = le.AppendUint32(h, 0)
+		} else {
+			h = le.AppendUint32(h, 0)
+			h = append(h, 8)
+		}
+		h = le.AppendUint64(h, sig)
+		h = le.AppendUint32(h, uint32(4+len(h)+4)) // type offset: the DIE after the header
+		h = append(h, 2)
+		return append(le.AppendUint32(nil, uint32(len(h))), h...)
+	}
+	tuSection := ".debug_info.dwo"
+	if dwarf == 4 {
+		tuSection = ".debug_types.dwo"
+	}
+	var buf bytes.Buffer
+	if _, err := writeELF(&buf, elfHeader{class: elf.ELFCLASS64, data: elf.ELFDATA2LSB, machine: elf.EM_X86_64}, binary.LittleEndian, []section{
+		{name: tuSection, data: typeUnit(0xa1a1_a1a1_a1a1_a1a1)}, {name: tuSection, data: typeUnit(0xb2b2_b2b2_b2b2_b2b2)},
+		{name: ".debug_info.dwo", data: cu}, {name: ".debug_abbrev.dwo", data: abbrev},
+		{name: ".debug_str_offsets.dwo", data: strOffsets}, {name: ".debug_str.dwo", data: str},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// engineDWOID reads a .dwo as the engine reads a loose one, and returns the DWO ID of its
+// split compilation unit.
+func engineDWOID(data []byte) (uint64, error) {
+	f, err := elfx.Open(bytes.NewReader(data), int64(len(data)), elfx.Limits{})
+	if err != nil {
+		return 0, err
+	}
+	secs, err := f.DWARFSectionsJoinedOf(dwarfsym.PackageSectionNames, dwarfsym.DWOJoinedSections...)
+	if err != nil {
+		return 0, err
+	}
+	pkg, err := dwarfsym.NewPackageFromObjects([]map[string][]byte{secs}, binary.LittleEndian)
+	if err != nil {
+		return 0, err
+	}
+	if pkg.Units() != 1 {
+		return 0, fmt.Errorf("%d units", pkg.Units())
+	}
+	return dwarfsym.DWOUnitID(secs, binary.LittleEndian)
+}
+
+// TestSynthDWOTypeUnits: the seeds with type units in sections of their own are read whole by
+// the packer and by the engine, which find the compilation unit after them.
+func TestSynthDWOTypeUnits(t *testing.T) {
+	const id = 0x0fed_cba9_8765_4321
+	for _, dw := range []int{4, 5} {
+		b := synthDWOTypeUnits(t, dw, id)
+		ef, err := elf.NewFile(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range ef.Sections {
+			if s.Name == ".debug_info.dwo" || s.Name == ".debug_types.dwo" {
+				n++
+			}
+		}
+		o, err := ReadObject("synth.dwo", bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatalf("DWARF %d: %v", dw, err)
+		}
+		if n != 3 || o.DWOID != id || o.TypeUnits() != 2 {
+			t.Fatalf("DWARF %d: %d unit sections, DWO ID %#x, %d type units; want 3, %#x, 2", dw, n, o.DWOID, o.TypeUnits(), uint64(id))
+		}
+		packRoundTrip(t, o)
+		if got, err := engineDWOID(b); err != nil || got != id {
+			t.Fatalf("DWARF %d: the engine reads DWO ID %#x, %v; want %#x", dw, got, err, uint64(id))
+		}
+	}
+}
+
 // TestSynthDWO: the seeds are .dwo files as ReadObject and the engine's readers see them.
 func TestSynthDWO(t *testing.T) {
 	for _, dw := range []int{4, 5} {
@@ -100,12 +203,15 @@ func packRoundTrip(t *testing.T, o *Object) {
 	}
 }
 
-// FuzzReadObject feeds ReadObject damaged .dwo files: it must refuse them with an error,
-// never panic, and what it accepts must pack into a package the engine reads. Seeds: the
-// synthetic objects, and when gcc is installed, its .dwo files of a small program.
+// FuzzReadObject feeds ReadObject and the engine's reader of loose .dwo files damaged .dwo
+// files: they must refuse them with an error, never panic, and what ReadObject accepts the
+// engine must read as the same unit, and it must pack into a package the engine reads. Seeds:
+// the synthetic objects, with and without type units in sections of their own, and when gcc
+// is installed, its .dwo files of a small program.
 func FuzzReadObject(f *testing.F) {
 	for _, dw := range []int{4, 5} {
 		f.Add(synthDWO(f, dw, 0x1122_3344_5566_7788))
+		f.Add(synthDWOTypeUnits(f, dw, 0x1122_3344_5566_7788))
 	}
 	if _, err := exec.LookPath("gcc"); err == nil {
 		dir := f.TempDir()
@@ -127,9 +233,15 @@ func FuzzReadObject(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The engine reads loose .dwo files itself: never a panic, and what the packer
+		// accepts, it reads as the same unit.
+		id, engineErr := engineDWOID(data)
 		o, err := ReadObject("fuzz.dwo", bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			return
+		}
+		if engineErr != nil || id != o.DWOID {
+			t.Fatalf("ReadObject reads DWO ID %#x, the engine %#x, %v", o.DWOID, id, engineErr)
 		}
 		packRoundTrip(t, o)
 	})

@@ -20,7 +20,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/profsym/profsym/pkg/debuginfo/dwarfsym"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
@@ -142,36 +141,10 @@ func ReadObject(name string, r io.ReaderAt, size int64) (*Object, error) {
 // dwoSections returns the .dwo sections of f, decompressed, by key (sectionKeys). Units may
 // come in several sections of one name (gcc 12 writes each DWARF 5 type unit in a
 // .debug_info.dwo of its own, and DWARF 4 ones in .debug_types.dwo sections): those are
-// joined in file order, as a package holds them. Every other section must be one, since unit
-// headers and the string offsets name offsets into it.
+// joined in file order, as a package holds them, and as the engine reads a .dwo. Every other
+// section must be one, since unit headers and the string offsets name offsets into it.
 func dwoSections(f *elfx.File) (map[string][]byte, error) {
-	known := map[string]bool{}
-	for _, k := range sectionKeys {
-		known[k] = true
-	}
-	secs := map[string][]byte{}
-	for _, s := range f.ELF().Sections {
-		key, ok := strings.CutPrefix(s.Name, ".debug_")
-		if !ok {
-			key, ok = strings.CutPrefix(s.Name, ".zdebug_")
-		}
-		if !ok || !known[key] || s.Type == elf.SHT_NOBITS {
-			continue
-		}
-		data, err := f.SectionDataOf(s)
-		if err != nil {
-			return nil, err
-		}
-		prev, dup := secs[key]
-		if dup && key != "info.dwo" && key != "types.dwo" {
-			return nil, fmt.Errorf("two %s sections: which one the units use is unknown", s.Name)
-		}
-		if uint64(len(prev))+uint64(len(data)) > maxObjectSize {
-			return nil, fmt.Errorf(".debug_%s of more than %d bytes", key, int64(maxObjectSize))
-		}
-		secs[key] = append(prev, data...)
-	}
-	return secs, nil
+	return f.DWARFSectionsJoinedOf(sectionKeys, dwarfsym.DWOJoinedSections...)
 }
 
 // readFlags reads e_flags, which debug/elf does not keep and which some machines' readers

@@ -11,12 +11,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/zlib"
 	"io"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
@@ -66,6 +66,10 @@ var (
 	ErrPanic        = errors.New("debug/elf panicked")
 	errSizeMismatch = errors.New("decompressed size differs from header")
 )
+
+// ErrDuplicateSection is wrapped by DWARFSectionsJoinedOf's errors about two sections of a
+// name that must be unique.
+var ErrDuplicateSection = errors.New("duplicate section")
 
 // zstdMaxWindow caps the zstd window (history) a section's frame may ask for; the decoder
 // allocates it up front. Compressors use at most 8 MiB at their default levels and 128 MiB
@@ -450,6 +454,63 @@ func (f *File) DWARFSectionsOf(keys ...string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("DWARF: %w", err)
 		}
 		out[key] = b
+	}
+	return out, nil
+}
+
+// DWARFSectionsJoinedOf is DWARFSectionsOf for files that may hold several sections of one
+// name, as split DWARF objects (.dwo) do: gcc writes each type unit in a .debug_info.dwo
+// (DWARF 5) or .debug_types.dwo (DWARF 4) section of its own. The sections of a key in joined
+// are concatenated in file order, each decompressed, as a DWARF package holds them; two
+// sections of any other key (a .zdebug_ one counts as its .debug_ namesake) are an error,
+// since which one the units' offsets point into is unknown. A joined section may be no larger
+// than a single one (MaxSectionSize).
+func (f *File) DWARFSectionsJoinedOf(keys []string, joined ...string) (map[string][]byte, error) {
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	join := make(map[string]bool, len(joined))
+	for _, k := range joined {
+		join[k] = true
+	}
+	parts := make(map[string][][]byte)
+	sizes := make(map[string]int64)
+	var order []string
+	for _, s := range f.f.Sections {
+		if s == nil || s.Type == elf.SHT_NOBITS {
+			continue
+		}
+		key, ok := strings.CutPrefix(s.Name, ".debug_")
+		if !ok {
+			key, ok = strings.CutPrefix(s.Name, ".zdebug_")
+		}
+		if !ok || !want[key] {
+			continue
+		}
+		_, dup := parts[key]
+		if dup && !join[key] {
+			return nil, fmt.Errorf("DWARF: %w: two .debug_%s sections, and which one the units' offsets point into is unknown", ErrDuplicateSection, key)
+		}
+		b, err := f.SectionDataOf(s)
+		if err != nil {
+			return nil, fmt.Errorf("DWARF: %w", err)
+		}
+		if sizes[key] += int64(len(b)); sizes[key] > f.lim.MaxSectionSize {
+			return nil, fmt.Errorf("DWARF: .debug_%s sections of more than %d bytes together: %w", key, f.lim.MaxSectionSize, ErrLimit)
+		}
+		if !dup {
+			order = append(order, key)
+		}
+		parts[key] = append(parts[key], b)
+	}
+	out := make(map[string][]byte, len(order))
+	for _, key := range order {
+		if p := parts[key]; len(p) == 1 {
+			out[key] = p[0]
+		} else {
+			out[key] = bytes.Join(p, nil)
+		}
 	}
 	return out, nil
 }
