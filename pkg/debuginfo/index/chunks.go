@@ -5,8 +5,8 @@ import (
 	"unsafe"
 )
 
-// chunks is a growing list of rows kept in chunks of one power-of-two size, read in place by
-// index (At) or joined into one slice (Join). A slice of millions of rows grown by append
+// chunks is a growing list of rows kept in chunks of one power-of-two size (the first grows to
+// it as a slice does), read in place by index (At) or joined into one slice (Join). A slice of millions of rows grown by append
 // copies each row about five times over, and each copy of tens of megabytes is one memmove the
 // garbage collector cannot preempt: a collection spins, sending preemption signals to the
 // appending thread, for the length of the copy, and every copy touches fresh memory. On MinIO
@@ -30,15 +30,43 @@ func (c *chunks[T]) Len() int {
 
 // Append adds v.
 func (c *chunks[T]) Append(v T) {
-	if n := len(c.list); n == 0 || len(c.list[n-1]) == cap(c.list[n-1]) {
-		if c.shift == 0 {
-			var zero T
-			c.shift = uint(bits.Len(uint(chunkBytes/max(int(unsafe.Sizeof(zero)), 1)))) - 1
-		}
-		c.list = append(c.list, make([]T, 0, 1<<c.shift))
+	n := len(c.list)
+	if n == 0 || len(c.list[n-1]) == cap(c.list[n-1]) {
+		c.grow(1)
+		n = len(c.list)
 	}
-	last := &c.list[len(c.list)-1]
-	*last = append(*last, v)
+	c.list[n-1] = append(c.list[n-1], v)
+}
+
+// Grow makes room for n more rows. The first chunk grows as a slice does, from the size
+// asked, up to the chunk size: builders of one function (the lazy pclntab resolver makes
+// one per lookup) must not clear a chunk of a megabyte for a few rows.
+func (c *chunks[T]) Grow(n int) {
+	if n > 0 && len(c.list) <= 1 {
+		c.grow(n)
+	}
+}
+
+func (c *chunks[T]) grow(n int) {
+	if c.shift == 0 {
+		var zero T
+		c.shift = uint(bits.Len(uint(chunkBytes/max(int(unsafe.Sizeof(zero)), 1)))) - 1
+	}
+	per := 1 << c.shift
+	switch {
+	case len(c.list) == 0:
+		c.list = append(c.list, make([]T, 0, min(max(n, 1), per)))
+	case len(c.list) == 1 && cap(c.list[0]) < per:
+		// Exactly per at most: At counts on every chunk but the last holding per rows.
+		first := c.list[0]
+		if cap(first)-len(first) < n {
+			grown := make([]T, len(first), min(max(2*cap(first), len(first)+n), per))
+			copy(grown, first)
+			c.list[0] = grown
+		}
+	default:
+		c.list = append(c.list, make([]T, 0, per))
+	}
 }
 
 // At returns row i (0 <= i < Len()).

@@ -14,13 +14,33 @@ func TestChunks(t *testing.T) {
 	if per*24 > chunkBytes || per*24*2 <= chunkBytes {
 		t.Fatalf("%d rows of 24 bytes per chunk: not the largest power of two within %d bytes", per, chunkBytes)
 	}
-	for _, n := range []int{0, 1, per - 1, per, per + 1, 3*per + 17} {
+	tests := []struct {
+		n, grow, growAt, growBy int // n rows; Grow(grow) first; Grow(growBy) after growAt rows
+	}{
+		{n: 0}, {n: 1}, {n: per - 1}, {n: per}, {n: per + 1}, {n: 3*per + 17},
+		{n: 10, grow: 10}, {n: per + 5, grow: per + 5}, {n: 2*per + 3, grow: 100, growAt: 50, growBy: per},
+		{n: 2*per + 3, growAt: per + 1, growBy: 7},
+	}
+	for _, tt := range tests {
+		n := tt.n
 		var c chunks[lineRow]
+		c.Grow(tt.grow)
 		want := make([]lineRow, 0, n)
 		for i := range n {
+			if tt.growBy > 0 && i == tt.growAt {
+				c.Grow(tt.growBy)
+			}
 			r := lineRow{addr: uint64(i), seq: uint32(i)}
 			c.Append(r)
 			want = append(want, r)
+			if i == 0 && tt.grow == 0 && cap(c.list[0]) >= per {
+				t.Fatalf("one row took a whole chunk of %d", cap(c.list[0]))
+			}
+		}
+		for k, ch := range c.list[:max(len(c.list)-1, 0)] {
+			if len(ch) != per {
+				t.Fatalf("%d rows: chunk %d of %d holds %d rows, not %d", n, k, len(c.list), len(ch), per)
+			}
 		}
 		if c.Len() != n {
 			t.Fatalf("%d rows: Len = %d", n, c.Len())

@@ -188,12 +188,13 @@ func (b *Builder) AddOuterName(lo, hi uint64, node NodeID) {
 	b.outer = append(b.outer, rangeEntry{lo: lo, hi: hi, node: node, seq: uint32(len(b.outer))})
 }
 
-// Grow reserves room for n more nodes, for sources that know their count: growing a slice of
-// millions of elements by appending costs far more memory at peak. Ranges and line rows are
-// kept in chunks (see chunks), which need no reservation; their counts are taken for the
-// sources' sake.
+// Grow reserves room for n more nodes, ranges and line rows, for sources that know their
+// counts: growing a slice of millions of elements by appending costs far more memory at peak,
+// and a small builder (one function's) allocates no more than it needs.
 func (b *Builder) Grow(nodes, ranges, lines int) {
 	b.nodes = slices.Grow(b.nodes, nodes)
+	b.ranges.Grow(ranges)
+	b.lines.Grow(lines)
 }
 
 // AddLine adds a line-table row: from addr up to the next row, code belongs to file:line:column.
