@@ -220,7 +220,7 @@ func FuzzReadObject(f *testing.F) {
 			f.Fatal(err)
 		}
 		for _, dw := range []string{"-gdwarf-4", "-gdwarf-5"} {
-			cmd := exec.Command("gcc", "-O2", "-g", dw, "-gsplit-dwarf", "-c", "-o", "s.o", "s.c")
+			cmd := exec.CommandContext(f.Context(), "gcc", "-O2", "-g", dw, "-gsplit-dwarf", "-c", "-o", "s.o", "s.c")
 			cmd.Dir = dir
 			if out, err := cmd.CombinedOutput(); err != nil {
 				f.Fatalf("gcc: %v\n%s", err, out)

@@ -191,7 +191,9 @@ func (o *Object) check() error {
 		o.Version = 5
 	}
 	for _, key := range slices.Sorted(maps.Keys(o.secs)) {
-		if _, ok := kinds[o.Version][key]; !ok && key != "info.dwo" && key != "str.dwo" && !(key == "types.dwo" && o.Version == 2) && len(o.secs[key]) > 0 {
+		// Units and strings are packed apart from the index's columns; DWARF 4 type units too.
+		packedApart := key == "info.dwo" || key == "str.dwo" || key == "types.dwo" && o.Version == 2
+		if _, ok := kinds[o.Version][key]; !ok && !packedApart && len(o.secs[key]) > 0 {
 			return fmt.Errorf(".debug_%s beside DWARF %d split units: a unit index of version %d has no place for it", key, cu.Version, o.Version)
 		}
 	}

@@ -67,7 +67,7 @@ func BenchmarkWarm(b *testing.B) {
 		cpu := processCPUTime()
 		for i := 0; b.Loop(); i++ {
 			p.one(lines[i%len(lines)])
-			w.WriteByte('\n')
+			w.putByte('\n')
 		}
 		reportCPU(b, cpu)
 	})

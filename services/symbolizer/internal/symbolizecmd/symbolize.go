@@ -63,16 +63,16 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 
 	if len(c.Addresses) > 0 {
 		if p.json {
-			w.WriteByte('[')
+			w.putByte('[')
 		}
 		for i, a := range c.Addresses {
 			if p.json && i > 0 {
-				w.WriteByte(',')
+				w.putByte(',')
 			}
 			p.one(a)
 		}
 		if p.json {
-			w.WriteString("]\n")
+			w.putString("]\n")
 		}
 		return w.Flush()
 	}
@@ -335,7 +335,7 @@ func (p *printer) flushBatch() {
 				j++
 			}
 			if p.json {
-				p.w.WriteByte('\n')
+				p.w.putByte('\n')
 			}
 		}
 		return
@@ -363,7 +363,7 @@ func (p *printer) flushBatch() {
 			k++
 		}
 		if p.json {
-			p.w.WriteByte('\n')
+			p.w.putByte('\n')
 		}
 	}
 }
@@ -387,7 +387,7 @@ func (p *printer) writeRefs(addr uint64, frames []index.Frame, refs []index.Fram
 		return
 	}
 	if len(frames) == 0 {
-		p.w.WriteString("??\n??:0:0\n\n")
+		p.w.putString("??\n??:0:0\n\n")
 		return
 	}
 	for _, f := range frames {
@@ -400,7 +400,7 @@ func (p *printer) writeRefs(addr uint64, frames []index.Frame, refs []index.Fram
 		}
 		fmt.Fprintf(p.w, "%s\n%s:%d:%d\n", fn, file, f.Line, f.Column)
 	}
-	p.w.WriteByte('\n')
+	p.w.putByte('\n')
 }
 
 // writeResult writes one address's answer the way llvm-symbolizer 14's JSON does, field for
@@ -553,7 +553,7 @@ func (p *printer) writeJSON(v any) {
 		fmt.Fprintf(p.w, `{"Error":{"Message":%q}}`, err.Error())
 		return
 	}
-	p.w.Write(bytes.TrimSuffix(p.buf.Bytes(), []byte("\n")))
+	p.w.put(bytes.TrimSuffix(p.buf.Bytes(), []byte("\n")))
 }
 
 // output buffers what the command writes, like a bufio.Writer, and lets the JSON writer
@@ -575,33 +575,43 @@ func newOutput(w io.Writer) *output {
 
 func (o *output) flushIfFull() {
 	if len(o.buf) >= outputFlushAt {
-		o.Flush()
+		o.flush()
 	}
 }
 
-// Flush writes what is buffered; the first write error is kept and returned from then on.
-func (o *output) Flush() error {
+// flush writes what is buffered; the first write error is kept in o.err.
+func (o *output) flush() {
 	if o.err == nil && len(o.buf) > 0 {
 		_, o.err = o.w.Write(o.buf)
 	}
 	o.buf = o.buf[:0]
+}
+
+// Flush writes what is buffered and returns the first write error of the run.
+func (o *output) Flush() error {
+	o.flush()
 	return o.err
 }
 
+// Write lets fmt print to the output; its error is the first of the run.
 func (o *output) Write(p []byte) (int, error) {
-	o.buf = append(o.buf, p...)
-	o.flushIfFull()
+	o.put(p)
 	return len(p), o.err
 }
 
-func (o *output) WriteString(s string) (int, error) {
-	o.buf = append(o.buf, s...)
+// put, putString and putByte add to the output. They return nothing: the first write error
+// is kept, and Flush, which every run ends with, returns it.
+func (o *output) put(p []byte) {
+	o.buf = append(o.buf, p...)
 	o.flushIfFull()
-	return len(s), o.err
 }
 
-func (o *output) WriteByte(c byte) error {
+func (o *output) putString(s string) {
+	o.buf = append(o.buf, s...)
+	o.flushIfFull()
+}
+
+func (o *output) putByte(c byte) {
 	o.buf = append(o.buf, c)
 	o.flushIfFull()
-	return o.err
 }
