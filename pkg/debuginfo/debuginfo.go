@@ -431,13 +431,29 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 	if gopclntab.Present(b.elf.ELF()) {
 		load, source := gopclntab.Load, "gopclntab "
 		if goDWARFLines {
+			// pclntab's functions are parsed while the DWARF line rows are read (mostly
+			// decompression, on one core), and added after them, as a sequential load would.
+			var prep *gopclntab.Prepared
+			var prepErr error
+			prepared := make(chan struct{})
+			go func() {
+				defer close(prepared)
+				prep, prepErr = gopclntab.PrepareFunctions(b.elf.ELF())
+			}()
 			added, err := b.goDWARFLines(bld)
+			<-prepared
 			if err != nil {
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf lines: %v (lines from gopclntab)", err))
 				return nil, fmt.Errorf("%w: %w", errGoDWARFLines, err)
 			}
 			if added {
-				load, source = gopclntab.LoadFunctions, "dwarf lines, gopclntab functions "
+				source = "dwarf lines, gopclntab functions "
+				load = func(*elf.File, *index.Builder) (gopclntab.Stats, error) {
+					if prepErr != nil {
+						return gopclntab.Stats{}, prepErr
+					}
+					return prep.Commit(bld), nil
+				}
 			}
 		}
 		if st, err := load(b.elf.ELF(), bld); err != nil {

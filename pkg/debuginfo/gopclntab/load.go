@@ -32,18 +32,38 @@ func LoadFunctions(f *elf.File, b *index.Builder) (Stats, error) {
 }
 
 func load(f *elf.File, b *index.Builder, lines bool) (Stats, error) {
+	p, err := prepare(f, lines)
+	if err != nil {
+		return Stats{}, err
+	}
+	return p.Commit(b), nil
+}
+
+// Prepared is a pclntab parsed and staged, not yet added to a builder: a caller can parse it
+// while the builder takes other sources (the DWARF line rows of a Go binary, on another core)
+// and add it after them, in the order a sequential load would.
+type Prepared struct {
+	st    *stage
+	stats Stats
+	inl   bool
+}
+
+// PrepareFunctions is LoadFunctions up to adding to a builder: Commit adds what it staged.
+func PrepareFunctions(f *elf.File) (*Prepared, error) { return prepare(f, false) }
+
+func prepare(f *elf.File, lines bool) (*Prepared, error) {
 	s := pclntabSection(f)
 	if s == nil {
-		return Stats{}, fmt.Errorf("no .gopclntab section")
+		return nil, fmt.Errorf("no .gopclntab section")
 	}
 	mem := newMemory(f)
 	data, err := mem.section(s)
 	if err != nil {
-		return Stats{}, err
+		return nil, err
 	}
 	t, err := parseHeader(data, s.Addr)
 	if err != nil {
-		return Stats{}, fmt.Errorf("parse %s header: %w", s.Name, err)
+		return nil, fmt.Errorf("parse %s header: %w", s.Name, err)
 	}
 	inl := inlineFor(f, mem, t)
 
@@ -51,15 +71,20 @@ func load(f *elf.File, b *index.Builder, lines bool) (Stats, error) {
 	st.noLines = !lines
 	stats := Stats{Version: t.ver.String()}
 	if err := st.load(t, mem, inl, &stats); err != nil {
-		return Stats{}, fmt.Errorf("parse %s: %w", s.Name, err)
+		return nil, fmt.Errorf("parse %s: %w", s.Name, err)
 	}
-	st.commit(b)
-	if inl != nil {
+	return &Prepared{st: st, stats: stats, inl: inl != nil}, nil
+}
+
+// Commit adds the staged table to b and returns what was read.
+func (p *Prepared) Commit(b *index.Builder) Stats {
+	p.st.commit(b)
+	if p.inl {
 		b.RaiseFidelity(index.FidelityFullInlines)
 	} else {
 		b.RaiseFidelity(index.FidelityLines)
 	}
-	return stats, nil
+	return p.stats
 }
 
 // inlineFor decides how to read inline trees, or returns nil when this binary's cannot be read.
