@@ -168,16 +168,7 @@ func TestDWZSupplementary(t *testing.T) {
 func sameAsOriginal(t *testing.T, bin string, ix *index.Index) int {
 	t.Helper()
 	orig := bin + ".orig"
-	fns, err := llvmcompare.FunctionSymbols(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []uint64
-	for _, f := range fns {
-		for a := f.Addr; a < f.Addr+f.Size; a++ {
-			addrs = append(addrs, a)
-		}
-	}
+	addrs := functionAddrs(t, orig)
 	origIx, _, err := debuginfo.OpenIndex(orig, debuginfo.Options{})
 	if err != nil {
 		t.Fatal(err)

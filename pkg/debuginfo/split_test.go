@@ -215,27 +215,8 @@ func TestSplitDWARF4Clang(t *testing.T) {
 // addresses.
 func agreesWithLLVM(t *testing.T, bin string, ix *index.Index) int {
 	t.Helper()
-	fns, err := llvmcompare.FunctionSymbols(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []uint64
-	for _, f := range fns {
-		for a := f.Addr; a < f.Addr+f.Size; a++ {
-			addrs = append(addrs, a)
-		}
-	}
-	ours := make([][]llvmcompare.Frame, len(addrs))
-	inlined := 0
-	for i, a := range addrs {
-		fr := ix.Lookup(a)
-		if len(fr) > 1 {
-			inlined++
-		}
-		for _, f := range fr {
-			ours[i] = append(ours[i], frameOf(f))
-		}
-	}
+	addrs := functionAddrs(t, bin)
+	ours, inlined := lookupAll(ix, addrs)
 	ref, err := llvmcompare.Tool{}.Symbolize(t.Context(), bin, addrs)
 	if err != nil {
 		t.Fatal(err)

@@ -55,16 +55,7 @@ int main(int c, char **v) { (void)v; printf("%d\n", shown(c) + use_checked(c)); 
 
 	for _, path := range []string{mixed, symOnly} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			fns, err := llvmcompare.FunctionSymbols(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var addrs []uint64
-			for _, f := range fns {
-				for a := f.Addr; a < f.Addr+f.Size; a++ {
-					addrs = append(addrs, a)
-				}
-			}
+			addrs := functionAddrs(t, path)
 			ref, err := llvmcompare.Tool{}.Symbolize(t.Context(), path, addrs)
 			if err != nil {
 				t.Fatal(err)

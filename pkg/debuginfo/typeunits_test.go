@@ -280,15 +280,9 @@ func lookupAll(ix *index.Index, addrs []uint64) ([][]llvmcompare.Frame, int) {
 // functionAddrs returns every address of every function of bin.
 func functionAddrs(t *testing.T, bin string) []uint64 {
 	t.Helper()
-	fns, err := llvmcompare.FunctionSymbols(bin)
+	addrs, err := llvmcompare.FunctionAddrs(bin)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var addrs []uint64
-	for _, f := range fns {
-		for a := f.Addr; a < f.Addr+f.Size; a++ {
-			addrs = append(addrs, a)
-		}
 	}
 	return addrs
 }

@@ -194,6 +194,22 @@ type Func struct {
 	Size uint64
 }
 
+// FunctionAddrs returns every address of every function of FunctionSymbols(path), the
+// addresses the comparisons ask both tools about.
+func FunctionAddrs(path string) ([]uint64, error) {
+	fns, err := FunctionSymbols(path)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []uint64
+	for _, f := range fns {
+		for a := f.Addr; a < f.Addr+f.Size; a++ {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs, nil
+}
+
 // FunctionSymbols returns the sized FUNC symbols of path's .symtab that lie in executable
 // sections, one per start address (aliases share an address and would be sampled twice).
 func FunctionSymbols(path string) ([]Func, error) {
