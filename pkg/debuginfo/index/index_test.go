@@ -3,8 +3,10 @@ package index
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -254,5 +256,66 @@ func TestInvalidUTF8(t *testing.T) {
 	_, err = Unmarshal(reseal(data))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "UTF-8") {
 		t.Fatalf("Unmarshal of an invalid string: %v, want a UTF-8 error wrapping ErrCorrupt", err)
+	}
+}
+
+// TestDropSameOuterNames: the outer-name rows Build drops rename nothing: at every address,
+// lookups answer as they do with every row kept. Rows that repeat the function's own name,
+// rows that rename it, rows that reach into the next function or past its end, symbol-only
+// functions and gaps are all there; some rows must be dropped and some kept.
+func TestDropSameOuterNames(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	b := NewBuilder()
+	file := b.String("f.c")
+	const fns, size = 300, 0x40
+	for i := range uint64(fns) {
+		lo := 0x10000 + i*size
+		hi := lo + size - uint64(rng.IntN(16)) // gaps between some functions
+		name, link := b.String(fmt.Sprintf("fn%d", i)), b.String(fmt.Sprintf("_Z3fn%dv", i))
+		symFile := uint32(0)
+		if i%5 == 0 {
+			symFile = b.String(fmt.Sprintf("sym%d.c", i))
+		}
+		outer := b.AddNode(Node{Name: name, LinkageName: link, StartAddress: lo, Parent: NoParent, CallFile: symFile})
+		if i%7 == 3 {
+			b.AddSymbolRange(lo, hi, outer)
+		} else {
+			b.AddRange(lo, hi, outer)
+		}
+		if i%2 == 0 {
+			inl := b.AddNode(Node{Name: b.String("inl"), Parent: outer, CallFile: file, CallLine: 3})
+			b.AddRange(lo+8, lo+16, inl)
+		}
+		if i%3 != 2 {
+			b.AddLine(lo, file, uint32(i), 1)
+			b.EndSequence(lo + size/2)
+		}
+		// The outer name: the same function's (as a symbol table gives it), or another.
+		same := Node{Name: name, LinkageName: link, StartAddress: lo, Parent: NoParent, CallFile: symFile}
+		switch rng.IntN(5) {
+		case 0:
+			same.Name = b.String(fmt.Sprintf("renamed%d", i))
+		case 1:
+			same.StartAddress = lo - 1
+		case 2:
+			same.CallFile = b.String("other.c")
+		}
+		end := lo + uint64(rng.IntN(2*size)) + 1 // may reach into the next functions
+		b.AddOuterName(lo+uint64(rng.IntN(4)), end, b.AddNode(same))
+	}
+	all := slices.Clone(b.outer)
+	ix, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &Index{strings: ix.strings, nodes: ix.nodes, iv: ix.iv, ln: ix.ln, on: outerNames(all), fidelity: ix.fidelity}
+	ref.prepare()
+	if len(ix.on) == 0 || len(ix.on) >= len(ref.on) {
+		t.Fatalf("%d outer-name rows kept of %d: the test wants some dropped and some kept", len(ix.on), len(ref.on))
+	}
+	for a := uint64(0x10000 - 1); a <= 0x10000+fns*size+2*size; a++ {
+		if got, want := ix.Lookup(a), ref.Lookup(a); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%#x: %+v, with every outer name %+v", a, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -90,6 +91,29 @@ func TestWriteErrorReported(t *testing.T) {
 		err := c.run(strings.NewReader(strings.Repeat(strings.Join(addrs, "\n")+"\n", 500)), failingWriter{})
 		if err == nil || !strings.Contains(err.Error(), "disk full") {
 			t.Errorf("arguments %v: err = %v, want the write's error", args != nil, err)
+		}
+	}
+}
+
+// TestAppendNumbers: appendHex and appendDec write what strconv writes, at every digit count
+// and at the edges of their types.
+func TestAppendNumbers(t *testing.T) {
+	hex := []uint64{0, 1, 9, 10, 15, 16, 255, 256, 0x401000, 0xdeadbeef, 1<<63 - 1, 1 << 63, ^uint64(0)}
+	dec := []uint32{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 65535, 1e6, 1e9 - 1, 1e9, ^uint32(0)}
+	for v := uint64(1); v != 0; v <<= 1 {
+		hex = append(hex, v, v-1, v+1)
+	}
+	for v := uint32(1); v < 1e9; v *= 10 {
+		dec = append(dec, v-1, v, v+1, 3*v)
+	}
+	for _, v := range hex {
+		if got, want := string(appendHex([]byte("x"), v)), "x"+strconv.FormatUint(v, 16); got != want {
+			t.Errorf("appendHex(%d) = %q, want %q", v, got, want)
+		}
+	}
+	for _, v := range dec {
+		if got, want := string(appendDec([]byte("x"), v)), "x"+strconv.FormatUint(uint64(v), 10); got != want {
+			t.Errorf("appendDec(%d) = %q, want %q", v, got, want)
 		}
 	}
 }
