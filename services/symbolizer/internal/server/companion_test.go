@@ -646,10 +646,9 @@ func TestLooseDWOThroughStore(t *testing.T) {
 			}
 			res := uploadWith(t, r.url, func(u *uploadcli.UploadCmd) {
 				u.NoPackDWO = c.noPack
-				if c.debug {
-					// One after the other: the store takes one upload per build ID at a time.
-					u.Parallel = 1
-				}
+				// Files of one build ID uploaded at once: the CLI sends them one after the
+				// other (the store takes one upload per build ID at a time).
+				u.Parallel = 4
 			}, paths...)
 			if c.withDWOs || c.debug {
 				var rest []uploadcli.Result

@@ -81,7 +81,7 @@ func (c *Conn) rpc(httpClient *http.Client) (debuginfov1connect.DebuginfoService
 type UploadCmd struct {
 	Conn
 	Paths    []string `arg:"" type:"path" help:"ELF files or directories (searched recursively for ELF files)."`
-	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once."`
+	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once (files of one build ID, such as an executable and its debug file, go one after the other)."`
 	Source   string   `default:"ci" enum:"ci,node,debuginfod" env:"SYMBOLIZER_UPLOAD_SOURCE" help:"Where the files come from: ci, node or debuginfod."`
 	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable. Supplementary DWARF files (dwz -m) and DWARF packages (.dwp) are recognized either way."`
 	// PackageOf names the executable of a DWARF package that has none beside it.
@@ -95,6 +95,43 @@ type UploadCmd struct {
 	// Out receives the summary lines (stdout when nil); Err progress (stderr when nil).
 	Out, Err   io.Writer    `kong:"-"`
 	HTTPClient *http.Client `kong:"-"`
+
+	ids keyedMutex
+}
+
+// keyedMutex is a mutex per key; the zero value is ready.
+type keyedMutex struct {
+	mu   sync.Mutex
+	keys map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.keys == nil {
+		k.keys = map[string]*keyLock{}
+	}
+	l := k.keys[key]
+	if l == nil {
+		l = &keyLock{}
+		k.keys[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.keys, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // Result is the outcome for one file.
@@ -397,6 +434,11 @@ func (u *UploadCmd) one(ctx context.Context, client *uploadclient.Client, ref fi
 // send uploads the file c describes, unless the server has it, filling res.
 func (u *UploadCmd) send(ctx context.Context, client *uploadclient.Client, c *candidate, res Result, bar *progressbar.ProgressBar) Result {
 	res.BuildID = c.id
+	// The store takes one upload per build ID at a time and refuses a second file while one
+	// is open: an executable and its debug file (and the package made for them), found
+	// together in a build directory, go one after the other.
+	unlock := u.ids.lock(c.id)
+	defer unlock()
 	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source()}
 	should, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.ShouldUploadResponse, error) {
 		return client.ShouldUpload(ctx, file)
