@@ -70,7 +70,9 @@ type Binary struct {
 	sup     *elfx.File // supplementary DWARF file, if the DWARF names one and it was found
 	supFile *os.File
 	supErr  error // why the supplementary file the DWARF names is missing
-	info    Info
+	// unreadableDWOs counts the skeleton units whose .dwo file was found but not read.
+	unreadableDWOs int
+	info           Info
 
 	once sync.Once
 	ix   *index.Index
@@ -501,11 +503,15 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 				continue
 			}
 			b.info.SkeletonsWithoutPackage = st.SkeletonsWithoutPackage
-			if st.SkeletonsWithoutPackage > 0 {
+			if n := st.SkeletonsWithoutPackage; n > 0 {
+				why := fmt.Sprintf("neither the DWARF package %s.dwp nor their .dwo files were found", b.path)
+				if u := b.unreadableDWOs; u > 0 {
+					why = fmt.Sprintf("no DWARF package %s.dwp; the .dwo files of %d of them were found but not read, "+
+						"see the dwo warnings; the others' were not found", b.path, min(u, n))
+				}
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf(
-					"split DWARF: %d skeleton units whose functions were not read (neither the DWARF package %s.dwp "+
-						"nor their .dwo files were found): functions from the symbol table, no inlined frames",
-					st.SkeletonsWithoutPackage, b.path))
+					"split DWARF: %d skeleton units whose functions were not read (%s): functions from the symbol table, "+
+						"no inlined frames", n, why))
 			}
 			b.info.DWARFError = ""
 			b.info.DWARFVersion = st.Version
@@ -626,23 +632,42 @@ func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Packa
 	}
 	var objs []map[string][]byte
 	var dirs []string
+	read := map[uint64]string{} // DWO IDs read, and from where
+	b.unreadableDWOs = 0
 	for _, u := range units {
+		if p, ok := read[u.DWOID]; ok {
+			// Two skeleton units of one DWO ID: one split unit serves both (llvm-dwp refuses
+			// such a build; the engine reads what it can).
+			b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("split DWARF: two skeleton units have DWO ID %#x; both read from %s", u.DWOID, p))
+			continue
+		}
 		cands := []string{u.DWOName, filepath.Join(filepath.Dir(b.path), filepath.Base(u.DWOName))}
 		if !filepath.IsAbs(u.DWOName) {
 			cands[0] = filepath.Join(u.CompDir, u.DWOName)
 		}
+		found, unreadable := false, false
 		for _, p := range cands {
 			if _, err := os.Stat(p); err != nil {
 				continue
 			}
-			s, err := readDWO(p, b.opts.Limits, byteOrder(f.ELF()))
+			s, id, err := readDWO(p, b.opts.Limits, byteOrder(f.ELF()))
+			if err == nil && id != u.DWOID {
+				err = fmt.Errorf("holds DWO ID %#x where its skeleton unit names %#x: a .dwo file of another build", id, u.DWOID)
+			}
 			if err != nil {
+				// The other place may hold the right one.
 				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwo %s: %v", p, err))
-				break
+				unreadable = true
+				continue
 			}
 			objs = append(objs, s)
 			dirs = append(dirs, filepath.Dir(p))
+			read[id] = p
+			found = true
 			break
+		}
+		if !found && unreadable {
+			b.unreadableDWOs++
 		}
 	}
 	if len(objs) == 0 {
@@ -659,22 +684,23 @@ func (b *Binary) dwoFiles(f *elfx.File, secs map[string][]byte) (*dwarfsym.Packa
 // readDWO reads the sections of the split DWARF object at path that the engine uses, all of
 // its .debug_info.dwo sections joined (gcc writes each type unit in one of its own), and
 // checks that it holds one split compilation unit.
-func readDWO(path string, lim elfx.Limits, order binary.ByteOrder) (map[string][]byte, error) {
+func readDWO(path string, lim elfx.Limits, order binary.ByteOrder) (map[string][]byte, uint64, error) {
 	df, closer, err := elfx.OpenPath(path, lim)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s, err := df.DWARFSectionsJoinedOf(dwarfsym.PackageSectionNames, dwarfsym.DWOJoinedSections...)
 	if cerr := closer.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if _, err := dwarfsym.DWOUnitID(s, order); err != nil {
-		return nil, err
+	id, err := dwarfsym.DWOUnitID(s, order)
+	if err != nil {
+		return nil, 0, err
 	}
-	return s, nil
+	return s, id, nil
 }
 
 func uniq(ss []string) []string {

@@ -121,6 +121,37 @@ func TestSplitDWARF4(t *testing.T) {
 	n := agreesWithLLVM(t, bin, ix)
 	t.Logf("%d addresses agree with llvm-symbolizer reading the .dwo files", n)
 
+	// b.dwo of another build (b.cc at -O1) where the skeleton unit looks: named as such,
+	// and its unit counted without functions.
+	bdwo := filepath.Join(dir, "b.dwo")
+	orig, err := os.ReadFile(bdwo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "b.o")
+	elfxtest.Run(t, "g++", "-O1", "-gdwarf-4", "-gsplit-dwarf", "-c", "-o", other, filepath.Join(dir, "b.cc"))
+	stale, err := os.ReadFile(strings.TrimSuffix(other, ".o") + ".dwo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bdwo, stale, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, info, err = debuginfo.OpenIndex(bin, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings := strings.Join(info.Warnings, "\n")
+	if info.SkeletonsWithoutPackage != 1 || !strings.Contains(warnings, bdwo+": holds DWO ID") ||
+		!strings.Contains(warnings, "a .dwo file of another build") ||
+		!strings.Contains(warnings, "1 skeleton units whose functions were not read (no DWARF package") ||
+		!strings.Contains(warnings, "the .dwo files of 1 of them were found but not read") {
+		t.Errorf("a .dwo of another build: %d skeletons without package, warnings %q", info.SkeletonsWithoutPackage, info.Warnings)
+	}
+	if err := os.WriteFile(bdwo, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	elfxtest.Run(t, "dwp", "-e", bin, "-o", bin+".dwp")
 	for _, o := range objs {
 		if err := os.Remove(strings.TrimSuffix(o, ".o") + ".dwo"); err != nil {
