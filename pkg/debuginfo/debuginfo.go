@@ -454,6 +454,8 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					if prepErr != nil {
 						return gopclntab.Stats{}, prepErr
 					}
+					// Only file names are interned so far: the DWARF line table's.
+					prep.SpellFilesAs(bld.Strings())
 					return prep.Commit(bld), nil
 				}
 			}

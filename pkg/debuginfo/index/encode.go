@@ -34,9 +34,12 @@ import (
 // guarantees that every string is valid UTF-8 (the Builder replaces invalid sequences; Unmarshal
 // rejects a string that is not): earlier versions may hold raw symbol bytes, so they are not
 // read, and the caller rebuilds them. Version 4 gives outermost nodes made from local ELF
-// symbols their STT_FILE name in the callFile column (see Node.SymbolFile).
+// symbols their STT_FILE name in the callFile column (see Node.SymbolFile). Version 5 changes
+// no column but what a Go binary's index holds: pclntab's file names take the spelling of its
+// DWARF line table's (see gopclntab.Prepared.SpellFilesAs), and an index of version 4 spells
+// one file two ways, so it is rebuilt.
 const (
-	formatVersion = 4
+	formatVersion = 5
 	headerSize    = 24
 )
 

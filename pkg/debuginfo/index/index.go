@@ -214,6 +214,9 @@ func (b *Builder) RaiseFidelity(f Fidelity) {
 	}
 }
 
+// Strings returns the strings interned so far, by ID; the caller must not change them.
+func (b *Builder) Strings() []string { return b.strList }
+
 // NumNodes reports how many nodes have been added.
 func (b *Builder) NumNodes() int { return len(b.nodes) }
 
