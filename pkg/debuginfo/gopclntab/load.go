@@ -391,6 +391,17 @@ func (s *stage) addLines(t *table, fi *funcInfo, fs *funcState, end uint64, stat
 }
 
 // addInlines adds a node per inline tree entry in use and a range per run of the inline index.
+// inlinedInto reports whether node n, or a node it is inlined into, is an inlined instance
+// of a function named name (outer, the function they are all inlined into, is not looked at).
+func (s *stage) inlinedInto(n, name, outer uint32) bool {
+	for ; n != outer; n = uint32(s.nodes[n].Parent) {
+		if s.nodes[n].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInfo, fs *funcState, outer uint32, end uint64, stats *Stats) error {
 	pcdata := t.pcdata(fi, inl.pcdata)
 	if pcdata == 0 {
@@ -440,11 +451,14 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		}
 		callPC := fi.entry + uint64(parentPc)
 		parentIdx := valueAt(fs.inls, fs.inlsEnd, callPC)
+		// Where optimization removed every instruction of a call site (seen in large
+		// generated init functions), the compiler's parentPc points at code that is not the
+		// caller's: the entry at that PC can be the callee itself, its own descendant, or
+		// another inlined instance of the same function. The runtime's unwinder would cycle
+		// or repeat a frame there. The caller is then unknown: the function itself is the one
+		// caller we know. (The line at parentPc is still taken: where the entry there is the
+		// callee or its descendant, it matched DWARF's call line in most cases measured.)
 		if parentIdx == idx || fs.visiting[parentIdx] || depth >= maxInlineDepth {
-			// The compiler leaves parentPc at 0 when optimization removed every instruction
-			// of the call site (seen in large generated init functions), and the entry at
-			// that PC can then be the callee itself or its own descendant. The runtime's
-			// unwinder would cycle there; the function itself is the one caller we know.
 			parentIdx = -1
 		}
 		fs.visiting[idx] = true
@@ -453,21 +467,32 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		if err != nil {
 			return 0, err
 		}
-		var callFile, callLine uint32
-		if fv := valueAt(fs.files, fs.filesEnd, callPC); fv >= 0 {
-			if callFile, err = s.fileName(t, fi, fv); err != nil {
-				return 0, err
-			}
+		nameID := s.str(name)
+		unknownCaller := false
+		if s.inlinedInto(parent, nameID, outer) {
+			// Go inlines a recursive function into itself once at most, into the function
+			// proper: a chain in which an inlined instance of this function is inlined into
+			// another inlined instance of it was built from a parentPc of the kind above,
+			// which points into that other instance, so the line there is not the call's.
+			parent, unknownCaller = outer, true
 		}
-		if lv := valueAt(fs.lines, fs.linesEnd, callPC); lv > 0 {
-			callLine = uint32(lv)
+		var callFile, callLine uint32
+		if !unknownCaller {
+			if fv := valueAt(fs.files, fs.filesEnd, callPC); fv >= 0 {
+				if callFile, err = s.fileName(t, fi, fv); err != nil {
+					return 0, err
+				}
+			}
+			if lv := valueAt(fs.lines, fs.linesEnd, callPC); lv > 0 {
+				callLine = uint32(lv)
+			}
 		}
 		if startLine < 0 {
 			startLine = 0
 		}
 		n := uint32(len(s.nodes))
 		s.nodes = append(s.nodes, index.Node{
-			Name: s.str(name), StartLine: uint32(startLine), Parent: index.NodeID(parent),
+			Name: nameID, StartLine: uint32(startLine), Parent: index.NodeID(parent),
 			CallFile: callFile, CallLine: callLine, StartAddress: ^uint64(0),
 		})
 		fs.memo[idx] = n

@@ -36,8 +36,9 @@ import (
 // read, and the caller rebuilds them. Version 4 gives outermost nodes made from local ELF
 // symbols their STT_FILE name in the callFile column (see Node.SymbolFile). Version 5 changes
 // no column but what a Go binary's index holds: pclntab's file names take the spelling of its
-// DWARF line table's (see gopclntab.Prepared.SpellFilesAs), and an index of version 4 spells
-// one file two ways, so it is rebuilt.
+// DWARF line table's (see gopclntab.Prepared.SpellFilesAs), and an inline chain no longer
+// follows a parentPc into another inlined instance of the same function (an index of version 4
+// spells one file two ways and can hold a frame that is not there), so older ones are rebuilt.
 const (
 	formatVersion = 5
 	headerSize    = 24

@@ -131,6 +131,11 @@ func TestKnown(t *testing.T) {
 		{"go abi0", []Frame{{Function: "internal/cpu.cpuid"}}, []Frame{{Function: "internal/cpu.cpuid.abi0"}}, ReasonCloneSuffix},
 		{"llvm promoted local", []Frame{{Function: "f"}}, []Frame{{Function: "f (.llvm.13199646800437872091)"}}, ReasonCloneSuffix},
 		{"rust legacy plain path", []Frame{{Function: "std::rt::lang_start"}}, []Frame{{Function: "std::rt::lang_start::h0123456789abcdef"}}, ReasonRustLegacy},
+		{"go hashed symbol", []Frame{{Function: "type:.eq.k8s.io/api/core/v1.Pod"}}, []Frame{{Function: "type:.X3fAUo7p"}}, ReasonGoHashedSymbol},
+		{"go hashed symbol only outermost", []Frame{{Function: "type:.eq.a.T"}, {Function: "m"}}, []Frame{{Function: "type:.X3fAUo7p"}, {Function: "m"}}, ""},
+		{"go hashed symbol of another function", []Frame{{Function: "main.f"}}, []Frame{{Function: "type:.X3fAUo7p"}}, ""},
+		{"go middle dot", []Frame{{Function: "mime/multipart.(*writerOnly·1).Write"}, {Function: "m"}}, []Frame{{Function: "mime/multipart.(*writerOnly.1).Write"}, {Function: "m"}}, ReasonGoMiddleDot},
+		{"go middle dot elsewhere", []Frame{{Function: "a·1"}}, []Frame{{Function: "b.1"}}, ""},
 		{"different functions", []Frame{{Function: "a"}}, []Frame{{Function: "b"}}, ""},
 	}
 	for _, tt := range tests {
