@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -23,6 +22,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/keylock"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
@@ -163,13 +163,7 @@ type Options struct {
 type Catalog struct {
 	s    store.Store
 	opt  Options
-	mu   sync.Mutex
-	lock map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
+	lock keylock.Map
 }
 
 // New returns a Catalog over s.
@@ -183,7 +177,7 @@ func New(s store.Store, opt Options) *Catalog {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Catalog{s: s, opt: opt, lock: map[string]*keyLock{}}
+	return &Catalog{s: s, opt: opt}
 }
 
 // Store returns the underlying object store.
@@ -192,25 +186,7 @@ func (m *Catalog) Store() store.Store { return m.s }
 // MaxSize returns the upload size cap.
 func (m *Catalog) MaxSize() uint64 { return m.opt.MaxSize }
 
-func (m *Catalog) locked(key string) func() {
-	m.mu.Lock()
-	l := m.lock[key]
-	if l == nil {
-		l = &keyLock{}
-		m.lock[key] = l
-	}
-	l.refs++
-	m.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		m.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(m.lock, key)
-		}
-		m.mu.Unlock()
-	}
-}
+func (m *Catalog) locked(key string) func() { return m.lock.Lock(key) }
 
 func recordKey(id ID) string { return "records/" + id.pathPart() }
 func aliasKey(id ID) string  { return "ids/" + id.pathPart() }

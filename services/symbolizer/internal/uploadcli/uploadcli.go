@@ -31,6 +31,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/keylock"
 	"github.com/profsym/profsym/pkg/uploadclient"
 )
 
@@ -96,42 +97,7 @@ type UploadCmd struct {
 	Out, Err   io.Writer    `kong:"-"`
 	HTTPClient *http.Client `kong:"-"`
 
-	ids keyedMutex
-}
-
-// keyedMutex is a mutex per key; the zero value is ready.
-type keyedMutex struct {
-	mu   sync.Mutex
-	keys map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.keys == nil {
-		k.keys = map[string]*keyLock{}
-	}
-	l := k.keys[key]
-	if l == nil {
-		l = &keyLock{}
-		k.keys[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.keys, key)
-		}
-		k.mu.Unlock()
-	}
+	ids keylock.Map
 }
 
 // Result is the outcome for one file.
@@ -437,7 +403,7 @@ func (u *UploadCmd) send(ctx context.Context, client *uploadclient.Client, c *ca
 	// The store takes one upload per build ID at a time and refuses a second file while one
 	// is open: an executable and its debug file (and the package made for them), found
 	// together in a build directory, go one after the other.
-	unlock := u.ids.lock(c.id)
+	unlock := u.ids.Lock(c.id)
 	defer unlock()
 	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source()}
 	should, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.ShouldUploadResponse, error) {

@@ -6,9 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
@@ -90,50 +88,5 @@ func TestPrintRecordCompanions(t *testing.T) {
 	printRecord(&out, d, false)
 	if want := " supplementary=12:missing dwarf_package=ab:available\n"; !strings.HasSuffix(out.String(), want) {
 		t.Errorf("record line %q, want it to end in %q", out.String(), want)
-	}
-}
-
-// TestKeyedMutex: holders of one key take turns, another key is not held up, and a key no
-// one holds is forgotten.
-func TestKeyedMutex(t *testing.T) {
-	var k keyedMutex
-	var (
-		mu           sync.Mutex
-		inside, most [2]int
-	)
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Go(func() {
-			key := i % 2
-			unlock := k.lock([]string{"a", "b"}[key])
-			mu.Lock()
-			inside[key]++
-			most[key] = max(most[key], inside[key])
-			mu.Unlock()
-			time.Sleep(time.Millisecond)
-			mu.Lock()
-			inside[key]--
-			mu.Unlock()
-			unlock()
-		})
-	}
-	wg.Wait()
-	for key := range 2 {
-		if most[key] != 1 {
-			t.Errorf("key %d held by %d at once, want 1", key, most[key])
-		}
-	}
-	// Another key while one is held: not held up.
-	unlock := k.lock("a")
-	done := make(chan struct{})
-	go func() { k.lock("b")(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("key b waited for key a")
-	}
-	unlock()
-	if len(k.keys) != 0 {
-		t.Errorf("%d keys remembered after every holder left", len(k.keys))
 	}
 }
