@@ -153,7 +153,23 @@ func startAll(t *testing.T, objs []runtime.Object) {
 
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
+// startContainer runs ctr as its rendering says until its readiness probe answers. A free
+// loopback port can be taken by another process between the test choosing it and the service
+// binding it; a start that fails that way is tried again with other ports.
 func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, configMaps, secrets map[string]map[string]string, objs []runtime.Object) {
+	t.Helper()
+	const attempts = 3
+	for i := 1; ; i++ {
+		if !startContainerOnce(t, c, w, ctr, configMaps, secrets, objs, i < attempts) {
+			return
+		}
+		t.Logf("%s: a chosen port was taken before the service bound it; trying again with other ports", ctr.Name)
+	}
+}
+
+// startContainerOnce is one start of startContainer. It reports true, having failed nothing,
+// when the service exited because a listen address was in use and mayRetry is set.
+func startContainerOnce(t *testing.T, c *cluster, w workload, ctr corev1.Container, configMaps, secrets map[string]map[string]string, objs []runtime.Object, mayRetry bool) (retry bool) {
 	t.Helper()
 	root := t.TempDir()
 	ports := map[int32]int{} // containerPort -> loopback port
@@ -390,6 +406,9 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 	for {
 		select {
 		case err := <-exited:
+			if mayRetry && strings.Contains(out.String(), "address already in use") {
+				return true
+			}
 			t.Fatalf("%s (%s/%s) exited before it was ready: %v\nargs: %q\noutput:\n%s", ctr.Name, w.kind, w.name, err, args, out.String())
 		default:
 		}
@@ -439,6 +458,7 @@ func startContainer(t *testing.T, c *cluster, w workload, ctr corev1.Container, 
 	if ctr.Name == "symbolizer" && strings.Contains(out.String(), "redis does not answer") {
 		t.Errorf("symbolizer could not use Redis with the rendered settings (password file, URL):\n%s", out.String())
 	}
+	return false
 }
 
 // serviceBinary builds a service as its Dockerfile does, once per test binary.
