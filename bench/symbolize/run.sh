@@ -12,7 +12,10 @@
 #          difference; llvm-symbolizer has no such cache and parses lazily as it goes. Ours
 #          takes its big batch at $OURS_BIG addresses: at 200,000 the difference is a tenth
 #          of a second against the index load's 0.6 s, and the best-of-runs of either side
-#          moves it by as much.
+#          moves it by as much; at 1,000,000 the figure still moved by a fifth between runs,
+#          at 3,000,000 (1.8 s of difference) by a few percent. The output file is removed
+#          before each run: truncating the last run's 1.4 GB would be counted as the next
+#          run's system time.
 #   rss    peak resident set size of the $BIG batch (/usr/bin/time -f %M)
 #   cached cold again, ours with the index cache filled by an earlier run (--cache-dir): what a
 #          second `symbolizer symbolize` on the same binary costs. cold and rss of ours are
@@ -29,13 +32,13 @@
 # the load average is printed with the table.
 #
 # Usage: bench/symbolize/run.sh [BINARY...]    (default: the three above)
-# Env:   BIG (default 200000), OURS_BIG (default 1000000), REPEAT (default 3), PROFSYM_TOOLS
+# Env:   BIG (default 200000), OURS_BIG (default 3000000), REPEAT (default 3), PROFSYM_TOOLS
 #        (where MinIO is).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIG=${BIG:-200000}
-OURS_BIG=${OURS_BIG:-1000000}
+OURS_BIG=${OURS_BIG:-3000000}
 REPEAT=${REPEAT:-3}
 SMALL=10000
 tools=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}
@@ -79,6 +82,7 @@ measure() {
 	local tool=$1 bin=$2 addrs=$3 per=${4:-1} best_t= best_m= best_c= i t m u s c lines want
 	want=$(($(wc -l <"$addrs") * per))
 	for ((i = 0; i < REPEAT; i++)); do
+		rm -f "$work/out"
 		/usr/bin/time -f '%e %M %U %S' -o "$work/time" bash -c "$(declare -f ours cached llvm a2l); work='$work'; $tool '$bin' <'$addrs' >'$work/out'"
 		lines=$(wc -l <"$work/out")
 		if ((lines != want)); then
