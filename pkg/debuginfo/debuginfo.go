@@ -259,7 +259,8 @@ func (b *Binary) findDebugFile() error {
 	dbgPath, how := b.opts.DebugFile, "option"
 	if dbgPath == "" && !b.elf.HasDWARF() && !b.opts.NoSearch {
 		p, h, err := debugfile.Find(b.elf, b.ids, b.path, b.opts.DebugDirs)
-		if err != nil {
+		// Most binaries have no separate debug file: only a failed search is a problem.
+		if err != nil && !errors.Is(err, debugfile.ErrNotFound) {
 			b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("search debug file: %v", err))
 		}
 		dbgPath, how = p, h

@@ -25,6 +25,11 @@ const (
 	HowDebugLink = "debuglink"
 )
 
+// SystemDir is where distributions install separate debug files (Debian's -dbg and dbgsym
+// packages, Fedora's debuginfo): the directory GDB, elfutils and llvm-symbolizer search when
+// given none.
+const SystemDir = "/usr/lib/debug"
+
 // ErrNotFound: no candidate exists or none matched.
 var ErrNotFound = errors.New("no separate debug file found")
 

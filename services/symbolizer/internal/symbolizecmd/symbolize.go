@@ -14,9 +14,11 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/debugfile"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
 
@@ -24,7 +26,7 @@ import (
 type Cmd struct {
 	Obj         string   `help:"ELF binary whose addresses to resolve." required:"" placeholder:"FILE"`
 	DebugFile   string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
-	DebugDir    []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable." placeholder:"DIR"`
+	DebugDir    []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable. Default: /usr/lib/debug, where distributions install them, as llvm-symbolizer and GDB search; a --debug-dir given replaces it, and --debug-dir='' searches none." placeholder:"DIR"`
 	OutputStyle string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
 	Inlines     bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
 	CacheDir    string   `help:"Keep each binary's index here, so the next run on the same binary loads it instead of building it (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
@@ -124,7 +126,7 @@ const batchSize = 64
 // any index for a command-line run; it reads the file as it goes), else the index, built and
 // cached.
 func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
-	b, err := debuginfo.Open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: c.DebugDir})
+	b, err := debuginfo.Open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,6 +139,7 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 			if err := cache.evict(); err != nil {
 				c.warn(err)
 			}
+			c.warnFidelity(ix.Fidelity())
 			closeBinary()
 			return ix, func() {}, nil
 		}
@@ -157,6 +160,12 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// What the build skipped, as llvm-symbolizer warns of a .dwo or debug file it cannot read:
+	// otherwise a missing debug file looks like a binary without functions.
+	for _, w := range b.Info().Warnings {
+		c.warn(fmt.Errorf("%s: %s", c.Obj, w))
+	}
+	c.warnFidelity(ix.Fidelity())
 	if cache != nil {
 		if err := cache.store(key, ix); err != nil {
 			c.warn(err)
@@ -183,6 +192,36 @@ func (c *Cmd) cache(b *debuginfo.Binary) (*indexCache, string) {
 		return nil, ""
 	}
 	return cache, key
+}
+
+// debugDirs is the --debug-dir list in force: the system's directory when none was given,
+// none for an empty value.
+func debugDirs(given []string) []string {
+	if given == nil {
+		return []string{debugfile.SystemDir}
+	}
+	var dirs []string
+	for _, d := range given {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// warnFidelity says when the answers will lack files and lines because only a symbol table
+// was found, and where to point the command at the debug information.
+func (c *Cmd) warnFidelity(f index.Fidelity) {
+	if f > index.FidelitySymbols {
+		return
+	}
+	searched := "no directory (--debug-dir='')"
+	if dirs := debugDirs(c.DebugDir); len(dirs) > 0 {
+		searched = strings.Join(dirs, ", ")
+	}
+	c.warn(fmt.Errorf("%s has no DWARF and no Go pclntab, and no separate debug file for it was found "+
+		"(searched by build ID and .gnu_debuglink in %s): answers name functions from its symbol table, "+
+		"without files or lines; give the debug file with --debug-file or its directory with --debug-dir", c.Obj, searched))
 }
 
 func (c *Cmd) warn(err error) {

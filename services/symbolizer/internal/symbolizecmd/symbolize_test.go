@@ -261,3 +261,62 @@ func TestAppendJSONString(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemDebugDir: a stripped distribution library is answered from the debug file its
+// -dbg package installed under /usr/lib/debug without being told where, as llvm-symbolizer
+// and GDB do; with --debug-dir='' the command says that only a symbol table answers and how
+// to give it the debug file, instead of printing ?? without a word.
+func TestSystemDebugDir(t *testing.T) {
+	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Fatalf("open Debian's libc: %v", err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var malloc uint64
+	for _, s := range syms {
+		if s.Name == "malloc" && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			malloc = s.Value
+		}
+	}
+	if malloc == 0 {
+		t.Fatal("libc exports no malloc")
+	}
+	if f.Section(".debug_info") != nil {
+		t.Fatalf("%s carries DWARF: it should be Debian's stripped library", libc)
+	}
+	addr := fmt.Sprintf("0x%x", malloc+4)
+	cases := []struct {
+		name     string
+		dirs     []string
+		wantLine string // a substring of the file:line line
+		wantWarn string // a substring of stderr; empty means none
+	}{
+		{"default", nil, "malloc.c:", ""},
+		{"given", []string{"/usr/lib/debug"}, "malloc.c:", ""},
+		{"none", []string{""}, "??:0:0", "give the debug file with --debug-file or its directory with --debug-dir"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, stderr bytes.Buffer
+			c := &Cmd{Obj: libc, DebugDir: tc.dirs, OutputStyle: "LLVM", Inlines: true, NoCache: true, Addresses: []string{addr}, Stderr: &stderr}
+			if err := c.run(strings.NewReader(""), &out); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(out.String(), "\n")
+			if len(lines) < 2 || !strings.Contains(lines[len(lines)-3], tc.wantLine) {
+				t.Errorf("answer for malloc+4:\n%s\nwant a last frame at %q (apt-get install libc6-dbg; .ci/install-deps does)", out.String(), tc.wantLine)
+			}
+			if tc.wantWarn == "" && stderr.Len() > 0 {
+				t.Errorf("warnings: %s", stderr.String())
+			}
+			if tc.wantWarn != "" && !strings.Contains(stderr.String(), tc.wantWarn) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.wantWarn)
+			}
+		})
+	}
+}
