@@ -264,7 +264,7 @@ func TestAppendJSONString(t *testing.T) {
 
 // TestSystemDebugDir: a stripped distribution library is answered from the debug file its
 // -dbg package installed under /usr/lib/debug without being told where, as llvm-symbolizer
-// and GDB do; with --debug-dir=” the command says that only a symbol table answers and how
+// and GDB do; with an empty --debug-dir the command says that only a symbol table answers and how
 // to give it the debug file, instead of printing ?? without a word.
 func TestSystemDebugDir(t *testing.T) {
 	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
