@@ -38,6 +38,7 @@ import (
 
 	"github.com/profsym/profsym/demo/pipeline"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/freeport"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
@@ -97,7 +98,7 @@ func run(duration, every time.Duration, rate int, tools string) error {
 	}
 
 	// Redis speaks no HTTP: it is ready when it takes a connection.
-	redisPorts, err := pipeline.FreePorts(1)
+	redisPorts, err := freeport.Ports(1)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/profsym/profsym/pkg/freeport"
 )
 
 // Proc is a child process in its own process group, with stdout and stderr in a log file.
@@ -138,48 +139,6 @@ func TailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago. Another process can
-// take it before the caller binds it; callers start services through StartService, which
-// retries on a new port when that happens.
-func FreePort() (int, error) {
-	// A loopback bind does not block, so there is nothing for a context to cancel.
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("release probe port %d: %w", port, err)
-	}
-	return port, nil
-}
-
-// FreePorts returns n distinct ports that were free a moment ago.
-func FreePorts(n int) (ports []int, err error) {
-	// All n stay bound until the end so that the ports are distinct; a port whose listener
-	// cannot be released is of no use to the caller.
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			if cerr := l.Close(); cerr != nil && err == nil {
-				ports, err = nil, fmt.Errorf("release probe port: %w", cerr)
-			}
-		}
-	}()
-	var lc net.ListenConfig
-	ports = make([]int, 0, n)
-	for range n {
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // WaitReady polls url until it answers 200, p exits, or ctx ends.
 func WaitReady(ctx context.Context, p *Proc, url string) error {
 	client := &http.Client{Timeout: time.Second}
@@ -223,7 +182,7 @@ func StartService(ctx context.Context, name, logPath, bin string, nports int, ti
 	args func(ports []int) (argv []string, readyURL string)) (*Proc, []int, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		ports, err := FreePorts(nports)
+		ports, err := freeport.Ports(nports)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/profsym/profsym/pkg/freeport"
 )
 
 func TestProcStopKillsTheGroup(t *testing.T) {
@@ -64,7 +66,7 @@ func TestWaitReadyReportsEarlyExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,20 +75,6 @@ func TestWaitReadyReportsEarlyExit(t *testing.T) {
 	err = WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(port)+"/readyz")
 	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("WaitReady = %v, want the early exit with the log's last lines", err)
-	}
-}
-
-func TestFreePortsDistinct(t *testing.T) {
-	ports, err := FreePorts(5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[int]bool{}
-	for _, p := range ports {
-		if p <= 0 || seen[p] {
-			t.Fatalf("ports %v: want 5 distinct positive ports", ports)
-		}
-		seen[p] = true
 	}
 }
 

@@ -1,17 +1,16 @@
 package testsupport
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/profsym/profsym/pkg/freeport"
 )
 
 // FreePort returns a TCP port that was free on every local address a moment
@@ -19,40 +18,11 @@ import (
 // in this package retry with another port when that happens.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ports, err := freePorts(1)
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	return ports[0]
-}
-
-// freePorts returns n distinct free ports. The listeners are held open
-// together so that the kernel cannot hand out the same port twice.
-// Listening on the wildcard address finds a port free on both IPv4 and IPv6,
-// which matters for debuginfod: it always binds the wildcard of both.
-func freePorts(n int) (ports []int, err error) {
-	var listeners []net.Listener
-	// A port whose probe listener cannot be released is of no use to the
-	// server that is about to bind it.
-	defer func() {
-		for _, l := range listeners {
-			if cerr := l.Close(); cerr != nil && err == nil {
-				ports, err = nil, fmt.Errorf("release probe port: %w", cerr)
-			}
-		}
-	}()
-	// A bind does not block, so there is nothing for a context to cancel.
-	var lc net.ListenConfig
-	ports = make([]int, 0, n)
-	for range n {
-		l, err := lc.Listen(context.Background(), "tcp", ":0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return port
 }
 
 // CompileC writes src to a fresh temporary directory, compiles it with gcc

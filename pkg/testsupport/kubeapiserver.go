@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/profsym/profsym/pkg/freeport"
 )
 
 // KubeVersion is the kube-apiserver the deploy tests validate against; .ci/build-kube-apiserver
@@ -93,7 +95,7 @@ func StartKubeAPIServer(dir string) (_ *KubeAPIServer, err error) {
 		return nil, err
 	}
 
-	ports, err := freePorts(3)
+	ports, err := freeport.Ports(3)
 	if err != nil {
 		return nil, err
 	}

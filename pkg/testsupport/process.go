@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/profsym/profsym/pkg/freeport"
 )
 
 const (
@@ -94,7 +96,7 @@ func newServer(t testing.TB, spec launchSpec, logDir string) *server {
 func (s *server) start() (time.Duration, error) {
 	var lastErr error
 	for attempt := 1; attempt <= portAttempts; attempt++ {
-		ports, err := freePorts(s.spec.ports)
+		ports, err := freeport.Ports(s.spec.ports)
 		if err != nil {
 			return 0, err
 		}

@@ -39,6 +39,7 @@ import (
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/freeport"
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
@@ -84,21 +85,16 @@ func (p *proc) stop() {
 	}
 }
 
-func freePort(ctx context.Context) int {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+func freePort() int {
+	port, err := freeport.Port()
 	if err != nil {
 		log.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		log.Fatalf("free port %d: %v", port, err)
 	}
 	return port
 }
 
 func startRedis(ctx context.Context) (*proc, string) {
-	port := freePort(ctx)
+	port := freePort()
 	dir := filepath.Join(*work, "redis")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		log.Fatal(err)
@@ -126,7 +122,7 @@ func waitTCP(ctx context.Context, addr string) {
 }
 
 func startServer(ctx context.Context, store string, extra ...string) (*proc, string) {
-	port := freePort(ctx)
+	port := freePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{"serve", "--listen", addr, "--store-dir", store, "--upload-token", "bench",
 		"--result-cache-entries", "0", "--log-level", "warn"}, extra...)
