@@ -43,7 +43,7 @@ type Config struct {
 	Sinks []func(data []byte)
 	// OnMappedFile, when set, is called for each executable file mapping found in a
 	// process's maps (see procmaps.Table.SetFileHook); it must not block.
-	OnMappedFile func(path, mapped string, fi *procmaps.FileInfo)
+	OnMappedFile func(procmaps.MappedFile)
 	// Unwinder is how user stacks are walked (bpfprog.UnwindCFI or UnwindFramePointers),
 	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
 	Unwinder                             bpfprog.Unwinder

@@ -73,7 +73,7 @@ type CLI struct {
 
 // DebuginfoUpload are the flags of the opt-in node-side debuginfo upload.
 type DebuginfoUpload struct {
-	UploadDebuginfo   bool    `env:"PROFSYM_UPLOAD_DEBUGINFO" help:"Offer binaries with symbols (DWARF, .symtab, Go pclntab) seen in mappings to the symbolizer, once each; debuginfo from CI always wins."`
+	UploadDebuginfo   bool    `env:"PROFSYM_UPLOAD_DEBUGINFO" help:"Offer binaries with symbols (DWARF, .symtab, Go pclntab) seen in mappings to the symbolizer, once each, and for a stripped one the separate debug file its process's filesystem holds under /usr/lib/debug/.build-id (a distribution's debug package, with its dwz file); debuginfo from CI always wins."`
 	SymbolizerURL     string  `env:"PROFSYM_SYMBOLIZER_URL" help:"Symbolizer base URL for --upload-debuginfo (http://host:7070)."`
 	UploadTokenFile   string  `env:"PROFSYM_UPLOAD_TOKEN_FILE" help:"File holding the upload bearer token (re-read for every file, so a rotated Secret applies)."`
 	UploadMaxBytes    int64   `default:"268435456" env:"PROFSYM_UPLOAD_MAX_BYTES" help:"Files larger than this are not uploaded."`
@@ -188,7 +188,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	}
 
 	var uploader *debugupload.Uploader
-	var onMappedFile func(path, mapped string, fi *procmaps.FileInfo)
+	var onMappedFile func(procmaps.MappedFile)
 	if c.Upload.UploadDebuginfo {
 		if uploader, err = c.uploader(reg, log); err != nil {
 			return err
@@ -284,10 +284,10 @@ func (c *CLI) uploader(reg prometheus.Registerer, log *slog.Logger) (*debuguploa
 }
 
 // uploadHook offers every mapped ELF file to u.
-func uploadHook(u *debugupload.Uploader) func(path, mapped string, fi *procmaps.FileInfo) {
-	return func(path, mapped string, fi *procmaps.FileInfo) {
-		if fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
-			u.Offer(path, mapped, fi.IDs)
+func uploadHook(u *debugupload.Uploader) func(procmaps.MappedFile) {
+	return func(m procmaps.MappedFile) {
+		if fi := m.Info; fi != nil && fi.Err == nil && len(fi.Loads) > 0 {
+			u.Offer(m.Path, m.Mapped, m.Root, fi.IDs)
 		}
 	}
 }

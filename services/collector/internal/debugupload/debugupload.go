@@ -2,8 +2,10 @@
 // libraries seen in process mappings that carry symbols (DWARF, a .symtab or a Go
 // .gopclntab) are offered to the symbolizer through DebuginfoService.ShouldUpload (source
 // NODE, type EXECUTABLE) and uploaded once, so binaries nobody uploaded from CI still
-// symbolize. The server ranks sources: a file a CI pipeline uploaded is answered
-// BETTER_STORED and never replaced from a node.
+// symbolize. A stripped file's separate debug file, where the mapping process's filesystem
+// holds one (DebugDir), is offered as DEBUGINFO with the dwz supplementary file it names. The
+// server ranks sources: a file a CI pipeline uploaded is answered BETTER_STORED and never
+// replaced from a node.
 //
 // It is built to stay out of the way of sampling: Offer never blocks (a bounded queue,
 // dropping and counting when full), one worker uploads at a time, files above a size cap
@@ -126,6 +128,7 @@ type job struct {
 	f    *os.File
 	ids  buildid.IDs
 	name string // the path as the process mapped it, for logs
+	root string // the root directory of a process that maps it, "" when unknown
 }
 
 // New returns an Uploader; Run must run for offers to be handled.
@@ -212,8 +215,10 @@ func (u *Uploader) forget(id string) {
 // /proc/<pid>/map_files) with the build IDs the collector computed for it. It does not
 // block: a file whose primary build ID was offered before returns at once, and a full
 // queue drops the offer. The file is opened here, so it stays readable after the process
-// that mapped it exits. name is the path the process mapped, for logs.
-func (u *Uploader) Offer(path, name string, ids buildid.IDs) {
+// that mapped it exits. name is the path the process mapped, for logs; root is that
+// process's root directory (/proc/<pid>/root), where the separate debug file of a stripped
+// file is looked for (see DebugDir), or "" not to look.
+func (u *Uploader) Offer(path, name, root string, ids buildid.IDs) {
 	_, id := ids.Primary()
 	if id == "" {
 		return
@@ -236,7 +241,7 @@ func (u *Uploader) Offer(path, name string, ids buildid.IDs) {
 		return
 	}
 	select {
-	case u.queue <- job{f: f, ids: ids, name: name}:
+	case u.queue <- job{f: f, ids: ids, name: name, root: root}:
 	default:
 		f.Close()
 		u.forget(id)
@@ -318,25 +323,43 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 		return OutcomeFailed, fmt.Errorf("parse ELF: %w", err)
 	}
 	// A stripped file gives the symbolizer no names, but its program headers are what a
-	// separate debug file lacks: it is uploaded only when the server says so.
+	// separate debug file lacks: it is uploaded only when the server says so, which it does
+	// once it holds the debug file that the process's filesystem may have beside it.
 	symbols := HasSymbols(ef)
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(j.f, 0, size)); err != nil {
-		return OutcomeFailed, fmt.Errorf("hash: %w", err)
+	if !symbols && j.root != "" {
+		u.offerDebugFile(ctx, j)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
 	typ, id := j.ids.Primary()
 	idType := map[string]debuginfov1.BuildIDType{
 		buildid.TypeGNU: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, buildid.TypeGo: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO,
 		buildid.TypeHTLHash: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH,
 	}[typ]
 	file := uploadclient.File{BuildID: id, BuildIDType: idType, Type: debuginfov1.DebuginfoType_DEBUGINFO_TYPE_EXECUTABLE,
-		SHA256: sum, Size: size, Source: debuginfov1.UploadSource_UPLOAD_SOURCE_NODE}
+		Size: size, Source: debuginfov1.UploadSource_UPLOAD_SOURCE_NODE}
+	var wanted func(debuginfov1.ShouldUploadReason) bool
+	if !symbols {
+		wanted = func(r debuginfov1.ShouldUploadReason) bool {
+			return r == debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED
+		}
+	}
+	return u.send(ctx, j.f, file, j.name, wanted)
+}
+
+// send offers one file to the server and uploads it when the server wants it and wanted, when
+// not nil, accepts the server's reason (else the outcome is OutcomeNoSymbols). file's SHA256
+// is computed here.
+func (u *Uploader) send(ctx context.Context, f *os.File, file uploadclient.File, name string, wanted func(debuginfov1.ShouldUploadReason) bool) (string, error) {
+	size := file.Size
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, size)); err != nil {
+		return OutcomeFailed, fmt.Errorf("hash: %w", err)
+	}
+	file.SHA256 = hex.EncodeToString(h.Sum(nil))
 	should, err := u.client.ShouldUpload(ctx, file)
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("ShouldUpload: %w", err)
 	}
-	if !symbols && should.GetReason() != debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_EXECUTABLE_NEEDED {
+	if wanted != nil && !wanted(should.GetReason()) {
 		return OutcomeNoSymbols, nil
 	}
 	if !should.GetShouldUpload() {
@@ -368,15 +391,15 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 	}
 	// The timeout bounds the rate limiter's waits as well as the request.
 	pctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	err = u.client.Put(pctx, init, &limitedReader{ctx: pctx, r: io.NewSectionReader(j.f, 0, size), b: u.limit}, size)
+	err = u.client.Put(pctx, init, &limitedReader{ctx: pctx, r: io.NewSectionReader(f, 0, size), b: u.limit}, size)
 	cancel()
 	if err != nil {
 		return OutcomeFailed, err
 	}
-	if _, err := u.client.FinishUpload(ctx, id, init.GetUploadId()); err != nil {
+	if _, err := u.client.FinishUpload(ctx, file.BuildID, init.GetUploadId()); err != nil {
 		return OutcomeFailed, fmt.Errorf("FinishUpload: %w", err)
 	}
 	u.bytes.Add(float64(size))
-	u.log.Info("uploaded debuginfo from this node", "file", j.name, "build_id", id, "bytes", size)
+	u.log.Info("uploaded debuginfo from this node", "file", name, "type", file.Type, "build_id", file.BuildID, "bytes", size)
 	return OutcomeUploaded, nil
 }

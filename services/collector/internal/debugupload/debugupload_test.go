@@ -224,7 +224,7 @@ func TestUploadsOnceAndSkipsStripped(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{debug, symtab, stripped, debug, symtab} {
-		u.Offer(p, p, ids(t, p))
+		u.Offer(p, p, "", ids(t, p))
 	}
 	s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 3 })
 	if s[OutcomeUploaded] != 2 || s[OutcomeNoSymbols] != 1 || total(s) != 3 {
@@ -248,7 +248,7 @@ func TestUploadsOnceAndSkipsStripped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u2.Offer(debug, debug, ids(t, debug))
+	u2.Offer(debug, debug, "", ids(t, debug))
 	if s := runUntil(t, u2, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeAlreadyStored] != 1 {
 		t.Fatalf("second collector: stats %v, want already_stored", s)
 	}
@@ -276,7 +276,7 @@ func TestCIUploadWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Offer(onNode, onNode, ids(t, onNode))
+	u.Offer(onNode, onNode, "", ids(t, onNode))
 	if s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeBetterStored] != 1 {
 		t.Fatalf("stats %v, want better_stored", s)
 	}
@@ -297,7 +297,7 @@ func TestSizeCapAndQueueBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capped.Offer(big, big, ids(t, big))
+	capped.Offer(big, big, "", ids(t, big))
 	if s := runUntil(t, capped, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeTooLarge] != 1 {
 		t.Fatalf("stats %v, want too_large", s)
 	}
@@ -313,7 +313,7 @@ func TestSizeCapAndQueueBound(t *testing.T) {
 	}
 	files := []string{program(t, 8), program(t, 9), program(t, 10)}
 	for _, p := range files {
-		q.Offer(p, p, ids(t, p))
+		q.Offer(p, p, "", ids(t, p))
 	}
 	if s := q.Stats(); s[OutcomeDropped] != 2 {
 		t.Fatalf("stats %v, want 2 dropped", s)
@@ -322,7 +322,7 @@ func TestSizeCapAndQueueBound(t *testing.T) {
 	if s[OutcomeUploaded] != 1 {
 		t.Fatalf("stats %v, want 1 uploaded", s)
 	}
-	q.Offer(files[1], files[1], ids(t, files[1]))
+	q.Offer(files[1], files[1], "", ids(t, files[1]))
 	if s := runUntil(t, q, func(s map[string]int64) bool { return s[OutcomeUploaded] >= 2 }); s[OutcomeUploaded] != 2 {
 		t.Fatalf("stats %v, want the dropped file uploaded when offered again", s)
 	}
@@ -339,14 +339,14 @@ func TestTokenFileRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Offer(p, p, ids(t, p))
+	u.Offer(p, p, "", ids(t, p))
 	if s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeFailed] != 1 {
 		t.Fatalf("stats %v, want failed with a wrong token", s)
 	}
 	if err := os.WriteFile(tokFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	u.Offer(p, p, ids(t, p))
+	u.Offer(p, p, "", ids(t, p))
 	if s := runUntil(t, u, func(s map[string]int64) bool { return s[OutcomeUploaded] >= 1 }); s[OutcomeUploaded] != 1 {
 		t.Fatalf("stats %v, want uploaded after the token file was fixed", s)
 	}
@@ -365,7 +365,7 @@ func TestUploadIsRateLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	u.Offer(p, p, ids(t, p))
+	u.Offer(p, p, "", ids(t, p))
 	runUntil(t, u, func(s map[string]int64) bool { return s[OutcomeUploaded] >= 1 })
 	minimum := time.Duration(float64(st.Size()-(1<<10)) / rate * float64(time.Second))
 	if took := time.Since(start); took < minimum {
@@ -427,12 +427,105 @@ func TestStrippedExecutableBesideDebugFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Offer(stripped, stripped, ids(t, stripped))
+	u.Offer(stripped, stripped, "", ids(t, stripped))
 	if s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 1 }); s[OutcomeUploaded] != 1 {
 		t.Fatalf("stats %v, want the stripped executable uploaded", s)
 	}
 	rec, err := get(t, url, ids(t, full).GNU)
 	if err != nil || !rec.GetHasProgramHeaders() || rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO {
 		t.Fatalf("after the node's upload: %v, %v; want the debug file with the executable's program headers", rec, err)
+	}
+}
+
+// TestDebugFileInProcessRoot: the separate debug file of a stripped file, found below the
+// mapping process's root where a distribution's debug package puts it (by build ID under
+// /usr/lib/debug), is uploaded with the dwz supplementary file it names (an absolute path in
+// the process's filesystem) and then the executable's program headers; a build-ID entry that
+// is a symbolic link out of the root is not followed, even to the right file.
+func TestDebugFileInProcessRoot(t *testing.T) {
+	for _, tool := range []string{"dwz", "objcopy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
+		}
+	}
+	url := startSymbolizer(t)
+	dir, root := t.TempDir(), t.TempDir()
+	run := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	// Two programs sharing their libc types, so that dwz moves them to a common file, named
+	// as Debian names it: an absolute path in the filesystem the debug files are installed in.
+	var bins []string
+	for i := range 2 {
+		bins = append(bins, program(t, 20+i, "-g"))
+	}
+	const common = "/usr/lib/debug/.dwz/x86_64-linux-gnu/test.debug"
+	run(append([]string{"dwz", "-m", filepath.Join(dir, "common.debug"), "-M", common}, bins...)...)
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(common)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "common.debug"), filepath.Join(root, common)); err != nil {
+		t.Fatal(err)
+	}
+	var stripped, debugs []string
+	for i, bin := range bins {
+		debug := filepath.Join(dir, fmt.Sprintf("p%d.debug", i))
+		run("objcopy", "--only-keep-debug", bin, debug)
+		stripped = append(stripped, strip(t, bin, "--strip-all"))
+		debugs = append(debugs, debug)
+	}
+	buildIDPath := func(id string) string {
+		p := filepath.Join(root, DebugDir, ".build-id", id[:2], id[2:]+".debug")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	idA, idB := ids(t, bins[0]).GNU, ids(t, bins[1]).GNU
+	if err := os.Rename(debugs[0], buildIDPath(idA)); err != nil {
+		t.Fatal(err)
+	}
+	// The second program's entry leads out of the root, to its real debug file.
+	if err := os.Symlink(debugs[1], buildIDPath(idB)); err != nil {
+		t.Fatal(err)
+	}
+
+	u, err := New(Options{SymbolizerURL: url, Token: testToken}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range stripped {
+		u.Offer(p, p, root, ids(t, p))
+	}
+	// The first: its debug file, the supplementary file and the executable; the second:
+	// nothing to give.
+	s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 4 })
+	if s[OutcomeUploaded] != 3 || s[OutcomeNoSymbols] != 1 || total(s) != 4 {
+		t.Fatalf("stats %v: want 3 uploaded (debug file, supplementary file, executable) and 1 without symbols", s)
+	}
+	rec, err := get(t, url, idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO || rec.GetSource() != debuginfov1.UploadSource_UPLOAD_SOURCE_NODE || !rec.GetHasProgramHeaders() {
+		t.Fatalf("record: type %v source %v program headers %v; want the node's debug file with the executable's program headers",
+			rec.GetType(), rec.GetSource(), rec.GetHasProgramHeaders())
+	}
+	var sup *debuginfov1.Companion
+	for _, c := range rec.GetCompanions() {
+		if c.GetKind() == debuginfov1.CompanionKind_COMPANION_KIND_SUPPLEMENTARY {
+			sup = c
+		}
+	}
+	if sup == nil || sup.GetState() != debuginfov1.CompanionState_COMPANION_STATE_AVAILABLE {
+		t.Fatalf("companions %v: want the supplementary file stored", rec.GetCompanions())
+	}
+	if _, err := get(t, url, idB); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("the program whose debug file is outside the root: Get = %v, want NotFound", err)
 	}
 }

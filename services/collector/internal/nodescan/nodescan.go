@@ -33,7 +33,7 @@ type Scanner struct {
 // New returns a scanner of the processes below procRoot ("/proc" outside tests). hook sees
 // every executable file mapping of every scan; it must not block. files caches what is read
 // of each file (IDs, program headers) across scans.
-func New(procRoot string, files *procmaps.FileCache, hook func(path, mapped string, fi *procmaps.FileInfo), reg prometheus.Registerer, log *slog.Logger) *Scanner {
+func New(procRoot string, files *procmaps.FileCache, hook func(procmaps.MappedFile), reg prometheus.Registerer, log *slog.Logger) *Scanner {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,12 +38,14 @@ func TestScanReachesEveryMappedFile(t *testing.T) {
 	seen := map[string]string{}     // mapped path -> GNU build ID
 	walked := map[string]struct{}{} // every mapped path the walk reached
 	files := procmaps.NewFileCache(1024)
-	s := New("/proc", files, func(path, mapped string, fi *procmaps.FileInfo) {
+	roots := map[string]bool{}
+	s := New("/proc", files, func(m procmaps.MappedFile) {
 		mu.Lock()
 		defer mu.Unlock()
-		walked[mapped] = struct{}{}
-		if fi != nil && fi.Err == nil {
-			seen[mapped] = fi.IDs.GNU
+		walked[m.Mapped] = struct{}{}
+		roots[m.Root] = true
+		if fi := m.Info; fi != nil && fi.Err == nil {
+			seen[m.Mapped] = fi.IDs.GNU
 		}
 	}, prometheus.NewRegistry(), nil)
 
@@ -60,6 +63,11 @@ func TestScanReachesEveryMappedFile(t *testing.T) {
 	mu.Unlock()
 	if !ok || id == "" || !libc {
 		t.Fatalf("the test process's executable (seen %v, build ID %q) or libc (%v) was not reached", ok, id, libc)
+	}
+	// Each file comes with the root of a process that maps it, where its debug files are.
+	self := filepath.Join("/proc", strconv.Itoa(os.Getpid()), "root")
+	if !roots[self] {
+		t.Errorf("no mapped file came with this process's root %s (roots: %d)", self, len(roots))
 	}
 	// A second walk reads no file of the first again. Processes the machine started in
 	// between bring files of their own (a shared machine runs compilers): those may be read.

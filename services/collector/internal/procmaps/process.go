@@ -143,7 +143,7 @@ type Table struct {
 	minRefresh time.Duration
 
 	// fileHook, when set, sees every mapped file reached (see SetFileHook).
-	fileHook func(path, mapped string, fi *FileInfo)
+	fileHook func(MappedFile)
 	// procHook, when set, sees every process whose maps were read (see SetProcessHook).
 	procHook func(*Process)
 
@@ -162,10 +162,22 @@ func NewTable(procRoot string, files *FileCache, log *slog.Logger) *Table {
 		procs: make(map[uint32]*Process), callSites: make(map[callSiteKey]bool)}
 }
 
-// SetFileHook makes every maps read call fn for each executable file mapping it reaches:
-// path opens the file now (through map_files or the process's root), mapped is the path the
-// process mapped. fn must not block; set it before the first lookup.
-func (t *Table) SetFileHook(fn func(path, mapped string, fi *FileInfo)) { t.fileHook = fn }
+// MappedFile is an executable file mapping a maps read reached.
+type MappedFile struct {
+	// Path opens the file now (through map_files or the process's root).
+	Path string
+	// Mapped is the path the process mapped, as its maps file names it.
+	Mapped string
+	// Root is the process's root directory (/proc/<pid>/root): the files the process sees,
+	// such as the separate debug files its image installed, are below it.
+	Root string
+	// Info is what the table knows of the file (nil when it could not be read).
+	Info *FileInfo
+}
+
+// SetFileHook makes every maps read call fn for each executable file mapping it reaches. fn
+// must not block; set it before the first lookup.
+func (t *Table) SetFileHook(fn func(MappedFile)) { t.fileHook = fn }
 
 // SetProcessHook makes every successful maps read call fn with the process it describes, so
 // the unwinder learns each process's mappings (new, after an exec, after a dlopen). fn must
@@ -356,7 +368,7 @@ func (t *Table) fileOf(procDir string, e Entry) (*FileInfo, string) {
 		}
 		fi := t.files.Get(key, func() (*os.File, error) { return os.Open(path) })
 		if t.fileHook != nil {
-			t.fileHook(path, e.Path, fi)
+			t.fileHook(MappedFile{Path: path, Mapped: e.Path, Root: filepath.Join(procDir, "root"), Info: fi})
 		}
 		return fi, path
 	}
