@@ -20,6 +20,9 @@ const (
 	tagSubprogram        = 0x2e
 	tagInlinedSubroutine = 0x1d
 
+	// langGo is DW_LANG_Go, the DW_AT_language of the units the Go compiler writes.
+	langGo = 0x16
+
 	// DWARF 5 unit types (DW_UT_*) of -gsplit-dwarf builds.
 	utSkeleton     = 0x04
 	utSplitCompile = 0x05
@@ -29,6 +32,7 @@ const (
 	atStmtList       = 0x10
 	atLowPC          = 0x11
 	atHighPC         = 0x12
+	atLanguage       = 0x13
 	atCompDir        = 0x1b
 	atAbstractOrigin = 0x31
 	atDeclFile       = 0x3a
@@ -210,6 +214,7 @@ type unitCtx struct {
 	compDir        string
 	stmtList       int64 // -1 when the unit has no line table
 	name           string
+	language       uint64 // DW_AT_language, 0 when absent
 	gnuSkeleton    bool   // a DWARF 4 GNU skeleton: its functions are in a .dwo file
 	dwoName        string // the .dwo file of a skeleton unit (DWARF 5 or GNU)
 	// gnuRangesBase is a GNU skeleton's DW_AT_GNU_ranges_base: its split unit's range list
@@ -500,7 +505,7 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 		}
 		for _, sp := range a.attrs {
 			want := pass == 0 && (sp.attr == atStrOffsetsBase || sp.attr == atAddrBase || sp.attr == atRnglistsBase || sp.attr == atGNUAddrBase) ||
-				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList ||
+				pass == 1 && (sp.attr == atCompDir || sp.attr == atName || sp.attr == atLowPC || sp.attr == atStmtList || sp.attr == atLanguage ||
 					sp.attr == atGNUDwoName || sp.attr == atDwoName || sp.attr == atGNUDwoID || sp.attr == atGNURangesBase)
 			v, err := s.readAttr(r, u, sp.form, sp.implicit, want)
 			if err != nil {
@@ -520,6 +525,10 @@ func (s *dieSecs) openUnit(h unitHeader, cache map[uint64]*abbrevTable) (*unitCt
 				u.compDir = v.s
 			case atName:
 				u.name = v.s
+			case atLanguage:
+				if v.class == clsConst {
+					u.language = v.u
+				}
 			case atLowPC:
 				if v.class == clsAddr {
 					u.base = v.u

@@ -39,8 +39,10 @@ import (
 // DWARF line table's (see gopclntab.Prepared.SpellFilesAs), and an inline chain no longer
 // follows a parentPc into another inlined instance of the same function (an index of version 4
 // spells one file two ways and can hold a frame that is not there), so older ones are rebuilt.
+// Version 6, likewise: a Go binary's index holds the functions and inlined calls of its cgo C
+// and C++ units, from DWARF (version 5 lacks those inlined frames).
 const (
-	formatVersion = 5
+	formatVersion = 6
 	headerSize    = 24
 )
 

@@ -1,0 +1,126 @@
+package debuginfo_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+)
+
+// cgoProgram is a Go program whose C part gcc inlines into itself at -O2 (cgo's default
+// CFLAGS): hash_bytes and mix have no code of their own.
+const cgoProgram = `package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+static inline uint32_t mix(uint32_t h, uint32_t v) { h ^= v; h *= 0x01000193u; return h; }
+static inline uint32_t hash_bytes(const unsigned char *p, size_t n) {
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++) h = mix(h, p[i]);
+	return h;
+}
+static int cmp_u32(const void *a, const void *b) {
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+uint32_t c_work(const char *s, int rounds) {
+	uint32_t acc = 0;
+	uint32_t buf[64];
+	for (int r = 0; r < rounds; r++) {
+		acc = mix(acc, hash_bytes((const unsigned char *)s, strlen(s)));
+		buf[r & 63] = acc;
+	}
+	qsort(buf, 64, sizeof buf[0], cmp_u32);
+	return buf[0] ^ acc;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+)
+
+func main() {
+	s := C.CString(os.Args[0])
+	defer C.free(unsafe.Pointer(s))
+	fmt.Println(uint32(C.c_work(s, 100)))
+}
+`
+
+// TestCgoInlinedC: in a Go binary, the C code cgo compiles is answered as llvm-symbolizer
+// answers it, inlined C frames included. pclntab describes Go functions only; the functions
+// and inline trees of the C units come from DWARF.
+func TestCgoInlinedC(t *testing.T) {
+	for _, tool := range []string{"go", "gcc", "llvm-symbolizer"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	for name, content := range map[string]string{"go.mod": "module cgotest\n\ngo 1.22\n", "main.go": cgoProgram} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obj := filepath.Join(dir, "cgotest")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", obj, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	funcs, err := llvmcompare.FunctionSymbols(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []uint64
+	for _, f := range funcs {
+		if f.Name == "c_work" || f.Name == "cmp_u32" {
+			for a := f.Addr; a < f.Addr+f.Size; a++ {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if len(addrs) < 50 {
+		t.Fatalf("%d addresses in c_work and cmp_u32: the C functions are missing", len(addrs))
+	}
+	ix, info, err := debuginfo.OpenIndex(obj, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := make([][]llvmcompare.Frame, len(addrs))
+	for i, a := range addrs {
+		for _, f := range ix.Lookup(a) {
+			ours[i] = append(ours[i], llvmcompare.Frame{Function: f.Function, LinkageName: f.LinkageName, File: f.File, Line: f.Line, Column: f.Column})
+		}
+	}
+	theirs, err := llvmcompare.Tool{}.Symbolize(t.Context(), obj, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inlined := 0
+	for _, fs := range theirs {
+		if len(fs) > 1 {
+			inlined++
+		}
+	}
+	if inlined == 0 {
+		t.Fatal("llvm-symbolizer finds no inlined C frame: the program no longer tests inlining")
+	}
+	rep, err := llvmcompare.Compare(addrs, ours, theirs, llvmcompare.ModeFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rep.Unexplained(); len(u) > 0 {
+		t.Fatalf("%d of %d C addresses differ from llvm-symbolizer (sources %v), first at %#x: %s vs %s", len(u), len(addrs), info.Sources,
+			u[0].Addr, llvmcompare.Chain(u[0].Ours), llvmcompare.Chain(u[0].Ref))
+	}
+	t.Logf("%d C addresses (%d with inlined frames) agree with llvm-symbolizer; sources %v", len(addrs), inlined, info.Sources)
+}
