@@ -114,6 +114,10 @@ func TestNormalizeCompiled(t *testing.T) {
 		{"PIE at a random base", []string{"-pie", "-fPIE"}, 0x55d4c8a3e000},
 		{"library linked at 0x10000000", []string{"-shared", "-fPIC", "-Wl,-Ttext-segment=0x10000000"}, 0x7f1234500000 - 0x10000000},
 		{"no separate code", []string{"-pie", "-fPIE", "-Wl,-z,noseparate-code"}, 0x7f0000000000},
+		{"lld PIE", []string{"-pie", "-fPIE", "-fuse-ld=lld"}, 0x55d4c8a3e000},
+		{"lld without rosegment", []string{"-pie", "-fPIE", "-fuse-ld=lld", "-Wl,--no-rosegment"}, 0x55d4c8a3e000},
+		{"2 MiB pages", []string{"-pie", "-fPIE", "-Wl,-z,max-page-size=0x200000"}, 0x7f0000000000},
+		{"gold", []string{"-no-pie", "-fno-pie", "-fuse-ld=gold"}, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -202,6 +206,7 @@ func TestNormalizeLiveProcess(t *testing.T) {
 	}{
 		{"pie", []string{"-pie", "-fPIE"}},
 		{"nopie", []string{"-no-pie", "-fno-pie"}},
+		{"pie-lld", []string{"-pie", "-fPIE", "-fuse-ld=lld"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			exe := elfxtest.CC(t, dir, c.name, liveMain, append(c.args, "-O1", lib, lib2, "-Wl,-rpath,"+dir)...)
@@ -237,7 +242,7 @@ func TestNormalizeLiveProcess(t *testing.T) {
 			relocated := 0
 			defer func() {
 				// PIE main and the second library at least run away from their link addresses.
-				if want := map[string]int{"pie": 2, "nopie": 1}[c.name]; relocated < want {
+				if want := map[string]int{"pie": 2, "nopie": 1, "pie-lld": 2}[c.name]; relocated < want {
 					t.Errorf("%d objects loaded away from their link address, want >= %d", relocated, want)
 				}
 			}()
