@@ -54,7 +54,7 @@ func loadLargeGo(t *testing.T) *largeGo {
 // What remains (measured: 9 of 20,000) is inlined calls in package initializers whose call
 // instructions the compiler removed, whose callers and lines only DWARF's inline entries hold,
 // and code without a function in pclntab or DWARF (cgo's assembly crosscall1, the linker's
-// go:textfipsend), which llvm-symbolizer places in the Go linker's one STT_FILE, go.go.
+// FIPS text markers), which llvm-symbolizer places in the Go linker's one STT_FILE, go.go.
 func TestLargeGoBinaryAgainstLLVMSymbolizer(t *testing.T) {
 	l := loadLargeGo(t)
 	const n = 20000

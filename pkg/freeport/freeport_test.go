@@ -60,7 +60,9 @@ func TestPortsSkipsTaken(t *testing.T) {
 	}
 	defer func() {
 		for _, l := range held {
-			l.Close()
+			if err := l.Close(); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 	for range 20 {
