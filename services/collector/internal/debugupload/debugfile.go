@@ -24,7 +24,7 @@ import (
 // them, on the host or inside a container image. Relative to the process's root.
 const DebugDir = "usr/lib/debug"
 
-// offerDebugFile uploads the separate debug file of the stripped file j, when the
+// offerDebugFile uploads the separate debug file of j, a file without DWARF, when the
 // filesystem of the process that maps it holds one under DebugDir, and the dwz
 // supplementary file that debug file names. Each file's outcome is counted; failures are
 // logged: the stripped file itself is offered after this whatever happened here.

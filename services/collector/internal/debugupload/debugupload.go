@@ -322,13 +322,14 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("parse ELF: %w", err)
 	}
-	// A stripped file gives the symbolizer no names, but its program headers are what a
-	// separate debug file lacks: it is uploaded only when the server says so, which it does
-	// once it holds the debug file that the process's filesystem may have beside it.
-	symbols := HasSymbols(ef)
-	if !symbols && j.root != "" {
+	// A file without DWARF may have its separate debug file in the process's filesystem
+	// (before the file itself, so that the server knows to ask for a stripped file's program
+	// headers). A stripped file gives the symbolizer no names, but its program headers are
+	// what a separate debug file lacks: it is uploaded only when the server says so.
+	if !ef.HasDWARF() && j.root != "" {
 		u.offerDebugFile(ctx, j)
 	}
+	symbols := HasSymbols(ef)
 	typ, id := j.ids.Primary()
 	idType := map[string]debuginfov1.BuildIDType{
 		buildid.TypeGNU: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, buildid.TypeGo: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO,

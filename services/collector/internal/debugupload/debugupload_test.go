@@ -495,6 +495,12 @@ func TestDebugFileInProcessRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A third keeps its symbol table (strip --strip-debug): no DWARF, so its debug file is
+	// looked for too.
+	third := program(t, 22, "-g")
+	run("objcopy", "--only-keep-debug", third, buildIDPath(ids(t, third).GNU))
+	stripped = append(stripped, strip(t, third, "--strip-debug"))
+
 	u, err := New(Options{SymbolizerURL: url, Token: testToken}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -503,10 +509,13 @@ func TestDebugFileInProcessRoot(t *testing.T) {
 		u.Offer(p, p, root, ids(t, p))
 	}
 	// The first: its debug file, the supplementary file and the executable; the second:
-	// nothing to give.
-	s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 4 })
-	if s[OutcomeUploaded] != 3 || s[OutcomeNoSymbols] != 1 || total(s) != 4 {
-		t.Fatalf("stats %v: want 3 uploaded (debug file, supplementary file, executable) and 1 without symbols", s)
+	// nothing to give; the third: its debug file and the executable.
+	s := runUntil(t, u, func(s map[string]int64) bool { return total(s) >= 6 })
+	if s[OutcomeUploaded] != 5 || s[OutcomeNoSymbols] != 1 || total(s) != 6 {
+		t.Fatalf("stats %v: want 5 uploaded (2 debug files, a supplementary file, 2 executables) and 1 without symbols", s)
+	}
+	if rec, err := get(t, url, ids(t, third).GNU); err != nil || rec.GetType() != debuginfov1.DebuginfoType_DEBUGINFO_TYPE_DEBUGINFO || !rec.GetHasProgramHeaders() {
+		t.Fatalf("the program with a symbol table: %v, %v; want its debug file with its program headers", rec, err)
 	}
 	rec, err := get(t, url, idA)
 	if err != nil {
