@@ -215,6 +215,10 @@ func (c *Cmd) warnFidelity(f index.Fidelity) {
 	if f > index.FidelitySymbols {
 		return
 	}
+	if c.DebugFile != "" {
+		c.warn(fmt.Errorf("neither %s nor its debug file %s has DWARF or a Go pclntab: answers name functions from the symbol table, without files or lines", c.Obj, c.DebugFile))
+		return
+	}
 	searched := "no directory (--debug-dir='')"
 	if dirs := debugDirs(c.DebugDir); len(dirs) > 0 {
 		searched = strings.Join(dirs, ", ")

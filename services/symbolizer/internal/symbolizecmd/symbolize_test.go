@@ -291,19 +291,21 @@ func TestSystemDebugDir(t *testing.T) {
 	}
 	addr := fmt.Sprintf("0x%x", malloc+4)
 	cases := []struct {
-		name     string
-		dirs     []string
-		wantLine string // a substring of the file:line line
-		wantWarn string // a substring of stderr; empty means none
+		name      string
+		dirs      []string
+		debugFile string
+		wantLine  string // a substring of the file:line line
+		wantWarn  string // a substring of stderr; empty means none
 	}{
-		{"default", nil, "malloc.c:", ""},
-		{"given", []string{"/usr/lib/debug"}, "malloc.c:", ""},
-		{"none", []string{""}, "??:0:0", "give the debug file with --debug-file or its directory with --debug-dir"},
+		{"default", nil, "", "malloc.c:", ""},
+		{"given", []string{"/usr/lib/debug"}, "", "malloc.c:", ""},
+		{"none", []string{""}, "", "??:0:0", "give the debug file with --debug-file or its directory with --debug-dir"},
+		{"a debug file without DWARF", nil, libc, "??:0:0", "nor its debug file " + libc + " has DWARF"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, stderr bytes.Buffer
-			c := &Cmd{Obj: libc, DebugDir: tc.dirs, OutputStyle: "LLVM", Inlines: true, NoCache: true, Addresses: []string{addr}, Stderr: &stderr}
+			c := &Cmd{Obj: libc, DebugDir: tc.dirs, DebugFile: tc.debugFile, OutputStyle: "LLVM", Inlines: true, NoCache: true, Addresses: []string{addr}, Stderr: &stderr}
 			if err := c.run(strings.NewReader(""), &out); err != nil {
 				t.Fatal(err)
 			}
