@@ -1,13 +1,11 @@
 package debuginfo_test
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // cgoProgram is a Go program whose C part gcc inlines into itself at -O2 (cgo's default
@@ -63,48 +61,10 @@ func TestCgoInlinedC(t *testing.T) {
 			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
 		}
 	}
-	dir := t.TempDir()
-	for name, content := range map[string]string{"go.mod": "module cgotest\n\ngo 1.22\n", "main.go": cgoProgram} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	obj := filepath.Join(dir, "cgotest")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", obj, ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "CGO_ENABLED=1", "GOWORK=off", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	funcs, err := llvmcompare.FunctionSymbols(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []uint64
-	for _, f := range funcs {
-		if f.Name == "c_work" || f.Name == "cmp_u32" {
-			for a := f.Addr; a < f.Addr+f.Size; a++ {
-				addrs = append(addrs, a)
-			}
-		}
-	}
-	if len(addrs) < 50 {
-		t.Fatalf("%d addresses in c_work and cmp_u32: the C functions are missing", len(addrs))
-	}
-	ix, info, err := debuginfo.OpenIndex(obj, debuginfo.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours := make([][]llvmcompare.Frame, len(addrs))
-	for i, a := range addrs {
-		for _, f := range ix.Lookup(a) {
-			ours[i] = append(ours[i], llvmcompare.Frame{Function: f.Function, LinkageName: f.LinkageName, File: f.File, Line: f.Line, Column: f.Column})
-		}
-	}
-	theirs, err := llvmcompare.Tool{}.Symbolize(t.Context(), obj, addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := testsupport.BuildGo(t, t.TempDir(), cgoProgram, "CGO_ENABLED=1")
+	addrs := namedFunctionAddrs(t, obj, func(name string) bool { return name == "c_work" || name == "cmp_u32" },
+		50, "c_work and cmp_u32: the C functions are missing")
+	ours, theirs, info := oursAndLLVM(t, obj, addrs)
 	inlined := 0
 	for _, fs := range theirs {
 		if len(fs) > 1 {

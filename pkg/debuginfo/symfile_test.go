@@ -99,3 +99,45 @@ int main(int c, char **v) { (void)v; printf("%d\n", shown(c) + use_checked(c)); 
 func frameOf(f index.Frame) llvmcompare.Frame {
 	return llvmcompare.Frame{Function: f.Function, LinkageName: f.LinkageName, File: f.File, Line: f.Line, Column: f.Column}
 }
+
+// namedFunctionAddrs returns every address of the functions of obj's symbol table that keep
+// accepts, or fails the test when there are fewer than atLeast (what names them, why).
+func namedFunctionAddrs(t *testing.T, obj string, keep func(name string) bool, atLeast int, what string) []uint64 {
+	t.Helper()
+	funcs, err := llvmcompare.FunctionSymbols(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []uint64
+	for _, f := range funcs {
+		if keep(f.Name) {
+			for a := f.Addr; a < f.Addr+f.Size; a++ {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if len(addrs) < atLeast {
+		t.Fatalf("%d addresses in %s", len(addrs), what)
+	}
+	return addrs
+}
+
+// oursAndLLVM indexes obj and returns its answers and llvm-symbolizer's for addrs.
+func oursAndLLVM(t *testing.T, obj string, addrs []uint64) (ours, theirs [][]llvmcompare.Frame, info debuginfo.Info) {
+	t.Helper()
+	ix, info, err := debuginfo.OpenIndex(obj, debuginfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours = make([][]llvmcompare.Frame, len(addrs))
+	for i, a := range addrs {
+		for _, f := range ix.Lookup(a) {
+			ours[i] = append(ours[i], frameOf(f))
+		}
+	}
+	theirs, err = llvmcompare.Tool{}.Symbolize(t.Context(), obj, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ours, theirs, info
+}

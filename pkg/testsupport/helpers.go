@@ -47,6 +47,30 @@ func CompileC(t testing.TB, src string, args ...string) string {
 	return out
 }
 
+// BuildGo writes src as the main package of a module of its own in dir (created if need be),
+// builds it with the go command and returns the binary's path. env adds to the build's
+// environment (CGO_ENABLED=0 or 1, say); the caller's workspace and GOFLAGS are left out.
+func BuildGo(t testing.TB, dir, src string, env ...string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module testprog\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "testprog")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
 // lookBinary finds name in PATH or fails the test saying how to install it.
 func lookBinary(t testing.TB, name, hint string) string {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // CSource has a noinline function, outer, with two levels of forced inlining under it.
@@ -89,7 +90,7 @@ func Binaries(t testing.TB) []Binary {
 		bins = []Binary{
 			{Name: "nonpie-exe", Path: compile(t, filepath.Join(binsDir, "exe"), CSource+CMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id"), Fn: "outer"},
 			{Name: "pie-lib", Path: compile(t, filepath.Join(binsDir, "lib"), CSource, "-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id"), Fn: "outer", PIE: true},
-			{Name: "go", Path: buildGo(t, filepath.Join(binsDir, "go"), goSource), Fn: "main.work"},
+			{Name: "go", Path: testsupport.BuildGo(t, filepath.Join(binsDir, "go"), goSource, "CGO_ENABLED=0"), Fn: "main.work"},
 		}
 	})
 	if len(bins) == 0 {
@@ -373,27 +374,6 @@ func compile(t testing.TB, dir, src string, args ...string) string {
 	cmd := exec.CommandContext(t.Context(), "gcc", append([]string{"-o", out, srcPath}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
-	}
-	return out
-}
-
-func buildGo(t testing.TB, dir, src string) string {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module gwtest\n\ngo 1.22\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "gwtest")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
 	}
 	return out
 }
