@@ -165,7 +165,8 @@ func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (bool, erro
 	}
 }
 
-var errNotFound = errors.New("not found")
+// ErrNotFound is Download's error for a file the server does not have.
+var ErrNotFound = errors.New("not found")
 
 // fetch asks each upstream for each kind in turn and stores the first file found. key names
 // the request in the negative cache.
@@ -181,7 +182,7 @@ func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool,
 		}
 		for _, kind := range kinds {
 			path, err := c.download(ctx, u.url+"/buildid/"+id+"/"+kind.path)
-			if errors.Is(err, errNotFound) {
+			if errors.Is(err, ErrNotFound) {
 				u.result(true)
 				c.count(u.url, "not_found")
 				continue
@@ -229,29 +230,38 @@ func (c *Client) download(ctx context.Context, url string) (string, error) {
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
+	return Download(ctx, c.http, url, c.opt.TempDir, c.opt.MaxSize)
+}
+
+// Download GETs url (a debuginfod /buildid/<id>/<kind> address) into a new file in dir (the
+// default temporary directory when empty) and returns the file's path: ErrNotFound when the
+// server has no such file, an error for any other answer or for a body over maxSize bytes (0:
+// no cap), with nothing left behind.
+func Download(ctx context.Context, hc *http.Client, url, dir string, maxSize int64) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("GET %s: %w", url, err)
+		// A *url.Error: it names the method and the address.
+		return "", err
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return "", errNotFound
+		return "", ErrNotFound
 	case resp.StatusCode != http.StatusOK:
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	if c.opt.MaxSize > 0 && resp.ContentLength > c.opt.MaxSize {
-		return "", fmt.Errorf("GET %s: %d bytes is over the size cap of %d", url, resp.ContentLength, c.opt.MaxSize)
+	if maxSize > 0 && resp.ContentLength > maxSize {
+		return "", fmt.Errorf("GET %s: %d bytes is over the size cap of %d", url, resp.ContentLength, maxSize)
 	}
-	f, err := os.CreateTemp(c.opt.TempDir, "debuginfod-*")
+	f, err := os.CreateTemp(dir, "debuginfod-*")
 	if err != nil {
 		return "", err
 	}
-	limit := c.opt.MaxSize
+	limit := maxSize
 	if limit <= 0 {
 		limit = 1 << 62
 	}
@@ -264,7 +274,7 @@ func (c *Client) download(ctx context.Context, url string) (string, error) {
 	}
 	if err != nil {
 		if rerr := os.Remove(f.Name()); rerr != nil {
-			c.opt.Logger.Warn("remove partial debuginfod download", "path", f.Name(), "err", rerr)
+			err = errors.Join(err, fmt.Errorf("remove the partial download: %w", rerr))
 		}
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}

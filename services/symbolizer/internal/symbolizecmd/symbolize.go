@@ -20,19 +20,21 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/debugfile"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 )
 
 // Cmd is `symbolizer symbolize`.
 type Cmd struct {
-	Obj         string   `help:"ELF binary whose addresses to resolve." required:"" placeholder:"FILE"`
-	DebugFile   string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
-	DebugDir    []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable. Default: /usr/lib/debug, where distributions install them, as llvm-symbolizer and GDB search; a --debug-dir given replaces it, and --debug-dir='' searches none." placeholder:"DIR"`
-	OutputStyle string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
-	Inlines     bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
-	CacheDir    string   `help:"Keep each binary's index here, so the next run on the same binary loads it instead of building it (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
-	NoCache     bool     `help:"Neither read nor write the index cache." name:"no-cache"`
-	CacheSize   int64    `help:"Largest total size of the index cache in bytes; the least recently used indexes are removed beyond it." default:"2147483648" placeholder:"BYTES"`
-	CPUProfile  string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
+	Obj            string   `help:"ELF binary whose addresses to resolve." required:"" placeholder:"FILE"`
+	DebugFile      string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
+	DebugDir       []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable. Default: /usr/lib/debug, where distributions install them, as llvm-symbolizer and GDB search; a --debug-dir given replaces it, and --debug-dir='' searches none." placeholder:"DIR"`
+	DebuginfodURLs string   `name:"debuginfod-urls" env:"DEBUGINFOD_URLS" help:"debuginfod servers to ask, in turn, for the separate debug file of a binary that has neither DWARF nor a Go pclntab and whose debug file is not on disk, and for a missing dwz supplementary file; space-separated, as elfutils and GDB read DEBUGINFOD_URLS. Fetched files are kept by build ID under the cache directory." placeholder:"URLS"`
+	OutputStyle    string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
+	Inlines        bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
+	CacheDir       string   `help:"Keep each binary's index here, so the next run on the same binary loads it instead of building it (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
+	NoCache        bool     `help:"Neither read nor write the index cache." name:"no-cache"`
+	CacheSize      int64    `help:"Largest total size of the index cache in bytes; the least recently used indexes are removed beyond it." default:"2147483648" placeholder:"BYTES"`
+	CPUProfile     string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
 	// Stderr receives the cache's warnings (a cache that cannot be written is not an error).
 	Stderr    io.Writer `kong:"-"`
 	Addresses []string  `arg:"" optional:"" help:"ELF virtual addresses, hex with 0x or decimal (as llvm-symbolizer reads them). Read from stdin, one per line, when none are given."`
@@ -126,12 +128,13 @@ const batchSize = 64
 // any index for a command-line run; it reads the file as it goes), else the index, built and
 // cached.
 func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
-	b, err := debuginfo.Open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
+	b, fetched, err := c.openWithDebuginfod(debuginfod.ParseURLs(c.DebuginfodURLs), debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
 	if err != nil {
+		fetched()
 		return nil, nil, err
 	}
 	// Only read from: a failing close loses nothing.
-	closeBinary := func() { _ = b.Close() }
+	closeBinary := func() { _ = b.Close(); fetched() }
 	cache, key := c.cache(b)
 	if cache != nil {
 		if ix := cache.load(key); ix != nil {
@@ -222,6 +225,9 @@ func (c *Cmd) warnFidelity(f index.Fidelity) {
 	searched := "no directory (--debug-dir='')"
 	if dirs := debugDirs(c.DebugDir); len(dirs) > 0 {
 		searched = strings.Join(dirs, ", ")
+	}
+	if urls := debuginfod.ParseURLs(c.DebuginfodURLs); len(urls) > 0 {
+		searched += ", and on the debuginfod servers " + strings.Join(urls, " ")
 	}
 	c.warn(fmt.Errorf("%s has no DWARF and no Go pclntab, and no separate debug file for it was found "+
 		"(searched by build ID and .gnu_debuglink in %s): answers name functions from its symbol table, "+
