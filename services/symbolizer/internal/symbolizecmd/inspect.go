@@ -16,7 +16,7 @@ import (
 type InspectCmd struct {
 	File      string   `arg:"" help:"ELF binary or debug file to inspect." type:"existingfile"`
 	DebugFile string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
-	DebugDir  []string `help:"Directory to search for separate debug files; repeatable. Default: /usr/lib/debug; a --debug-dir given replaces it, and --debug-dir='' searches none." placeholder:"DIR"`
+	DebugDir  []string `help:"Directory to search for separate debug files; repeatable. Default: /usr/lib/debug; a --debug-dir given replaces it, and an empty one (--debug-dir=) searches none." placeholder:"DIR"`
 	// Companions a store keeps apart, given by hand.
 	Supplementary string `help:"Supplementary DWARF file (dwz's common file) to use instead of searching for it." type:"existingfile" placeholder:"FILE"`
 	DWARFPackage  string `name:"dwarf-package" help:"DWARF package (.dwp) to use instead of FILE.dwp." type:"existingfile" placeholder:"FILE"`

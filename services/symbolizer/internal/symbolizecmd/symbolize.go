@@ -27,7 +27,7 @@ import (
 type Cmd struct {
 	Obj            string   `help:"ELF binary whose addresses to resolve." required:"" placeholder:"FILE"`
 	DebugFile      string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
-	DebugDir       []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable. Default: /usr/lib/debug, where distributions install them, as llvm-symbolizer and GDB search; a --debug-dir given replaces it, and --debug-dir='' searches none." placeholder:"DIR"`
+	DebugDir       []string `help:"Directory to search for separate debug files, by build ID (.build-id/ab/cdef.debug) and by .gnu_debuglink; repeatable. Default: /usr/lib/debug, where distributions install them, as llvm-symbolizer and GDB search; a --debug-dir given replaces it, and an empty one (--debug-dir=) searches none." placeholder:"DIR"`
 	DebuginfodURLs string   `name:"debuginfod-urls" env:"DEBUGINFOD_URLS" help:"debuginfod servers to ask, in turn, for the separate debug file of a binary that has neither DWARF nor a Go pclntab and whose debug file is not on disk, and for a missing dwz supplementary file; space-separated, as elfutils and GDB read DEBUGINFOD_URLS. Fetched files are kept by build ID under the cache directory." placeholder:"URLS"`
 	OutputStyle    string   `help:"LLVM (function, then file:line:column, per frame) or JSON (llvm-symbolizer 14's JSON: an array for addresses given as arguments, one object per line for addresses read from stdin)." enum:"LLVM,JSON" default:"LLVM" name:"output-style"`
 	Inlines        bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
@@ -222,7 +222,7 @@ func (c *Cmd) warnFidelity(f index.Fidelity) {
 		c.warn(fmt.Errorf("neither %s nor its debug file %s has DWARF or a Go pclntab: answers name functions from the symbol table, without files or lines", c.Obj, c.DebugFile))
 		return
 	}
-	searched := "no directory (--debug-dir='')"
+	searched := "no directory (--debug-dir=)"
 	if dirs := debugDirs(c.DebugDir); len(dirs) > 0 {
 		searched = strings.Join(dirs, ", ")
 	}
