@@ -132,11 +132,13 @@ func newTracker(logger *zap.Logger, mp metric.MeterProvider, interval time.Durat
 
 // refused records one refused request. peer is the sender's address, msg what it was told.
 func (t *tracker) refused(tr Transport, r Reason, peer, msg string) {
-	t.counter.Add(context.Background(), 1, t.attrs[tr][r])
 	now := t.now()
+	// The pushback time first: whoever sees the refusal counted (a test, a dashboard) must
+	// find readiness already answering for it.
 	if r == Pushback {
 		t.lastPushback.Store(now.UnixNano())
 	}
+	t.counter.Add(context.Background(), 1, t.attrs[tr][r])
 	t.mu.Lock()
 	e := &t.episodes[tr][r]
 	e.last, e.lastPeer, e.lastErr = now, peer, msg
