@@ -40,7 +40,9 @@ import (
 // follows a parentPc into another inlined instance of the same function (an index of version 4
 // spells one file two ways and can hold a frame that is not there), so older ones are rebuilt.
 // Version 6, likewise: a Go binary's index holds the functions and inlined calls of its cgo C
-// and C++ units, from DWARF (version 5 lacks those inlined frames).
+// and C++ units, from DWARF (version 5 lacks those inlined frames), and no index takes a name
+// from a symbol of a section that is not loaded (gcc's LTO markers in .debug_info, whose
+// offsets fall on the code of a PIE).
 const (
 	formatVersion = 6
 	headerSize    = 24

@@ -223,6 +223,12 @@ func candidates(f *elf.File, syms []elf.Symbol) []candidate {
 		if s.Section == elf.SHN_UNDEF || s.Section >= elf.SHN_LORESERVE || int(s.Section) >= len(f.Sections) {
 			continue
 		}
+		// A symbol of a section that is not loaded has an offset into it, not an address:
+		// gcc's LTO writes one per source file into .debug_info (main.c.241c58da), and in a
+		// PIE its offset falls on code, which llvm-symbolizer 14 then names after it.
+		if f.Sections[s.Section].Flags&elf.SHF_ALLOC == 0 {
+			continue
+		}
 		addr := s.Value
 		if f.Type == elf.ET_REL {
 			addr += f.Sections[s.Section].Addr
