@@ -220,8 +220,11 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 	sym, ports, err := pipeline.StartService(ctx, "symbolizer", filepath.Join(logs, "symbolizer.log"), bins.Symbolizer, 1, 30*time.Second,
 		func(p []int) ([]string, string) {
 			addr := "127.0.0.1:" + strconv.Itoa(p[0])
+			// The collector's node-side upload may have sent a distribution's debug file
+			// (libc's, from libc6-dbg) whose verification, an index build, is still running
+			// when the symbolizer is told to stop: it is finished rather than lost.
 			return []string{"serve", "--listen", addr, "--store-dir", storeDir, "--upload-tokens-file", tokenFile,
-				"--shutdown-timeout", "5s"}, "http://" + addr + "/readyz"
+				"--shutdown-timeout", "30s"}, "http://" + addr + "/readyz"
 		})
 	if err != nil {
 		return err
@@ -302,7 +305,7 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 		p     *pipeline.Proc
 		sig   syscall.Signal
 		grace time.Duration
-	}{{col, syscall.SIGINT, 30 * time.Second}, {gw, syscall.SIGTERM, 40 * time.Second}, {sym, syscall.SIGTERM, 15 * time.Second}} {
+	}{{col, syscall.SIGINT, 30 * time.Second}, {gw, syscall.SIGTERM, 40 * time.Second}, {sym, syscall.SIGTERM, 40 * time.Second}} {
 		if err := s.p.Stop(s.sig, s.grace); err != nil {
 			stopErrs = append(stopErrs, fmt.Errorf("%w (log: %s)\n%s", err, s.p.LogPath, s.p.Tail(10)))
 		}
