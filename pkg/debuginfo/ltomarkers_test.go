@@ -1,7 +1,6 @@
 package debuginfo_test
 
 import (
-	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
 )
 
@@ -81,9 +81,9 @@ func TestLTOMarkersNameNoCode(t *testing.T) {
 	}
 	// The reference: llvm-symbolizer on a copy without the markers.
 	var strip []string
-	for _, f := range mustSymbols(t, obj) {
-		if ltoMarker.MatchString(f) {
-			strip = append(strip, "--strip-symbol="+f)
+	for _, s := range elfxtest.Symbols(t, obj) {
+		if ltoMarker.MatchString(s.Name) {
+			strip = append(strip, "--strip-symbol="+s.Name)
 		}
 	}
 	clean := filepath.Join(dir, "prog.clean")
@@ -103,23 +103,4 @@ func TestLTOMarkersNameNoCode(t *testing.T) {
 			len(u), len(addrs), u[0].Addr, llvmcompare.Chain(u[0].Ours), llvmcompare.Chain(u[0].Ref))
 	}
 	t.Logf("%d addresses, %d of which llvm-symbolizer names after a marker; ours as llvm-symbolizer without them", len(addrs), marked)
-}
-
-// mustSymbols returns the names in path's symbol table.
-func mustSymbols(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := make([]string, len(syms))
-	for i, s := range syms {
-		names[i] = s.Name
-	}
-	return names
 }

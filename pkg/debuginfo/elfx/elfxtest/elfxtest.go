@@ -69,9 +69,8 @@ func Read(tb testing.TB, path string) []byte {
 	return b
 }
 
-// SymbolValue returns the value (address) of the .symtab symbol called name in the ELF file at
-// path, failing the test when there is none.
-func SymbolValue(tb testing.TB, path, name string) uint64 {
+// Symbols returns the .symtab symbols of the ELF file at path.
+func Symbols(tb testing.TB, path string) []elf.Symbol {
 	tb.Helper()
 	f, err := elf.Open(path)
 	if err != nil {
@@ -82,7 +81,14 @@ func SymbolValue(tb testing.TB, path, name string) uint64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, s := range syms {
+	return syms
+}
+
+// SymbolValue returns the value (address) of the .symtab symbol called name in the ELF file at
+// path, failing the test when there is none.
+func SymbolValue(tb testing.TB, path, name string) uint64 {
+	tb.Helper()
+	for _, s := range Symbols(tb, path) {
 		if s.Name == name {
 			return s.Value
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -450,14 +451,7 @@ func TestDebugFileInProcessRoot(t *testing.T) {
 	}
 	url := startSymbolizer(t)
 	dir, root := t.TempDir(), t.TempDir()
-	run := func(args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-	}
+	run := func(args ...string) { t.Helper(); elfxtest.Run(t, args[0], args[1:]...) }
 	// Two programs sharing their libc types, so that dwz moves them to a common file, named
 	// as Debian names it: an absolute path in the filesystem the debug files are installed in.
 	var bins []string

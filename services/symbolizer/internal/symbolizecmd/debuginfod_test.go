@@ -2,7 +2,6 @@ package symbolizecmd
 
 import (
 	"bytes"
-	"debug/elf"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -40,14 +40,7 @@ func TestDebuginfodFetch(t *testing.T) {
 		}
 	}
 	work, served := t.TempDir(), t.TempDir()
-	run := func(args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
-		cmd.Dir = work
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-	}
+	run := func(args ...string) { t.Helper(); elfxtest.Run(t, args[0], args[1:]...) }
 	// Two builds sharing their DWARF through a dwz common file that is nowhere its link says.
 	var bins, stripped []string
 	for i := range 2 {
@@ -70,7 +63,7 @@ func TestDebuginfodFetch(t *testing.T) {
 	}
 	d.WaitForBuildID(t, id(bins[0]), time.Minute)
 
-	addr := fmt.Sprintf("0x%x", symbolValue(t, bins[0], "fetched_0"))
+	addr := fmt.Sprintf("0x%x", elfxtest.SymbolValue(t, bins[0], "fetched_0"))
 	cacheDir := t.TempDir()
 	symbolize := func(urls string) (string, string) {
 		t.Helper()
@@ -134,31 +127,11 @@ func TestDebuginfodFetch(t *testing.T) {
 	defer srv.Close()
 	var out2, stderr2 bytes.Buffer
 	c := &Cmd{Obj: stripped[1], DebugDir: []string{""}, DebuginfodURLs: srv.URL, NoCache: true,
-		OutputStyle: "LLVM", Inlines: true, Addresses: []string{fmt.Sprintf("0x%x", symbolValue(t, bins[1], "fetched_1"))}, Stderr: &stderr2}
+		OutputStyle: "LLVM", Inlines: true, Addresses: []string{fmt.Sprintf("0x%x", elfxtest.SymbolValue(t, bins[1], "fetched_1"))}, Stderr: &stderr2}
 	if err := c.run(strings.NewReader(""), &out2); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out2.String(), "prog.c") || !strings.Contains(stderr2.String(), "the file served has build ID") {
 		t.Fatalf("another build's debug file: %q (stderr %q), want no file and a warning", out2.String(), stderr2.String())
 	}
-}
-
-func symbolValue(t *testing.T, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value
-		}
-	}
-	t.Fatalf("%s has no symbol %s", path, name)
-	return 0
 }
