@@ -390,7 +390,6 @@ func (s *stage) addLines(t *table, fi *funcInfo, fs *funcState, end uint64, stat
 	return nil
 }
 
-// addInlines adds a node per inline tree entry in use and a range per run of the inline index.
 // inlinedInto reports whether node n, or a node it is inlined into, is an inlined instance
 // of a function named name (outer, the function they are all inlined into, is not looked at).
 func (s *stage) inlinedInto(n, name, outer uint32) bool {
@@ -402,6 +401,7 @@ func (s *stage) inlinedInto(n, name, outer uint32) bool {
 	return false
 }
 
+// addInlines adds a node per inline tree entry in use and a range per run of the inline index.
 func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInfo, fs *funcState, outer uint32, end uint64, stats *Stats) error {
 	pcdata := t.pcdata(fi, inl.pcdata)
 	if pcdata == 0 {
