@@ -23,16 +23,6 @@ const debuginfodTimeout = 2 * time.Minute
 // a few GB.
 const debuginfodMaxSize = 8 << 30
 
-// DefaultDebuginfodCacheDir is where fetched files are kept by build ID, beside the index
-// cache: <user cache dir>/profsym/debuginfod/<build ID>/debuginfo.
-func DefaultDebuginfodCacheDir() string {
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "profsym", "debuginfod")
-}
-
 // openWithDebuginfod opens the binary, and when it lacks what a debuginfod server can give,
 // asks the servers of --debuginfod-urls (DEBUGINFOD_URLS) in turn and opens it again with
 // what they gave: its separate debug file when it has neither DWARF nor a Go pclntab and none
@@ -45,8 +35,11 @@ func (c *Cmd) openWithDebuginfod(urls []string, base debuginfo.Options) (b *debu
 	if err != nil || len(urls) == 0 {
 		return b, done, err
 	}
-	dir := c.debuginfodDir()
-	if dir == "" {
+	// Fetched files are kept by build ID in the cache directory, beside the indexes.
+	dir := c.cacheDir()
+	if dir != "" {
+		dir = filepath.Join(dir, "debuginfod")
+	} else {
 		tmp, terr := os.MkdirTemp("", "symbolizer-debuginfod-")
 		if terr != nil {
 			// The binary is still answered, from what it has.
@@ -102,27 +95,17 @@ func reopen(b *debuginfo.Binary, path string, opts debuginfo.Options) (*debuginf
 	return debuginfo.Open(path, opts)
 }
 
-// debuginfodDir is where fetched files are kept, "" for none (--no-cache).
-func (c *Cmd) debuginfodDir() string {
-	switch {
-	case c.NoCache:
-		return ""
-	case c.CacheDir != "":
-		return filepath.Join(c.CacheDir, "debuginfod")
-	}
-	return DefaultDebuginfodCacheDir()
-}
-
 // missTTL is how long a build ID that no server had is not asked for again, as elfutils'
 // client remembers its misses: a command run over and over on a binary nobody has debug
 // files for should not wait for the servers each time.
 const missTTL = 10 * time.Minute
 
-// fetch returns the debuginfo of build ID id: kept in dir from an earlier run, else from the
-// first server that has one that check accepts. "" and no error when no server has it.
+// fetch returns the debuginfo of build ID id: kept in dir from an earlier run (check passed
+// before it was kept), else from the first server that has one that check accepts. "" and no
+// error when no server has it.
 func (c *Cmd) fetch(urls []string, dir, id string, check func(path string) error) (string, error) {
 	kept := filepath.Join(dir, id, "debuginfo")
-	if _, err := os.Stat(kept); err == nil && check(kept) == nil {
+	if _, err := os.Stat(kept); err == nil {
 		return kept, nil
 	}
 	miss := filepath.Join(dir, id, "miss")

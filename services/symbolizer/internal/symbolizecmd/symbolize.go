@@ -179,14 +179,9 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 
 // cache returns the index cache and b's key in it, or nil when caching is off or impossible.
 func (c *Cmd) cache(b *debuginfo.Binary) (*indexCache, string) {
-	if c.NoCache {
-		return nil, ""
-	}
-	dir := c.CacheDir
+	dir := c.cacheDir()
 	if dir == "" {
-		if dir = DefaultCacheDir(); dir == "" {
-			return nil, ""
-		}
+		return nil, ""
 	}
 	cache := &indexCache{dir: dir, maxBytes: c.CacheSize}
 	key, err := cache.key(b)
@@ -195,6 +190,18 @@ func (c *Cmd) cache(b *debuginfo.Binary) (*indexCache, string) {
 		return nil, ""
 	}
 	return cache, key
+}
+
+// cacheDir is the cache directory in force: --cache-dir, else the default; "" with
+// --no-cache or when the user has no cache directory.
+func (c *Cmd) cacheDir() string {
+	switch {
+	case c.NoCache:
+		return ""
+	case c.CacheDir != "":
+		return c.CacheDir
+	}
+	return DefaultCacheDir()
 }
 
 // debugDirs is the --debug-dir list in force: the system's directory when none was given,
