@@ -2,6 +2,8 @@ package debuginfo_test
 
 import (
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
@@ -83,4 +85,52 @@ func TestCgoInlinedC(t *testing.T) {
 			u[0].Addr, llvmcompare.Chain(u[0].Ours), llvmcompare.Chain(u[0].Ref))
 	}
 	t.Logf("%d C addresses (%d with inlined frames) agree with llvm-symbolizer; sources %v", len(addrs), inlined, info.Sources)
+}
+
+// TestGoSymbolFiles: where no line row covers an address of a Go binary with a symbol table,
+// the file is the STT_FILE of the local symbol covering it (go.go, the Go linker's one), as
+// llvm-symbolizer answers. An externally linked binary makes every Go function a local symbol,
+// and the functions whose DWARF has no line rows (generated wrappers) fall there; an internally
+// linked one has the C objects' code under local section symbols. pclntab names the functions
+// in both, and knows no file of the C ones.
+func TestGoSymbolFiles(t *testing.T) {
+	for _, tool := range []string{"go", "gcc", "llvm-symbolizer"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
+		}
+	}
+	for _, mode := range []string{"external", "internal"} {
+		t.Run(mode, func(t *testing.T) {
+			obj := testsupport.BuildGo(t, t.TempDir(), cgoProgram, "CGO_ENABLED=1", "GOFLAGS=-ldflags=-linkmode="+mode)
+			funcs, err := llvmcompare.FunctionSymbols(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A section symbol (runtime/cgo(.text)) spans several C functions and the padding
+			// between them, which no function owns: llvm-symbolizer names none there, pclntab
+			// the function before it. Only functions are sampled.
+			funcs = slices.DeleteFunc(funcs, func(f llvmcompare.Func) bool { return strings.HasSuffix(f.Name, "(.text)") })
+			addrs := llvmcompare.Sample(funcs, 3, 20000, 1)
+			ours, theirs, info := oursAndLLVM(t, obj, addrs)
+			inGoGo := 0
+			for _, fs := range theirs {
+				if len(fs) > 0 && fs[len(fs)-1].File == "go.go" {
+					inGoGo++
+				}
+			}
+			if inGoGo == 0 {
+				t.Fatal("llvm-symbolizer places no address in go.go: the binary no longer tests symbol files")
+			}
+			rep, err := llvmcompare.Compare(addrs, ours, theirs, llvmcompare.ModeFull, llvmcompare.Known...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := rep.Unexplained(); len(u) > 0 {
+				t.Fatalf("%d of %d addresses differ from llvm-symbolizer (sources %v), first at %#x: %s vs %s; %v", len(u), len(addrs), info.Sources,
+					u[0].Addr, llvmcompare.Chain(u[0].Ours), llvmcompare.Chain(u[0].Ref), rep.Summary())
+			}
+			t.Logf("%d addresses, %d of them in go.go, agree with llvm-symbolizer or differ for a known reason; sources %v; %v",
+				len(addrs), inGoGo, info.Sources, rep.Summary())
+		})
+	}
 }

@@ -431,8 +431,13 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		}
 	}
 
+	// Each symbol table is read once: it names outermost frames, gives Go functions their
+	// symbol files and fills the gaps of debug information.
+	syms := symbolTables{}
+
 	usedDebug := false
 	if gopclntab.Present(b.elf.ELF()) {
+		first := index.NodeID(bld.NumNodes())
 		load, source := gopclntab.Load, "gopclntab "
 		if goDWARFLines {
 			// pclntab's functions are parsed while the DWARF line rows are read (mostly
@@ -467,6 +472,9 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		} else {
 			b.info.Sources = append(b.info.Sources, source+st.Version)
 			usedDebug = true
+			if fns, _, err := syms.functions(b.outerNameSource()); err == nil && len(fns) > 0 {
+				bld.SetSymbolFiles(first, func(addr uint64) string { return symtab.FileAt(fns, addr) })
+			}
 		}
 	}
 	if !usedDebug {
@@ -520,7 +528,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			b.info.DWARFError = ""
 			b.info.DWARFVersion = st.Version
 			b.info.Sources = append(b.info.Sources, fmt.Sprintf("dwarf v%d", st.Version))
-			if err := addOuterNames(b.outerNameSource(), bld); err != nil {
+			if err := addOuterNames(syms, b.outerNameSource(), bld); err != nil {
 				warn("symtab outer names", err)
 			}
 			break
@@ -531,11 +539,12 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		if f == nil {
 			continue
 		}
-		st, err := symtab.Load(f.ELF(), bld)
+		fns, st, err := syms.functions(f.ELF())
 		if err != nil {
 			warn("symtab", err)
 			continue
 		}
+		symtab.Add(bld, fns)
 		if st.Symbols > 0 {
 			b.info.Sources = append(b.info.Sources, st.Source)
 		}
@@ -752,8 +761,8 @@ func (b *Binary) goDWARFLines(bld *index.Builder) (bool, error) {
 // functions, so the symbol is the only place their qualified name lives, and it marks cold and
 // cloned parts (".cold", ".constprop.0"). Go binaries keep pclntab's names, which are the
 // runtime's own.
-func addOuterNames(f *elf.File, bld *index.Builder) error {
-	fns, _, err := symtab.Functions(f)
+func addOuterNames(syms symbolTables, f *elf.File, bld *index.Builder) error {
+	fns, _, err := syms.functions(f)
 	if err != nil {
 		return err
 	}
@@ -768,6 +777,24 @@ func addOuterNames(f *elf.File, bld *index.Builder) error {
 		bld.AddOuterName(fn.Lo, fn.Hi, n)
 	}
 	return nil
+}
+
+// symbolTables holds what symtab.Functions returned for each file of one build.
+type symbolTables map[*elf.File]symbolTable
+
+type symbolTable struct {
+	fns []symtab.Function
+	st  symtab.Stats
+	err error
+}
+
+func (t symbolTables) functions(f *elf.File) ([]symtab.Function, symtab.Stats, error) {
+	r, ok := t[f]
+	if !ok {
+		r.fns, r.st, r.err = symtab.Functions(f)
+		t[f] = r
+	}
+	return r.fns, r.st, r.err
 }
 
 // outerNameSource picks the symbol table that names outermost frames: the binary's .symtab,

@@ -51,10 +51,8 @@ func loadLargeGo(t *testing.T) *largeGo {
 // project, to llvm-symbolizer on 20,000 addresses spread over its functions: every file spelled
 // as llvm-symbolizer spells it (pclntab and Go's DWARF spell generated code's file differently,
 // and the engine reads both), and at most 0.05% of addresses differing without a known reason.
-// What remains (measured: 9 of 20,000) is inlined calls in package initializers whose call
-// instructions the compiler removed, whose callers and lines only DWARF's inline entries hold,
-// and code without a function in pclntab or DWARF (cgo's assembly crosscall1, the linker's
-// FIPS text markers), which llvm-symbolizer places in the Go linker's one STT_FILE, go.go.
+// What remains (measured: 6 of 20,000) is inlined calls in package initializers whose call
+// instructions the compiler removed, whose callers and lines only DWARF's inline entries hold.
 func TestLargeGoBinaryAgainstLLVMSymbolizer(t *testing.T) {
 	l := loadLargeGo(t)
 	const n = 20000

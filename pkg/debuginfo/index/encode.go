@@ -42,9 +42,11 @@ import (
 // Version 6, likewise: a Go binary's index holds the functions and inlined calls of its cgo C
 // and C++ units, from DWARF (version 5 lacks those inlined frames), and no index takes a name
 // from a symbol of a section that is not loaded (gcc's LTO markers in .debug_info, whose
-// offsets fall on the code of a PIE).
+// offsets fall on the code of a PIE). Version 7, likewise: a Go binary's functions carry the
+// symbol file of their local ELF symbol (see Builder.SetSymbolFiles; version 6 answers no file
+// where llvm-symbolizer answers go.go).
 const (
-	formatVersion = 6
+	formatVersion = 7
 	headerSize    = 24
 )
 

@@ -217,6 +217,23 @@ func (b *Builder) RaiseFidelity(f Fidelity) {
 // Strings returns the strings interned so far, by ID; the caller must not change them.
 func (b *Builder) Strings() []string { return b.strList }
 
+// SetSymbolFiles gives each outermost node added from node from on that has a start address
+// and no SymbolFile the file file(StartAddress) names. It is for functions read from a source
+// other than the symbol table, Go's pclntab: where no line row covers an address,
+// llvm-symbolizer places it in the STT_FILE of the local ELF symbol covering it, whichever
+// source named the function.
+func (b *Builder) SetSymbolFiles(from NodeID, file func(addr uint64) string) {
+	for i := int(from); i < len(b.nodes); i++ {
+		n := &b.nodes[i]
+		if n.Parent != NoParent || n.CallFile != 0 || n.StartAddress == 0 {
+			continue
+		}
+		if f := file(n.StartAddress); f != "" {
+			n.CallFile = b.String(f)
+		}
+	}
+}
+
 // NumNodes reports how many nodes have been added.
 func (b *Builder) NumNodes() int { return len(b.nodes) }
 

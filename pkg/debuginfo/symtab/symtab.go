@@ -155,6 +155,12 @@ func Load(f *elf.File, b *index.Builder) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	Add(b, fns)
+	return st, nil
+}
+
+// Add adds fns, from Functions, to b as Load does.
+func Add(b *index.Builder, fns []Function) {
 	// At most one node and one range per symbol, reserved at once (see Builder.Grow).
 	b.Grow(len(fns), len(fns), 0)
 	node := index.NoParent
@@ -169,7 +175,16 @@ func Load(f *elf.File, b *index.Builder) (Stats, error) {
 	if len(fns) > 0 {
 		b.RaiseFidelity(index.FidelitySymbols)
 	}
-	return st, nil
+}
+
+// FileAt returns the file llvm-symbolizer 14 gives addr where no line row covers it: the
+// STT_FILE name of the local symbol of fns (from Functions) covering addr, else "".
+func FileAt(fns []Function, addr uint64) string {
+	i := sort.Search(len(fns), func(i int) bool { return fns[i].Hi > addr })
+	if i < len(fns) && fns[i].Lo <= addr {
+		return fns[i].File
+	}
+	return ""
 }
 
 func readSymbols(f *elf.File) ([]elf.Symbol, string, error) {

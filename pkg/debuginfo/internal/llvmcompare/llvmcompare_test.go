@@ -136,6 +136,9 @@ func TestKnown(t *testing.T) {
 		{"go hashed symbol of another function", []Frame{{Function: "main.f"}}, []Frame{{Function: "type:.X3fAUo7p"}}, ""},
 		{"go middle dot", []Frame{{Function: "mime/multipart.(*writerOnly·1).Write"}, {Function: "m"}}, []Frame{{Function: "mime/multipart.(*writerOnly.1).Write"}, {Function: "m"}}, ReasonGoMiddleDot},
 		{"go middle dot elsewhere", []Frame{{Function: "a·1"}}, []Frame{{Function: "b.1"}}, ""},
+		{"go section symbol", []Frame{{Function: "crosscall1"}}, []Frame{{Function: "runtime/cgo(.text)"}}, ReasonGoSectionSymbol},
+		{"go section symbol only outermost", []Frame{{Function: "f"}, {Function: "m"}}, []Frame{{Function: "runtime/cgo(.text)"}, {Function: "m"}}, ""},
+		{"go section symbol where ours has none", []Frame{{}}, []Frame{{Function: "net(.text)"}}, ""},
 		{"different functions", []Frame{{Function: "a"}}, []Frame{{Function: "b"}}, ""},
 	}
 	for _, tt := range tests {
