@@ -23,34 +23,42 @@ const debuginfodTimeout = 2 * time.Minute
 // a few GB.
 const debuginfodMaxSize = 8 << 30
 
-// openWithDebuginfod opens the binary, and when it lacks what a debuginfod server can give,
-// asks the servers of --debuginfod-urls (DEBUGINFOD_URLS) in turn and opens it again with
-// what they gave: its separate debug file when it has neither DWARF nor a Go pclntab and none
-// was found on disk, then the supplementary (dwz) file its DWARF names when that is not on
-// disk. A fetched file must carry the build ID it was asked for; failures are warnings, and
-// the binary is answered from what it has. done removes what a --no-cache run fetched.
-func (c *Cmd) openWithDebuginfod(urls []string, base debuginfo.Options) (b *debuginfo.Binary, done func(), err error) {
+// fromDebuginfod is how a command asks debuginfod servers for what a binary lacks.
+type fromDebuginfod struct {
+	urls []string
+	// cacheDir is the command's cache directory ("" for none): fetched files are kept by
+	// build ID in its debuginfod directory, beside the indexes.
+	cacheDir string
+	warn     func(error)
+}
+
+// open opens the binary at path, and when it lacks what a debuginfod server can give, asks
+// the servers in turn and opens it again with what they gave: its separate debug file when it
+// has neither DWARF nor a Go pclntab and none was found on disk, then the supplementary (dwz)
+// file its DWARF names when that is not on disk. A fetched file must carry the build ID it was
+// asked for; failures are warnings, and the binary is answered from what it has. fetched
+// lists what came from a server, and done removes it when there is no cache directory.
+func (d fromDebuginfod) open(path string, base debuginfo.Options) (b *debuginfo.Binary, fetched []string, done func(), err error) {
 	done = func() {}
-	b, err = debuginfo.Open(c.Obj, base)
-	if err != nil || len(urls) == 0 {
-		return b, done, err
+	b, err = debuginfo.Open(path, base)
+	if err != nil || len(d.urls) == 0 {
+		return b, nil, done, err
 	}
-	// Fetched files are kept by build ID in the cache directory, beside the indexes.
-	dir := c.cacheDir()
+	dir := d.cacheDir
 	if dir != "" {
 		dir = filepath.Join(dir, "debuginfod")
 	} else {
 		tmp, terr := os.MkdirTemp("", "symbolizer-debuginfod-")
 		if terr != nil {
 			// The binary is still answered, from what it has.
-			c.warn(fmt.Errorf("debuginfod: no directory for the files fetched: %w", terr))
-			return b, done, err
+			d.warn(fmt.Errorf("debuginfod: no directory for the files fetched: %w", terr))
+			return b, nil, done, err
 		}
 		dir, done = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
 	info := b.Info()
 	if id := info.IDs.GNU; !info.DWARF && !info.GoPclntab && info.DebugFile == "" && binaryid.ValidHex(id) {
-		p, err := c.fetch(urls, dir, id, func(path string) error {
+		p, err := d.fetch(dir, id, func(path string) error {
 			got, err := buildid.FromFile(path)
 			if err == nil && got.GNU != id {
 				err = fmt.Errorf("the file served has build ID %q", got.GNU)
@@ -58,18 +66,19 @@ func (c *Cmd) openWithDebuginfod(urls []string, base debuginfo.Options) (b *debu
 			return err
 		})
 		if err != nil {
-			c.warn(fmt.Errorf("debuginfod: debug file of %s (build ID %s): %w", c.Obj, id, err))
+			d.warn(fmt.Errorf("debuginfod: debug file of %s (build ID %s): %w", path, id, err))
 		}
 		if p != "" {
 			base.DebugFile = p
-			if b, err = reopen(b, c.Obj, base); err != nil {
-				return nil, done, err
+			fetched = append(fetched, p)
+			if b, err = reopen(b, path, base); err != nil {
+				return nil, nil, done, err
 			}
 			info = b.Info()
 		}
 	}
 	if sup := info.Supplementary; sup != nil && sup.Missing && binaryid.ValidHex(sup.ID) && base.SupplementaryFile == "" {
-		p, err := c.fetch(urls, dir, sup.ID, func(path string) error {
+		p, err := d.fetch(dir, sup.ID, func(path string) error {
 			got, ok, err := debuginfo.SupplementaryFileID(path, elfx.Limits{})
 			if err == nil && (!ok || got != sup.ID) {
 				err = fmt.Errorf("the file served is not the supplementary file with ID %s", sup.ID)
@@ -77,16 +86,17 @@ func (c *Cmd) openWithDebuginfod(urls []string, base debuginfo.Options) (b *debu
 			return err
 		})
 		if err != nil {
-			c.warn(fmt.Errorf("debuginfod: supplementary file %s (ID %s): %w", sup.Name, sup.ID, err))
+			d.warn(fmt.Errorf("debuginfod: supplementary file %s (ID %s): %w", sup.Name, sup.ID, err))
 		}
 		if p != "" {
 			base.SupplementaryFile = p
-			if b, err = reopen(b, c.Obj, base); err != nil {
-				return nil, done, err
+			fetched = append(fetched, p)
+			if b, err = reopen(b, path, base); err != nil {
+				return nil, nil, done, err
 			}
 		}
 	}
-	return b, done, nil
+	return b, fetched, done, nil
 }
 
 func reopen(b *debuginfo.Binary, path string, opts debuginfo.Options) (*debuginfo.Binary, error) {
@@ -103,7 +113,7 @@ const missTTL = 10 * time.Minute
 // fetch returns the debuginfo of build ID id: kept in dir from an earlier run (check passed
 // before it was kept), else from the first server that has one that check accepts. "" and no
 // error when no server has it.
-func (c *Cmd) fetch(urls []string, dir, id string, check func(path string) error) (string, error) {
+func (d fromDebuginfod) fetch(dir, id string, check func(path string) error) (string, error) {
 	kept := filepath.Join(dir, id, "debuginfo")
 	if _, err := os.Stat(kept); err == nil {
 		return kept, nil
@@ -117,7 +127,7 @@ func (c *Cmd) fetch(urls []string, dir, id string, check func(path string) error
 	}
 	hc := &http.Client{}
 	var errs []error
-	for _, u := range urls {
+	for _, u := range d.urls {
 		ctx, cancel := context.WithTimeout(context.Background(), debuginfodTimeout)
 		p, err := debuginfod.Download(ctx, hc, u+"/buildid/"+id+"/debuginfo", filepath.Dir(kept), debuginfodMaxSize)
 		cancel()

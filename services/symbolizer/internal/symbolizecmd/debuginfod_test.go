@@ -2,6 +2,7 @@ package symbolizecmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -83,6 +84,29 @@ func TestDebuginfodFetch(t *testing.T) {
 	kept, err := filepath.Glob(filepath.Join(cacheDir, "debuginfod", "*", "debuginfo"))
 	if err != nil || len(kept) != 2 || !slices.Contains(kept, filepath.Join(cacheDir, "debuginfod", id(bins[0]), "debuginfo")) {
 		t.Fatalf("kept files %v (%v), want the debug file and the common file", kept, err)
+	}
+	// inspect reports what symbolize used, and where it came from.
+	inspectDir := t.TempDir()
+	var rep bytes.Buffer
+	ic := &InspectCmd{File: stripped[0], DebugDir: []string{""}, DebuginfodURLs: d.URL(), CacheDir: inspectDir, JSON: true}
+	if err := ic.run(&rep); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		DebugFile        string `json:"debug_file"`
+		DebugFileFoundBy string `json:"debug_file_found_by"`
+		Supplementary    struct {
+			FoundBy string `json:"found_by"`
+			Missing bool   `json:"missing"`
+		} `json:"supplementary"`
+		Fidelity string `json:"fidelity"`
+	}
+	if err := json.Unmarshal(rep.Bytes(), &got); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, rep.String())
+	}
+	if got.DebugFileFoundBy != "debuginfod" || got.DebugFile != filepath.Join(inspectDir, "debuginfod", id(bins[0]), "debuginfo") ||
+		got.Supplementary.FoundBy != "debuginfod" || got.Supplementary.Missing || got.Fidelity != "full" {
+		t.Fatalf("inspect with debuginfod: %+v, want the debug and common files found by debuginfod and full fidelity\n%s", got, rep.String())
 	}
 	d.Stop()
 	if again, stderr := symbolize(d.URL()); again != out || stderr != "" {

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 )
 
 // InspectCmd is `symbolizer debuginfo inspect`.
@@ -18,18 +20,28 @@ type InspectCmd struct {
 	DebugFile string   `help:"Separate debug file to use instead of searching for one." type:"existingfile" placeholder:"FILE"`
 	DebugDir  []string `help:"Directory to search for separate debug files; repeatable. Default: /usr/lib/debug; a --debug-dir given replaces it, and an empty one (--debug-dir=) searches none." placeholder:"DIR"`
 	// Companions a store keeps apart, given by hand.
-	Supplementary string `help:"Supplementary DWARF file (dwz's common file) to use instead of searching for it." type:"existingfile" placeholder:"FILE"`
-	DWARFPackage  string `name:"dwarf-package" help:"DWARF package (.dwp) to use instead of FILE.dwp." type:"existingfile" placeholder:"FILE"`
-	JSON          bool   `help:"Print the report as JSON."`
-	NoIndex       bool   `help:"Do not build the index (faster; omits index statistics)." name:"no-index"`
+	Supplementary  string `help:"Supplementary DWARF file (dwz's common file) to use instead of searching for it." type:"existingfile" placeholder:"FILE"`
+	DWARFPackage   string `name:"dwarf-package" help:"DWARF package (.dwp) to use instead of FILE.dwp." type:"existingfile" placeholder:"FILE"`
+	DebuginfodURLs string `name:"debuginfod-urls" env:"DEBUGINFOD_URLS" help:"debuginfod servers to ask, in turn, for what symbolize would ask them for: the separate debug file of a binary that has neither DWARF nor a Go pclntab and whose debug file is not on disk, and a missing dwz supplementary file; space-separated. Fetched files are kept by build ID under the cache directory, where symbolize finds them." placeholder:"URLS"`
+	CacheDir       string `help:"The cache directory symbolize uses, where fetched debuginfod files are kept (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
+	JSON           bool   `help:"Print the report as JSON."`
+	NoIndex        bool   `help:"Do not build the index (faster; omits index statistics)." name:"no-index"`
 }
 
 // Run prints the IDs, the debug sources found, their quality and the index statistics.
 func (c *InspectCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *InspectCmd) run(out io.Writer) error {
-	b, err := debuginfo.Open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir),
+	cacheDir := c.CacheDir
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir()
+	}
+	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: cacheDir, warn: func(err error) {
+		fmt.Fprintf(os.Stderr, "symbolizer debuginfo inspect: %v\n", err)
+	}}
+	b, fetched, done, err := servers.open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir),
 		SupplementaryFile: c.Supplementary, DWARFPackage: c.DWARFPackage})
+	defer done()
 	if err != nil {
 		return err
 	}
@@ -40,6 +52,15 @@ func (c *InspectCmd) run(out io.Writer) error {
 		_, ixErr = b.Index()
 	}
 	rep := report{Info: b.Info()}
+	// A fetched file was handed to the engine as a given one.
+	if slices.Contains(fetched, rep.DebugFile) {
+		rep.DebugFileFoundBy = "debuginfod"
+	}
+	if s := rep.Supplementary; s != nil && slices.Contains(fetched, s.Path) {
+		sup := *s // the Binary's own
+		sup.FoundBy = "debuginfod"
+		rep.Supplementary = &sup
+	}
 	// A file that links to none may be a supplementary file itself; an error reading its
 	// units means it is not one, and the DWARF line below says what is wrong.
 	if id, ok, err := debuginfo.SupplementaryFileID(c.File, elfx.Limits{}); err == nil && ok {

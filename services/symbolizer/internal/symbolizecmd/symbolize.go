@@ -128,7 +128,8 @@ const batchSize = 64
 // any index for a command-line run; it reads the file as it goes), else the index, built and
 // cached.
 func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
-	b, fetched, err := c.openWithDebuginfod(debuginfod.ParseURLs(c.DebuginfodURLs), debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
+	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: c.cacheDir(), warn: c.warn}
+	b, _, fetched, err := servers.open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
 	if err != nil {
 		fetched()
 		return nil, nil, err
