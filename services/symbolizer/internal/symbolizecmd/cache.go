@@ -109,6 +109,10 @@ func (c *indexCache) store(key string, ix *index.Index) error {
 	return c.evict()
 }
 
+// evict removes the least recently used entries while the cache holds more than maxBytes:
+// indexes, and the files fetched from debuginfod servers (kept in its debuginfod directory
+// by build ID, see fromDebuginfod), which can be far larger than the indexes made from them.
+// Remembered misses are removed once they have expired.
 func (c *indexCache) evict() error {
 	if c.maxBytes <= 0 {
 		return nil
@@ -117,12 +121,7 @@ func (c *indexCache) evict() error {
 	if err != nil {
 		return fmt.Errorf("index cache: %w", err)
 	}
-	type file struct {
-		path  string
-		size  int64
-		mtime time.Time
-	}
-	var files []file
+	var files []cacheEntry
 	var total int64
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), cacheSuffix) {
@@ -135,18 +134,69 @@ func (c *indexCache) evict() error {
 		if err != nil {
 			return fmt.Errorf("index cache: %w", err)
 		}
-		files = append(files, file{filepath.Join(c.dir, e.Name()), info.Size(), info.ModTime()})
+		files = append(files, cacheEntry{filepath.Join(c.dir, e.Name()), info.Size(), info.ModTime()})
 		total += info.Size()
+	}
+	fetched, err := fetchedEntries(filepath.Join(c.dir, debuginfodDir))
+	if err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	for _, f := range fetched {
+		files = append(files, f)
+		total += f.size
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].mtime.Before(files[j].mtime) })
 	for _, f := range files {
 		if total <= c.maxBytes {
 			break
 		}
-		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.RemoveAll(f.path); err != nil {
 			return fmt.Errorf("index cache: %w", err)
 		}
 		total -= f.size
 	}
 	return nil
+}
+
+// cacheEntry is what eviction removes as a whole: an index file, or a build ID's directory
+// of fetched files.
+type cacheEntry struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+// fetchedEntries lists the build-ID directories of dir (the cache's debuginfod directory)
+// that hold a fetched file, and removes those that hold only an expired miss.
+func fetchedEntries(dir string) ([]cacheEntry, error) {
+	ids, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []cacheEntry
+	for _, id := range ids {
+		if !id.IsDir() {
+			continue
+		}
+		path := filepath.Join(dir, id.Name())
+		if info, err := os.Stat(filepath.Join(path, fetchedName)); err == nil {
+			out = append(out, cacheEntry{path, info.Size(), info.ModTime()})
+			continue
+		}
+		if info, err := os.Stat(filepath.Join(path, missName)); err == nil && time.Since(info.ModTime()) < missTTL {
+			continue
+		}
+		// A download of another run may be under way in it.
+		if info, err := id.Info(); err != nil || time.Since(info.ModTime()) < debuginfodTimeout {
+			continue
+		}
+		// An expired miss, or a download that did not finish.
+		if err := os.RemoveAll(path); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain keeps the tests' indexes out of the user's cache directory: a Cmd made without the
@@ -130,5 +131,57 @@ func TestIndexCache(t *testing.T) {
 	left := cacheEntries(t, dir)
 	if len(left) != 1 || left[0] != entries[0] {
 		t.Fatalf("after eviction: %v, want only %s", left, entries[0])
+	}
+}
+
+// TestCacheEvictsFetchedFiles: --cache-size bounds the files fetched from debuginfod with the
+// indexes, least recently used first; a file used again is recent; expired misses and
+// abandoned downloads are removed, a fresh miss and a download under way are not.
+func TestCacheEvictsFetchedFiles(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	write := func(rel string, size int, age time.Duration) string {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{p, filepath.Dir(p)} {
+			if err := os.Chtimes(q, now.Add(-age), now.Add(-age)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	oldest := write("debuginfod/aa01/debuginfo", 600, 5*time.Hour)
+	reused := write("debuginfod/aa02/debuginfo", 600, 4*time.Hour)
+	index := write("aa03-0123456789abcdef"+cacheSuffix, 100, 3*time.Hour)
+	expiredMiss := write("debuginfod/aa04/miss", 0, missTTL+time.Minute)
+	freshMiss := write("debuginfod/aa05/miss", 0, time.Minute)
+	underWay := write("debuginfod/aa06/.download-1", 50, 10*time.Second)
+	abandoned := write("debuginfod/aa07/.download-2", 50, debuginfodTimeout+time.Minute)
+
+	// Using a kept file makes it the most recent entry.
+	got, err := fromDebuginfod{}.fetch(filepath.Join(dir, debuginfodDir), "aa02", nil)
+	if err != nil || got != reused {
+		t.Fatalf("fetch of a kept file: %q, %v; want %q", got, err, reused)
+	}
+	c := &indexCache{dir: dir, maxBytes: 650}
+	if err := c.evict(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		kept bool
+	}{
+		{oldest, false}, {reused, true}, {index, false}, {expiredMiss, false}, {freshMiss, true}, {underWay, true}, {abandoned, false},
+	} {
+		_, err := os.Stat(tt.path)
+		if kept := err == nil; kept != tt.kept {
+			t.Errorf("%s: kept %v, want %v", strings.TrimPrefix(tt.path, dir), kept, tt.kept)
+		}
 	}
 }

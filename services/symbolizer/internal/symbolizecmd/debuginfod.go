@@ -46,7 +46,7 @@ func (d fromDebuginfod) open(path string, base debuginfo.Options) (b *debuginfo.
 	}
 	dir := d.cacheDir
 	if dir != "" {
-		dir = filepath.Join(dir, "debuginfod")
+		dir = filepath.Join(dir, debuginfodDir)
 	} else {
 		tmp, terr := os.MkdirTemp("", "symbolizer-debuginfod-")
 		if terr != nil {
@@ -105,6 +105,14 @@ func reopen(b *debuginfo.Binary, path string, opts debuginfo.Options) (*debuginf
 	return debuginfo.Open(path, opts)
 }
 
+// Files fetched from debuginfod servers are kept under the cache directory as
+// debuginfod/<build ID>/debuginfo, and a build ID no server had as debuginfod/<build ID>/miss.
+const (
+	debuginfodDir = "debuginfod"
+	fetchedName   = "debuginfo"
+	missName      = "miss"
+)
+
 // missTTL is how long a build ID that no server had is not asked for again, as elfutils'
 // client remembers its misses: a command run over and over on a binary nobody has debug
 // files for should not wait for the servers each time.
@@ -114,11 +122,14 @@ const missTTL = 10 * time.Minute
 // before it was kept), else from the first server that has one that check accepts. "" and no
 // error when no server has it.
 func (d fromDebuginfod) fetch(dir, id string, check func(path string) error) (string, error) {
-	kept := filepath.Join(dir, id, "debuginfo")
+	kept := filepath.Join(dir, id, fetchedName)
 	if _, err := os.Stat(kept); err == nil {
+		// The modification time orders the cache's entries for eviction (indexCache.evict).
+		now := time.Now()
+		_ = os.Chtimes(kept, now, now)
 		return kept, nil
 	}
-	miss := filepath.Join(dir, id, "miss")
+	miss := filepath.Join(dir, id, missName)
 	if st, err := os.Stat(miss); err == nil && time.Since(st.ModTime()) < missTTL {
 		return "", nil
 	}

@@ -33,7 +33,7 @@ type Cmd struct {
 	Inlines        bool     `help:"Print every inlined frame, innermost first; --no-inlines prints only the innermost function." default:"true" negatable:""`
 	CacheDir       string   `help:"Keep each binary's index here, so the next run on the same binary loads it instead of building it (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
 	NoCache        bool     `help:"Neither read nor write the index cache." name:"no-cache"`
-	CacheSize      int64    `help:"Largest total size of the index cache in bytes; the least recently used indexes are removed beyond it." default:"2147483648" placeholder:"BYTES"`
+	CacheSize      int64    `help:"Largest total size of the cache directory in bytes, indexes and files fetched from debuginfod together; the least recently used are removed beyond it." default:"2147483648" placeholder:"BYTES"`
 	CPUProfile     string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
 	// Stderr receives the cache's warnings (a cache that cannot be written is not an error).
 	Stderr    io.Writer `kong:"-"`
