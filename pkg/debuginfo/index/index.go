@@ -217,8 +217,8 @@ func (b *Builder) RaiseFidelity(f Fidelity) {
 // Strings returns the strings interned so far, by ID; the caller must not change them.
 func (b *Builder) Strings() []string { return b.strList }
 
-// SetSymbolFiles gives each outermost node added from node from on that has a start address
-// and no SymbolFile the file file(StartAddress) names. It is for functions read from a source
+// SetSymbolFiles gives each outermost node with an ID of at least from, a start address and no
+// SymbolFile the file that file(StartAddress) returns. It is for functions read from a source
 // other than the symbol table, Go's pclntab: where no line row covers an address,
 // llvm-symbolizer places it in the STT_FILE of the local ELF symbol covering it, whichever
 // source named the function.
