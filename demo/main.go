@@ -325,6 +325,47 @@ func demo(ctx context.Context, c cli, u *ui, kids *children) error {
 	return nil
 }
 
+// frameCounts counts the frames of stacks by kind, each stack once, inlined frames not.
+type frameCounts struct {
+	native, nativeSymbolized, goFrames, goSymbolized, kernel, kernelNamed int
+}
+
+func countFrames(stacks []pipeline.Stack) frameCounts {
+	var c frameCounts
+	for _, s := range stacks {
+		for _, f := range s.Frames {
+			if f.Inlined {
+				continue
+			}
+			named := 0
+			if f.Function != "" {
+				named = 1
+			}
+			switch f.Kind {
+			case "go":
+				c.goFrames++
+				c.goSymbolized += named
+			case "kernel":
+				c.kernel++
+				c.kernelNamed += named
+			default:
+				c.native++
+				c.nativeSymbolized += named
+			}
+		}
+	}
+	return c
+}
+
+// afterFirst says how many frames later requests had symbolized, when that differs from
+// the whole run's share.
+func afterFirst(named, total, laterNamed, laterTotal int) string {
+	if laterTotal == 0 || named == total || laterTotal == total {
+		return ""
+	}
+	return fmt.Sprintf("; after the first request %d of %d", laterNamed, laterTotal)
+}
+
 // waitRun waits for the run's duration, a Ctrl-C or the workload's own end, showing a
 // countdown on a terminal. It reports whether the run was interrupted.
 func waitRun(ctx context.Context, u *ui, d time.Duration, wl *pipeline.Proc) bool {
@@ -380,7 +421,6 @@ func report(u *ui, c cli, dir, otlpFile, pprofDir, collectorOut string, wl pipel
 	pid := strconv.Itoa(wlPID)
 	var wlStacks []pipeline.Stack
 	procs := map[string]int64{}
-	var native, symbolized, kernel, kernelNamed, goFrames, goSymbolized int
 	for _, s := range stacks {
 		if s.PID == pid {
 			wlStacks = append(wlStacks, s)
@@ -390,28 +430,17 @@ func report(u *ui, c cli, dir, otlpFile, pprofDir, collectorOut string, wl pipel
 			name = s.Comm
 		}
 		procs[name+" ("+s.PID+")"] += s.Samples
-		for _, f := range s.Frames {
-			if f.Inlined {
-				continue
-			}
-			switch f.Kind {
-			case "go":
-				goFrames++
-				if f.Function != "" {
-					goSymbolized++
-				}
-			case "kernel":
-				kernel++
-				if f.Function != "" {
-					kernelNamed++
-				}
-			default:
-				native++
-				if f.Function != "" {
-					symbolized++
-				}
-			}
+	}
+	all := countFrames(stacks)
+	// The node uploads a binary when it first samples it: the frames it sent before that
+	// upload finished, mostly in the first request, stay addresses.
+	var later frameCounts
+	if len(out) > 1 {
+		rest, err := pipeline.Stacks(out[1:])
+		if err != nil {
+			return fmt.Errorf("gateway output: %w", err)
 		}
+		later = countFrames(rest)
 	}
 
 	u.Heading(fmt.Sprintf("The workload (pid %d, stripped binary; symbols from the uploaded debuginfo): %d samples", wlPID, pipeline.TotalSamples(wlStacks)))
@@ -444,11 +473,16 @@ func report(u *ui, c cli, dir, otlpFile, pprofDir, collectorOut string, wl pipel
 		check = "DIFFERENT"
 	}
 	fmt.Fprintf(u.out, "  samples: %d sent by the collector, %d written by the gateway (%s)\n", in, outN, check)
-	fmt.Fprintf(u.out, "  native frames of the samples symbolized: %d of %d (binaries without symbols stay addresses)\n", symbolized, native)
-	if goFrames > 0 {
-		fmt.Fprintf(u.out, "  Go frames symbolized (from pclntab, for Go binaries the node uploaded): %d of %d\n", goSymbolized, goFrames)
+	fmt.Fprintf(u.out, "  native frames of the samples symbolized: %d of %d%s (binaries without symbols stay addresses)\n",
+		all.nativeSymbolized, all.native, afterFirst(all.nativeSymbolized, all.native, later.nativeSymbolized, later.native))
+	if all.goFrames > 0 {
+		fmt.Fprintf(u.out, "  Go frames symbolized (from pclntab, for Go binaries the node uploaded): %d of %d%s\n",
+			all.goSymbolized, all.goFrames, afterFirst(all.goSymbolized, all.goFrames, later.goSymbolized, later.goFrames))
 	}
-	fmt.Fprintf(u.out, "  kernel frames named on the node from kallsyms: %d of %d\n", kernelNamed, kernel)
+	fmt.Fprintf(u.out, "  kernel frames named on the node from kallsyms: %d of %d\n", all.kernelNamed, all.kernel)
+	if all.goSymbolized < all.goFrames || all.nativeSymbolized < all.native {
+		fmt.Fprintf(u.out, "  (the node uploads a binary when it first samples it; frames it sent before that upload finished stay addresses)\n")
+	}
 
 	pprofFiles, _ := filepath.Glob(filepath.Join(pprofDir, "*.pb.gz"))
 	merged := filepath.Join(dir, "workload.pb.gz")
