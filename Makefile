@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build generate check-generated lint test test-short bench testdata fuzz-seeds demo clean
+.PHONY: help build generate check-generated lint test test-short bench testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -36,6 +36,17 @@ lint: ## gofmt, go vet, golangci-lint and buf lint.
 	$(GOLANGCI_LINT) run ./...
 	cd services/gateway && $(GOLANGCI_LINT) run ./...
 	$(GO) tool -modfile=tools/go.mod buf lint
+
+# FUZZTIME is how long `make fuzz` runs each target. An input the fuzzer finds of interest is
+# minimized first, for up to a minute by default, during which it runs no new input: 5s keeps
+# the time for fuzzing.
+FUZZTIME ?= 30s
+fuzz: ## Run every fuzz target (go test -fuzz) for FUZZTIME each (default 30s); a failing input is kept under its package's testdata/fuzz.
+	@for m in . $(MODULES); do (cd $$m && for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
+		done; done) || exit 1; done
 
 fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index format change) and of the CFI parser.
 	./pkg/debuginfo/index/testdata/make-fuzz-seeds.sh
