@@ -1,8 +1,11 @@
 package symbolizecmd
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -59,32 +62,60 @@ func (c *indexCache) key(b *debuginfo.Binary) (string, error) {
 	return name + "-" + hex.EncodeToString(sum[:8]) + cacheSuffix, nil
 }
 
-// load returns the cached index named key, or nil when there is none or it is unusable (an
-// older format, a torn file), in which case it is removed.
-func (c *indexCache) load(key string) *index.Index {
+// An entry is entryMagic, the warnings of the index's build (a uvarint byte count, then
+// JSON), and the index's own encoding, which checks itself.
+const entryMagic = "profsym index cache 1\n"
+
+// load returns the cached index named key and the warnings its build gave, or nil when there
+// is none or it is unusable (an older format, a torn file), in which case it is removed.
+func (c *indexCache) load(key string) (*index.Index, []string) {
 	path := filepath.Join(c.dir, key)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	ix, err := index.Unmarshal(data)
+	ix, warnings, err := decodeEntry(data)
 	if err != nil {
 		_ = os.Remove(path)
-		return nil
+		return nil, nil
 	}
 	// The modification time orders entries for eviction: a used entry is recent.
 	now := time.Now()
 	_ = os.Chtimes(path, now, now)
-	return ix
+	return ix, warnings
 }
 
-// store writes ix under key (atomically: a reader never sees half a file), then evicts the least
-// recently used entries beyond maxBytes.
-func (c *indexCache) store(key string, ix *index.Index) error {
-	blob, err := ix.MarshalBinary()
+func decodeEntry(data []byte) (*index.Index, []string, error) {
+	rest, ok := bytes.CutPrefix(data, []byte(entryMagic))
+	if !ok {
+		return nil, nil, errors.New("not a cache entry of this version")
+	}
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n > uint64(len(rest)-k) {
+		return nil, nil, errors.New("torn warnings")
+	}
+	var warnings []string
+	if err := json.Unmarshal(rest[k:k+int(n)], &warnings); err != nil {
+		return nil, nil, err
+	}
+	ix, err := index.Unmarshal(rest[k+int(n):])
+	return ix, warnings, err
+}
+
+// store writes ix and its build's warnings under key (atomically: a reader never sees half a
+// file), then evicts the least recently used entries beyond maxBytes.
+func (c *indexCache) store(key string, ix *index.Index, warnings []string) error {
+	encoded, err := ix.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("index cache: %w", err)
 	}
+	w, err := json.Marshal(warnings)
+	if err != nil {
+		return fmt.Errorf("index cache: %w", err)
+	}
+	blob := make([]byte, 0, len(entryMagic)+binary.MaxVarintLen64+len(w)+len(encoded))
+	blob = binary.AppendUvarint(append(blob, entryMagic...), uint64(len(w)))
+	blob = append(append(blob, w...), encoded...)
 	if c.maxBytes > 0 && int64(len(blob)) > c.maxBytes {
 		return nil // larger than the whole cache: not kept
 	}

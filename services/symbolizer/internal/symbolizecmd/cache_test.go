@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // TestMain keeps the tests' indexes out of the user's cache directory: a Cmd made without the
@@ -184,4 +187,57 @@ func TestCacheEvictsFetchedFiles(t *testing.T) {
 			t.Errorf("%s: kept %v, want %v", strings.TrimPrefix(tt.path, dir), kept, tt.kept)
 		}
 	}
+}
+
+// TestCachedRunWarns: a run that loads the index from the cache says what the build skipped,
+// as the run that built it did: its answers lack the same.
+func TestCachedRunWarns(t *testing.T) {
+	bin := testsupport.CompileC(t, debuginfodProgram(0), "-g", "-gsplit-dwarf", "-O2")
+	dwos, err := filepath.Glob(filepath.Join(filepath.Dir(bin), "*.dwo"))
+	if err != nil || len(dwos) == 0 {
+		t.Fatalf("no .dwo beside %s (%v)", bin, err)
+	}
+	for _, p := range dwos {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	const skipped = "skeleton units whose functions were not read"
+	first := symbolizeWarned(t, &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true, Addresses: []string{"0x1000"}, CacheDir: dir, CacheSize: 1 << 30}, skipped)
+	if n := len(cacheEntries(t, dir)); n != 1 {
+		t.Fatalf("%d cache entries, want 1", n)
+	}
+	if again := symbolizeWarned(t, &Cmd{Obj: bin, OutputStyle: "JSON", Inlines: true, Addresses: []string{"0x1000"}, CacheDir: dir, CacheSize: 1 << 30}, skipped); again != first {
+		t.Fatalf("the cached run answers %q, the first %q", again, first)
+	}
+}
+
+// FuzzDecodeEntry: a cache entry is a file on disk that anything may have written: reading
+// one fails or succeeds, never panics.
+func FuzzDecodeEntry(f *testing.F) {
+	b := index.NewBuilder()
+	n := b.AddNode(index.Node{Name: b.String("f"), Parent: index.NoParent})
+	b.AddRange(0x1000, 0x1100, n)
+	b.AddLine(0x1000, b.String("a.c"), 3, 0)
+	ix, err := b.Build()
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := &indexCache{dir: f.TempDir()}
+	if err := c.store("seed"+cacheSuffix, ix, []string{"a warning"}); err != nil {
+		f.Fatal(err)
+	}
+	seed, err := os.ReadFile(filepath.Join(c.dir, "seed"+cacheSuffix))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte(entryMagic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ix, _, err := decodeEntry(data)
+		if err == nil {
+			ix.Lookup(0x1000)
+		}
+	})
 }

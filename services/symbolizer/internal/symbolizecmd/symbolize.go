@@ -138,11 +138,12 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 	closeBinary := func() { _ = b.Close(); fetched() }
 	cache, key := c.cache(b)
 	if cache != nil {
-		if ix := cache.load(key); ix != nil {
+		if ix, warnings := cache.load(key); ix != nil {
 			// A smaller --cache-size takes effect on the next run, hit or miss.
 			if err := cache.evict(); err != nil {
 				c.warn(err)
 			}
+			c.warnBuild(warnings)
 			c.warnFidelity(ix.Fidelity())
 			closeBinary()
 			return ix, func() {}, nil
@@ -164,14 +165,11 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// What the build skipped, as llvm-symbolizer warns of a .dwo or debug file it cannot read:
-	// otherwise a missing debug file looks like a binary without functions.
-	for _, w := range b.Info().Warnings {
-		c.warn(fmt.Errorf("%s: %s", c.Obj, w))
-	}
+	warnings := b.Info().Warnings
+	c.warnBuild(warnings)
 	c.warnFidelity(ix.Fidelity())
 	if cache != nil {
-		if err := cache.store(key, ix); err != nil {
+		if err := cache.store(key, ix, warnings); err != nil {
 			c.warn(err)
 		}
 	}
@@ -218,6 +216,15 @@ func debugDirs(given []string) []string {
 		}
 	}
 	return dirs
+}
+
+// warnBuild prints what the index's build skipped, as llvm-symbolizer warns of a .dwo or debug
+// file it cannot read: otherwise a missing debug file looks like a binary without functions.
+// A run that loads the index from the cache prints them too: its answers lack the same.
+func (c *Cmd) warnBuild(warnings []string) {
+	for _, w := range warnings {
+		c.warn(fmt.Errorf("%s: %s", c.Obj, w))
+	}
 }
 
 // warnFidelity says when the answers will lack files and lines because only a symbol table
