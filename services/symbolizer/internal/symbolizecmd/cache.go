@@ -113,10 +113,11 @@ func (c *indexCache) store(key string, ix *index.Index, warnings []string) error
 	if err != nil {
 		return fmt.Errorf("index cache: %w", err)
 	}
-	blob := make([]byte, 0, len(entryMagic)+binary.MaxVarintLen64+len(w)+len(encoded))
-	blob = binary.AppendUvarint(append(blob, entryMagic...), uint64(len(w)))
-	blob = append(append(blob, w...), encoded...)
-	if c.maxBytes > 0 && int64(len(blob)) > c.maxBytes {
+	// The header is written before the encoding, not joined to it: a copy of a large
+	// binary's index would add tens of MB to the run's peak memory.
+	header := binary.AppendUvarint([]byte(entryMagic), uint64(len(w)))
+	header = append(header, w...)
+	if c.maxBytes > 0 && int64(len(header)+len(encoded)) > c.maxBytes {
 		return nil // larger than the whole cache: not kept
 	}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
@@ -126,7 +127,10 @@ func (c *indexCache) store(key string, ix *index.Index, warnings []string) error
 	if err != nil {
 		return fmt.Errorf("index cache: %w", err)
 	}
-	_, werr := tmp.Write(blob)
+	_, werr := tmp.Write(header)
+	if werr == nil {
+		_, werr = tmp.Write(encoded)
+	}
 	if cerr := tmp.Close(); werr == nil {
 		werr = cerr
 	}
