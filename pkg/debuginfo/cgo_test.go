@@ -1,7 +1,6 @@
 package debuginfo_test
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -58,11 +57,7 @@ func main() {
 // answers it, inlined C frames included. pclntab describes Go functions only; the functions
 // and inline trees of the C units come from DWARF.
 func TestCgoInlinedC(t *testing.T) {
-	for _, tool := range []string{"go", "gcc", "llvm-symbolizer"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "go", "gcc", "llvm-symbolizer")
 	obj := testsupport.BuildGo(t, t.TempDir(), cgoProgram, "CGO_ENABLED=1")
 	addrs := namedFunctionAddrs(t, obj, func(name string) bool { return name == "c_work" || name == "cmp_u32" },
 		50, "c_work and cmp_u32: the C functions are missing")
@@ -94,11 +89,7 @@ func TestCgoInlinedC(t *testing.T) {
 // linked one has the C objects' code under local section symbols. pclntab names the functions
 // in both, and knows no file of the C ones.
 func TestGoSymbolFiles(t *testing.T) {
-	for _, tool := range []string{"go", "gcc", "llvm-symbolizer"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "go", "gcc", "llvm-symbolizer")
 	for _, mode := range []string{"external", "internal"} {
 		t.Run(mode, func(t *testing.T) {
 			obj := testsupport.BuildGo(t, t.TempDir(), cgoProgram, "CGO_ENABLED=1", "GOFLAGS=-ldflags=-linkmode="+mode)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // ltoMarker is the name gcc's LTO gives the symbol it writes into .debug_info for each source
@@ -23,11 +24,7 @@ var ltoMarker = regexp.MustCompile(`^[a-z]\.c\.[0-9a-f]{8}$`)
 // The engine takes no name from a section that is not loaded: on every address of the
 // program's functions it answers as llvm-symbolizer does on a copy without those symbols.
 func TestLTOMarkersNameNoCode(t *testing.T) {
-	for _, tool := range []string{"gcc", "objcopy", "llvm-symbolizer"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "gcc", "objcopy", "llvm-symbolizer")
 	dir := t.TempDir()
 	var srcs []string
 	for _, unit := range []string{"a", "b", "c"} {

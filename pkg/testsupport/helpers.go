@@ -71,6 +71,17 @@ func BuildGo(t testing.TB, dir, src string, env ...string) string {
 	return out
 }
 
+// RequireTools fails the test unless every tool is in PATH: the tools .ci/install-deps
+// installs, which a pipeline must not pass by skipping.
+func RequireTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
+		}
+	}
+}
+
 // lookBinary finds name in PATH or fails the test saying how to install it.
 func lookBinary(t testing.TB, name, hint string) string {
 	t.Helper()

@@ -444,11 +444,7 @@ func TestStrippedExecutableBesideDebugFile(t *testing.T) {
 // the process's filesystem) and then the executable's program headers; a build-ID entry that
 // is a symbolic link out of the root is not followed, even to the right file.
 func TestDebugFileInProcessRoot(t *testing.T) {
-	for _, tool := range []string{"dwz", "objcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "dwz", "objcopy")
 	url := startSymbolizer(t)
 	dir, root := t.TempDir(), t.TempDir()
 	run := func(args ...string) { t.Helper(); elfxtest.Run(t, args[0], args[1:]...) }

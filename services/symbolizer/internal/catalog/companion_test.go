@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 func TestCompanionsVariant(t *testing.T) {
@@ -61,9 +62,7 @@ func stateNames(ss []debuginfov1.CompanionState) []string {
 
 func sh(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	if _, err := exec.LookPath(args[0]); err != nil {
-		t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", args[0], err)
-	}
+	testsupport.RequireTools(t, args[0])
 	cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {

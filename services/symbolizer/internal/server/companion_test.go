@@ -53,11 +53,7 @@ int main(int argc, char **argv) { (void)argv; printf("%d\n", f2(argc)); return 0
 
 func need(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, tools...)
 }
 
 func run(t *testing.T, dir, name string, args ...string) string {

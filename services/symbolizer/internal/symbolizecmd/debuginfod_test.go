@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,11 +34,7 @@ int main(int argc, char **argv) { (void)argv; printf("%%d\n", fetched_%d(argc));
 // build ID, so the next run needs no server; a server that sends the file of another build
 // is not believed.
 func TestDebuginfodFetch(t *testing.T) {
-	for _, tool := range []string{"dwz", "objcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "dwz", "objcopy")
 	work, served := t.TempDir(), t.TempDir()
 	run := func(args ...string) { t.Helper(); elfxtest.Run(t, args[0], args[1:]...) }
 	// Two builds sharing their DWARF through a dwz common file that is nowhere its link says.

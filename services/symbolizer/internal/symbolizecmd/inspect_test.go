@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 // TestInspectUnreadableDWARF: inspect says when a file's DWARF does not read, and why.
@@ -53,11 +55,7 @@ func TestInspectUnreadableDWARF(t *testing.T) {
 // whether it was found, recognizes the common file itself, and counts the skeleton units of
 // a split build and those missing their package.
 func TestInspectCompanions(t *testing.T) {
-	for _, tool := range []string{"gcc", "dwz", "dwp"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
-		}
-	}
+	testsupport.RequireTools(t, "gcc", "dwz", "dwp")
 	dir := t.TempDir()
 	sh := func(args ...string) {
 		t.Helper()
