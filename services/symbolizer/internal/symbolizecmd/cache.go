@@ -42,6 +42,20 @@ func DefaultCacheDir() string {
 	return filepath.Join(d, "profsym", "index")
 }
 
+// cacheDirOr is the cache directory given, or the default when none was.
+func cacheDirOr(given string) string {
+	if given != "" {
+		return given
+	}
+	return DefaultCacheDir()
+}
+
+// touch marks a cache entry used now: the modification time orders entries for eviction.
+func touch(path string) {
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+}
+
 // key names the index of b. It fails only when the debug file cannot be read.
 func (c *indexCache) key(b *debuginfo.Binary) (string, error) {
 	ids := b.IDs()
@@ -79,9 +93,7 @@ func (c *indexCache) load(key string) (*index.Index, []string) {
 		_ = os.Remove(path)
 		return nil, nil
 	}
-	// The modification time orders entries for eviction: a used entry is recent.
-	now := time.Now()
-	_ = os.Chtimes(path, now, now)
+	touch(path)
 	return ix, warnings
 }
 

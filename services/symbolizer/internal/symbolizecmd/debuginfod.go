@@ -124,9 +124,7 @@ const missTTL = 10 * time.Minute
 func (d fromDebuginfod) fetch(dir, id string, check func(path string) error) (string, error) {
 	kept := filepath.Join(dir, id, fetchedName)
 	if _, err := os.Stat(kept); err == nil {
-		// The modification time orders the cache's entries for eviction (indexCache.evict).
-		now := time.Now()
-		_ = os.Chtimes(kept, now, now)
+		touch(kept)
 		return kept, nil
 	}
 	miss := filepath.Join(dir, id, missName)

@@ -32,11 +32,7 @@ type InspectCmd struct {
 func (c *InspectCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *InspectCmd) run(out io.Writer) error {
-	cacheDir := c.CacheDir
-	if cacheDir == "" {
-		cacheDir = DefaultCacheDir()
-	}
-	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: cacheDir, warn: func(err error) {
+	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: cacheDirOr(c.CacheDir), warn: func(err error) {
 		fmt.Fprintf(os.Stderr, "symbolizer debuginfo inspect: %v\n", err)
 	}}
 	b, fetched, done, err := servers.open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir),

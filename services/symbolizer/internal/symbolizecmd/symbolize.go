@@ -194,13 +194,10 @@ func (c *Cmd) cache(b *debuginfo.Binary) (*indexCache, string) {
 // cacheDir is the cache directory in force: --cache-dir, else the default; "" with
 // --no-cache or when the user has no cache directory.
 func (c *Cmd) cacheDir() string {
-	switch {
-	case c.NoCache:
+	if c.NoCache {
 		return ""
-	case c.CacheDir != "":
-		return c.CacheDir
 	}
-	return DefaultCacheDir()
+	return cacheDirOr(c.CacheDir)
 }
 
 // debugDirs is the --debug-dir list in force: the system's directory when none was given,
