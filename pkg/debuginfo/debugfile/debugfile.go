@@ -71,6 +71,13 @@ func ReadDebuglink(f *elfx.File) (Debuglink, bool) {
 	return Debuglink{Name: name, CRC: f.ELF().ByteOrder.Uint32(data[crcOff:])}, true
 }
 
+// BuildIDPath is where the debug file of build ID id lies below dir in the build-ID layout
+// GDB, elfutils and the distributions' packages use: dir/.build-id/ab/cdef.debug. id is at
+// least three hex digits.
+func BuildIDPath(dir, id string) string {
+	return filepath.Join(dir, ".build-id", id[:2], id[2:]+".debug")
+}
+
 // Find returns the path of the separate debug file of the binary f (read from binaryPath,
 // with IDs ids) and how it was found (HowBuildID or HowDebugLink).
 //
@@ -82,7 +89,7 @@ func ReadDebuglink(f *elfx.File) (Debuglink, bool) {
 func Find(f *elfx.File, ids buildid.IDs, binaryPath string, dirs []string) (path string, how string, err error) {
 	if id := ids.GNU; binaryid.ValidHex(id) && len(id) > 2 {
 		for _, d := range dirs {
-			p := filepath.Join(d, ".build-id", id[:2], id[2:]+".debug")
+			p := BuildIDPath(d, id)
 			if sameBuildID(p, id) {
 				return p, HowBuildID, nil
 			}

@@ -181,7 +181,7 @@ func FindSupplementary(link SupLink, linkerPath string, dirs []string) (path, ho
 	nPath := len(cands)
 	if len(link.ID) > 2 {
 		for _, d := range dirs {
-			cands = append(cands, filepath.Join(d, ".build-id", link.ID[:2], link.ID[2:]+".debug"))
+			cands = append(cands, BuildIDPath(d, link.ID))
 		}
 	}
 	for i, c := range cands {

@@ -33,7 +33,7 @@ func (u *Uploader) offerDebugFile(ctx context.Context, j job) {
 	if !binaryid.ValidHex(id) || len(id) < 3 {
 		return
 	}
-	rel := path.Join(DebugDir, ".build-id", id[:2], id[2:]+".debug")
+	rel := debugfile.BuildIDPath(DebugDir, id)
 	f, ef, err := u.openInRoot(j.root, rel)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -19,6 +19,7 @@ import (
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/debugfile"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/testsupport"
@@ -470,7 +471,7 @@ func TestDebugFileInProcessRoot(t *testing.T) {
 		debugs = append(debugs, debug)
 	}
 	buildIDPath := func(id string) string {
-		p := filepath.Join(root, DebugDir, ".build-id", id[:2], id[2:]+".debug")
+		p := debugfile.BuildIDPath(filepath.Join(root, DebugDir), id)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
