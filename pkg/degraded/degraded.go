@@ -73,10 +73,17 @@ func (t *Tracker) Fail(err error) {
 }
 
 // OK records a successful call; it ends a degraded mode.
-func (t *Tracker) OK() {
+func (t *Tracker) OK() { t.OKStarted(time.Time{}) }
+
+// OKStarted records a successful call that began at start. A call begun before the degraded
+// mode started was under way when the dependency went away: its success says nothing about
+// the dependency now and does not end the mode (concurrent calls finish in any order; without
+// this, an outage logged "degraded", "recovered" and "degraded" again within milliseconds).
+// A zero start is a call of unknown start, which counts, as OK.
+func (t *Tracker) OKStarted(start time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.down {
+	if !t.down || (!start.IsZero() && start.Before(t.since)) {
 		return
 	}
 	t.log.Info(t.name+" recovered", "dependency", t.name, "after", t.now().Sub(t.since).Round(time.Millisecond),

@@ -68,3 +68,30 @@ func TestOnChangeFollowsTheMode(t *testing.T) {
 		t.Fatalf("changes = %v, want %v", changes, want)
 	}
 }
+
+// TestOKStartedBeforeTheOutage: a call under way when the dependency went away, whose success
+// arrives after the first failure, does not end the degraded mode; one begun after it does.
+func TestOKStartedBeforeTheOutage(t *testing.T) {
+	var buf bytes.Buffer
+	clock := time.Unix(1000, 0)
+	tr := New("downstream", "exports are queued and retried", time.Minute, slog.New(slog.NewTextHandler(&buf, nil)))
+	tr.now = func() time.Time { return clock }
+
+	inFlight := clock
+	clock = clock.Add(5 * time.Millisecond)
+	tr.Fail(errors.New("connection refused"))
+	clock = clock.Add(2 * time.Millisecond)
+	tr.OKStarted(inFlight)
+	if !tr.Degraded() {
+		t.Fatalf("a call begun before the outage ended it:\n%s", buf.String())
+	}
+	after := clock
+	clock = clock.Add(time.Second)
+	tr.OKStarted(after)
+	if tr.Degraded() {
+		t.Fatal("a call begun during the outage did not end it")
+	}
+	if lines := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "recovered") {
+		t.Fatalf("want one degraded and one recovered line:\n%s", buf.String())
+	}
+}

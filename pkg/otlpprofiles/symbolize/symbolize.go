@@ -510,7 +510,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 		}
 		return failAll(ReasonSymbolizerError)
 	}
-	s.health.OK()
+	s.health.OKStarted(start)
 	if len(resp.Msg.GetModules()) != len(req.Modules) {
 		return failAll(ReasonBadResponse)
 	}

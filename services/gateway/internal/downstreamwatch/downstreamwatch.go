@@ -119,12 +119,13 @@ func (w *Watch) tracker(endpoint string) *degraded.Tracker {
 	return t
 }
 
-// observe records one export attempt's outcome. An attempt the exporter gave up itself (its
-// context canceled at shutdown) says nothing about the downstream.
-func (w *Watch) observe(ctx context.Context, endpoint string, err error) {
+// observe records the outcome of one export attempt begun at start. An attempt the exporter
+// gave up itself (its context canceled at shutdown) says nothing about the downstream, nor
+// does the success of one that was under way when the downstream went away.
+func (w *Watch) observe(ctx context.Context, endpoint string, start time.Time, err error) {
 	switch {
 	case err == nil:
-		w.tracker(endpoint).OK()
+		w.tracker(endpoint).OKStarted(start)
 	case errors.Is(ctx.Err(), context.Canceled):
 	default:
 		w.tracker(endpoint).Fail(err)
@@ -136,8 +137,9 @@ func (w *Watch) observe(ctx context.Context, endpoint string, err error) {
 func (w *Watch) GetGRPCClientOptions(context.Context) ([]grpc.DialOption, error) {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			start := time.Now()
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			w.observe(ctx, cc.Target(), err)
+			w.observe(ctx, cc.Target(), start, err)
 			return err
 		})}, nil
 }
@@ -157,11 +159,12 @@ type roundTripper struct {
 }
 
 func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
 	resp, err := rt.base.RoundTrip(req)
 	if err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests) {
-		rt.w.observe(req.Context(), req.URL.Host, fmt.Errorf("HTTP %s", resp.Status))
+		rt.w.observe(req.Context(), req.URL.Host, start, fmt.Errorf("HTTP %s", resp.Status))
 		return resp, nil
 	}
-	rt.w.observe(req.Context(), req.URL.Host, err)
+	rt.w.observe(req.Context(), req.URL.Host, start, err)
 	return resp, err
 }
