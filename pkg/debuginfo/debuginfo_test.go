@@ -190,3 +190,30 @@ func TestGoUsesPclntab(t *testing.T) {
 		t.Errorf("Lookup(main.work) = %+v, want main.work at %s:4", frames, src)
 	}
 }
+
+func TestIsPackageInitializer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"encoding/xml.init", true},
+		{"main.init.0", true},
+		{"github.com/minio/minio/cmd.init.12", true},
+		{"github.com/minio/minio/cmd.map.init.3", true},
+		{"go.opentelemetry.io/otel/semconv/v1%2e17%2e0.init", true},
+		{"gopkg.in/yaml%2ev3.init.1", true},
+		{"github.com/fraugster/parquet-go.constDecoder.init", false}, // a method named init
+		{"sync.(*Once).init", false},
+		{"main.init.func1", false}, // a closure of an initializer: ordinary code
+		{"main.init.0.func2", false},
+		{"main.init.", false},
+		{"main.initialize", false},
+		{"main.reinit", false},
+		{"init", false},
+		{"", false},
+	} {
+		if got := debuginfo.IsPackageInitializer(tc.name); got != tc.want {
+			t.Errorf("IsPackageInitializer(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -98,6 +98,18 @@ func (p *Prepared) SpellFilesAs(names []string) {
 	}
 }
 
+// Leave takes the functions whose entry address is among entries out of what Commit adds,
+// with their inlined calls: a caller that read them from DWARF.
+func (p *Prepared) Leave(entries []uint64) {
+	if len(entries) == 0 {
+		return
+	}
+	p.st.leave = make(map[uint64]bool, len(entries))
+	for _, e := range entries {
+		p.st.leave[e] = true
+	}
+}
+
 // Commit adds the staged table to b and returns what was read.
 func (p *Prepared) Commit(b *index.Builder) Stats {
 	p.st.commit(b)
@@ -165,6 +177,7 @@ type stage struct {
 
 	fileIDs map[uint64]uint32 // filetab string offset -> local string ID
 	noLines bool              // see LoadFunctions
+	leave   map[uint64]bool   // entries of the functions commit leaves out (Prepared.Leave)
 }
 
 func newStage() *stage {
@@ -188,18 +201,29 @@ func (s *stage) commit(b *index.Builder) {
 	for i, v := range s.list {
 		ids[i] = b.String(v)
 	}
-	base := index.NodeID(b.NumNodes())
 	// The counts are known: reserving once keeps the Builder from growing its slice of
 	// hundreds of thousands of nodes by appending (see Builder.Grow).
 	b.Grow(len(s.nodes), s.ranges.len(), s.lines.len())
-	for _, n := range s.nodes {
-		n.Name, n.LinkageName, n.CallFile, n.DeclFile = ids[n.Name], ids[n.LinkageName], ids[n.CallFile], ids[n.DeclFile]
-		if n.Parent != index.NoParent {
-			n.Parent += base
+	// A staged node's parent comes before it, so one pass maps each to its Builder ID, or to
+	// NoParent where its function is left out.
+	nid := make([]index.NodeID, len(s.nodes))
+	for i, n := range s.nodes {
+		switch {
+		case n.Parent == index.NoParent && s.leave[n.StartAddress],
+			n.Parent != index.NoParent && nid[n.Parent] == index.NoParent:
+			nid[i] = index.NoParent
+			continue
+		case n.Parent != index.NoParent:
+			n.Parent = nid[n.Parent]
 		}
-		b.AddNode(n)
+		n.Name, n.LinkageName, n.CallFile, n.DeclFile = ids[n.Name], ids[n.LinkageName], ids[n.CallFile], ids[n.DeclFile]
+		nid[i] = b.AddNode(n)
 	}
-	s.ranges.each(func(r *stRange) { b.AddRange(r.lo, r.hi, base+index.NodeID(r.node)) })
+	s.ranges.each(func(r *stRange) {
+		if id := nid[r.node]; id != index.NoParent {
+			b.AddRange(r.lo, r.hi, id)
+		}
+	})
 	s.lines.each(func(l *stLine) {
 		if l.end {
 			b.EndSequence(l.addr)

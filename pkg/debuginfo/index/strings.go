@@ -21,8 +21,11 @@ import (
 //	crc32c      uint32   Castagnoli CRC over the payload
 //	payload     count, count lengths (uvarints), then the concatenated bytes
 //
-// The tag is the first 48 bits of the payload's SHA-256 in hex: two tables with one tag hold
-// the same strings under the same IDs.
+// The tag is the first 48 bits of the SHA-256 of the index format version and the payload, in
+// hex: two tables with one tag hold the same strings under the same IDs, and belong to indexes
+// built by builders that give the same answers (the format version changes with those
+// answers). Results kept by tag in a shared cache are therefore never read by a symbolizer
+// whose answers differ, even where the strings did not change.
 type StringTable struct {
 	strs  []string
 	bytes int64
@@ -45,15 +48,17 @@ func (t *StringTable) String(id uint32) string { return t.strs[id] }
 func (t *StringTable) Tag() string {
 	t.tagOnce.Do(func() {
 		if t.tag == "" {
-			t.tag = tagOf(appendStrings(nil, t.strs))
+			t.tag = tagOf(formatVersion, appendStrings(nil, t.strs))
 		}
 	})
 	return t.tag
 }
 
-func tagOf(payload []byte) string {
-	sum := sha256.Sum256(payload)
-	return hex.EncodeToString(sum[:6])
+func tagOf(version uint16, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte{byte(version), byte(version >> 8)})
+	h.Write(payload)
+	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // Bytes is the table's approximate memory.
@@ -76,7 +81,7 @@ func (ix *Index) Strings() *StringTable {
 }
 
 func newStringTable(strs []string, payload []byte) *StringTable {
-	return &StringTable{strs: strs, tag: tagOf(payload), bytes: int64(len(payload)) + 16*int64(len(strs))}
+	return &StringTable{strs: strs, tag: tagOf(formatVersion, payload), bytes: int64(len(payload)) + 16*int64(len(strs))}
 }
 
 // MarshalStrings serializes ix's string table alone.

@@ -129,3 +129,16 @@ func FuzzUnmarshalStrings(f *testing.F) {
 		}
 	})
 }
+
+// TestTagNamesTheFormatVersion: results a shared cache keeps by tag are those of one version of
+// the index builder, whose answers change with the format version even where its strings do
+// not, so one table's tag differs between versions.
+func TestTagNamesTheFormatVersion(t *testing.T) {
+	payload := appendStrings(nil, []string{"", "main", "main.go"})
+	if a, b := tagOf(formatVersion, payload), tagOf(formatVersion-1, payload); a == b {
+		t.Fatalf("tag %s is the same under format versions %d and %d", a, formatVersion, formatVersion-1)
+	}
+	if a, b := tagOf(formatVersion, payload), tagOf(formatVersion, payload); a != b {
+		t.Fatalf("one table, two tags: %s and %s", a, b)
+	}
+}
