@@ -181,21 +181,22 @@ func (c *Client) fetch(ctx context.Context, id, key string, kinds []kind) (bool,
 			continue
 		}
 		for _, kind := range kinds {
+			start := time.Now()
 			path, err := c.download(ctx, u.url+"/buildid/"+id+"/"+kind.path)
 			if errors.Is(err, ErrNotFound) {
-				u.result(true)
+				u.result(true, start)
 				c.count(u.url, "not_found")
 				continue
 			}
 			if err != nil {
-				u.result(false)
+				u.result(false, start)
 				c.count(u.url, "error")
 				u.health.Fail(err)
 				c.opt.Logger.Debug("debuginfod fetch failed", "upstream", u.url, "build_id", id, "err", err)
 				errs = append(errs, err)
 				break
 			}
-			u.result(true)
+			u.result(true, start)
 			_, err = c.meta.Ingest(ctx, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: id}, path, kind.typ, debuginfov1.UploadSource_UPLOAD_SOURCE_DEBUGINFOD)
 			if rerr := os.Remove(path); rerr != nil {
 				c.opt.Logger.Warn("remove downloaded debuginfod file", "path", path, "err", rerr)
@@ -293,9 +294,10 @@ func (u *upstream) allow() bool {
 	return !time.Now().Before(u.openUntil)
 }
 
-func (u *upstream) result(ok bool) {
+// result records the outcome of a download begun at start.
+func (u *upstream) result(ok bool, start time.Time) {
 	if ok {
-		u.health.OK()
+		u.health.OKStarted(start)
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -264,11 +264,12 @@ func (c *Cache) Get(ctx context.Context, keys []Key, out []string, found []bool)
 	if len(missIdx) == 0 || !c.redisUp() {
 		return
 	}
+	start := time.Now()
 	rh, err := c.getRedis(ctx, keys, missIdx, out, found)
 	if err != nil {
 		c.redisFailed("get", err)
 	} else {
-		c.health.OK()
+		c.health.OKStarted(start)
 	}
 	c.metric("redis", rh, len(missIdx)-rh)
 	if rh > 0 && c.opt.LocalSize > 0 {
@@ -593,6 +594,7 @@ func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []string) {
 	}
 	b := newBatch(keys, idx, vals)
 	defer b.release()
+	start := time.Now()
 	_, err := c.opt.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, bk := range b.buckets {
 			end := bk.arg + 2 + 2*bk.n
@@ -607,7 +609,7 @@ func (c *Cache) putRedis(ctx context.Context, keys []Key, vals []string) {
 		c.redisFailed("set", fmt.Errorf("hset %d buckets: %w", len(b.buckets), err))
 		return
 	}
-	c.health.OK()
+	c.health.OKStarted(start)
 }
 
 func (c *Cache) addLocal(k Key, v string) {

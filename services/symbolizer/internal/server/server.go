@@ -389,7 +389,7 @@ func (h *storeHealth) Fail(op string, err error) {
 	h.tracker.Fail(fmt.Errorf("%s: %w", op, err))
 }
 
-func (h *storeHealth) OK() { h.tracker.OK() }
+func (h *storeHealth) OK(start time.Time) { h.tracker.OKStarted(start) }
 
 // loopbackOnly reports whether a listen address can be reached from this host alone.
 func loopbackOnly(addr string) bool {

@@ -8,11 +8,12 @@ import (
 )
 
 // Health receives the outcome of every call that reached the backend: Fail with the operation
-// (put, open, read, size, delete, copy, list, presign, ping) and its error, OK on success.
-// A degraded.Tracker plus a counter is the usual pair.
+// (put, open, read, size, delete, copy, list, presign, ping) and its error, OK on success with
+// the time the call began (a call begun before the store went away says nothing about it now:
+// see degraded.Tracker.OKStarted). A degraded.Tracker plus a counter is the usual pair.
 type Health interface {
 	Fail(op string, err error)
-	OK()
+	OK(start time.Time)
 }
 
 // Observe returns s with every call's outcome reported to h, so that a store going away (MinIO
@@ -59,15 +60,15 @@ func (e *BackendError) Unwrap() error { return e.Err }
 // Is makes every BackendError match ErrUnavailable.
 func (e *BackendError) Is(target error) bool { return target == ErrUnavailable }
 
-// report hands the outcome to the health tracker and returns err, as a *BackendError when it
-// is the backend's failure.
-func (o *observed) report(ctx context.Context, op string, err error) error {
+// report hands the outcome of a call begun at start to the health tracker and returns err, as
+// a *BackendError when it is the backend's failure.
+func (o *observed) report(ctx context.Context, op string, start time.Time, err error) error {
 	switch {
 	case err == nil:
-		o.h.OK()
+		o.h.OK(start)
 	case errors.Is(err, ErrNotExist):
 		// The backend answered: it is up.
-		o.h.OK()
+		o.h.OK(start)
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller gave up; the store said nothing about itself. A deadline that ran out
 		// is the store's slowness and counts.
@@ -94,16 +95,18 @@ func (c *clientReader) Read(p []byte) (int, error) {
 
 func (o *observed) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	cr := &clientReader{r: r}
+	start := time.Now()
 	err := o.s.Put(ctx, key, cr, size)
 	if err != nil && cr.err != nil {
 		return err
 	}
-	return o.report(ctx, "put", err)
+	return o.report(ctx, "put", start, err)
 }
 
 func (o *observed) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	start := time.Now()
 	rc, size, err := o.s.Open(ctx, key)
-	if err = o.report(ctx, "open", err); err != nil {
+	if err = o.report(ctx, "open", start, err); err != nil {
 		return nil, 0, err
 	}
 	return &observedBody{rc: rc, o: o, ctx: ctx}, size, nil
@@ -118,9 +121,10 @@ type observedBody struct {
 }
 
 func (b *observedBody) Read(p []byte) (int, error) {
+	start := time.Now()
 	n, err := b.rc.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
-		err = b.o.report(b.ctx, "read", err)
+		err = b.o.report(b.ctx, "read", start, err)
 	}
 	return n, err
 }
@@ -128,33 +132,39 @@ func (b *observedBody) Read(p []byte) (int, error) {
 func (b *observedBody) Close() error { return b.rc.Close() }
 
 func (o *observed) Size(ctx context.Context, key string) (int64, error) {
+	start := time.Now()
 	n, err := o.s.Size(ctx, key)
-	return n, o.report(ctx, "size", err)
+	return n, o.report(ctx, "size", start, err)
 }
 
 func (o *observed) Delete(ctx context.Context, key string) error {
+	start := time.Now()
 	err := o.s.Delete(ctx, key)
-	return o.report(ctx, "delete", err)
+	return o.report(ctx, "delete", start, err)
 }
 
 func (o *observed) Copy(ctx context.Context, src, dst string) error {
+	start := time.Now()
 	err := o.s.Copy(ctx, src, dst)
-	return o.report(ctx, "copy", err)
+	return o.report(ctx, "copy", start, err)
 }
 
 func (o *observed) List(ctx context.Context, prefix string) ([]string, error) {
+	start := time.Now()
 	keys, err := o.s.List(ctx, prefix)
-	return keys, o.report(ctx, "list", err)
+	return keys, o.report(ctx, "list", start, err)
 }
 
 func (o *observed) PresignPut(ctx context.Context, key string, expiry time.Duration) (string, map[string]string, bool, error) {
+	start := time.Now()
 	url, headers, ok, err := o.s.PresignPut(ctx, key, expiry)
-	return url, headers, ok, o.report(ctx, "presign", err)
+	return url, headers, ok, o.report(ctx, "presign", start, err)
 }
 
 func (o *observed) Ping(ctx context.Context) error {
+	start := time.Now()
 	err := o.s.Ping(ctx)
-	return o.report(ctx, "ping", err)
+	return o.report(ctx, "ping", start, err)
 }
 
 func (o *observed) String() string { return o.s.String() }

@@ -7,15 +7,22 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 )
 
 type tally struct {
-	fails map[string]int
-	oks   int
+	fails    map[string]int
+	oks      int
+	unstated int // successes reported without their call's start
 }
 
 func (t *tally) Fail(op string, _ error) { t.fails[op]++ }
-func (t *tally) OK()                     { t.oks++ }
+func (t *tally) OK(start time.Time) {
+	t.oks++
+	if start.IsZero() || start.After(time.Now()) {
+		t.unstated++
+	}
+}
 
 // failingReader is an upload body whose client went away.
 type failingReader struct{}
@@ -59,8 +66,8 @@ func TestObserveCountsTheStoresFailuresOnly(t *testing.T) {
 	if len(h.fails) != 0 {
 		t.Fatalf("failures counted for the caller's or the client's faults: %v", h.fails)
 	}
-	if h.oks < 3 {
-		t.Fatalf("%d successes seen", h.oks)
+	if h.oks < 3 || h.unstated > 0 {
+		t.Fatalf("%d successes seen, %d without the time their call began", h.oks, h.unstated)
 	}
 	// The store itself gone: its calls fail and are counted by operation.
 	if err := os.RemoveAll(dir); err != nil {
