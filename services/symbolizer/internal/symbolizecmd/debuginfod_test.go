@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -102,6 +103,14 @@ func TestDebuginfodFetch(t *testing.T) {
 	if got.DebugFileFoundBy != "debuginfod" || got.DebugFile != filepath.Join(inspectDir, "debuginfod", id(bins[0]), "debuginfo") ||
 		got.Supplementary.FoundBy != "debuginfod" || got.Supplementary.Missing || got.Fidelity != "full" {
 		t.Fatalf("inspect with debuginfod: %+v, want the debug and common files found by debuginfod and full fidelity\n%s", got, rep.String())
+	}
+	// Its fetched files count against --cache-size, as symbolize's do.
+	ic.CacheSize = 1
+	if err := ic.run(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(inspectDir, "debuginfod", "*", "debuginfo")); len(kept) > 0 {
+		t.Fatalf("inspect --cache-size=1 kept %v", kept)
 	}
 	d.Stop()
 	if again, stderr := symbolize(d.URL()); again != out || stderr != "" {

@@ -24,6 +24,7 @@ type InspectCmd struct {
 	DWARFPackage   string `name:"dwarf-package" help:"DWARF package (.dwp) to use instead of FILE.dwp." type:"existingfile" placeholder:"FILE"`
 	DebuginfodURLs string `name:"debuginfod-urls" env:"DEBUGINFOD_URLS" help:"debuginfod servers to ask, in turn, for what symbolize would ask them for: the separate debug file of a binary that has neither DWARF nor a Go pclntab and whose debug file is not on disk, and a missing dwz supplementary file; space-separated. Fetched files are kept by build ID under the cache directory, where symbolize finds them." placeholder:"URLS"`
 	CacheDir       string `help:"The cache directory symbolize uses, where fetched debuginfod files are kept (default: profsym/index under the user's cache directory)." placeholder:"DIR" env:"SYMBOLIZER_CACHE_DIR"`
+	CacheSize      int64  `help:"Largest total size of the cache directory in bytes, as for symbolize: after a fetch, the least recently used indexes and fetched files are removed beyond it." default:"2147483648" placeholder:"BYTES"`
 	JSON           bool   `help:"Print the report as JSON."`
 	NoIndex        bool   `help:"Do not build the index (faster; omits index statistics)." name:"no-index"`
 }
@@ -32,12 +33,20 @@ type InspectCmd struct {
 func (c *InspectCmd) Run() error { return c.run(os.Stdout) }
 
 func (c *InspectCmd) run(out io.Writer) error {
-	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: cacheDirOr(c.CacheDir), warn: func(err error) {
-		fmt.Fprintf(os.Stderr, "symbolizer debuginfo inspect: %v\n", err)
-	}}
+	warn := func(err error) { fmt.Fprintf(os.Stderr, "symbolizer debuginfo inspect: %v\n", err) }
+	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: cacheDirOr(c.CacheDir), warn: warn}
 	b, fetched, done, err := servers.open(c.File, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir),
 		SupplementaryFile: c.Supplementary, DWARFPackage: c.DWARFPackage})
 	defer done()
+	if len(fetched) > 0 {
+		// What was fetched counts against the cache's size as symbolize's fetches do; it is the
+		// most recently used, so it goes last.
+		defer func() {
+			if err := (&indexCache{dir: servers.cacheDir, maxBytes: c.CacheSize}).evict(); err != nil {
+				warn(err)
+			}
+		}()
+	}
 	if err != nil {
 		return err
 	}
