@@ -196,6 +196,18 @@ func FuzzLoad(f *testing.F) {
 		if err == nil {
 			ix.Lookup(0x1000)
 		}
+		// As a Go binary's DWARF is read: a unit a mutation makes Go's (DW_AT_language) gives
+		// its line table and the functions GoFunctions accepts.
+		b := index.NewBuilder()
+		if st, err := Load(secs, binary.LittleEndian, b, Options{Workers: 2, LinesOnly: true, OtherLanguagesFunctions: true,
+			GoFunctions: func(name string) bool { return len(name)%2 == 0 }}); err == nil {
+			if len(st.GoFunctionEntries) > st.Functions {
+				t.Fatalf("%d Go function entries for %d functions", len(st.GoFunctionEntries), st.Functions)
+			}
+			if ix, err := b.Build(); err == nil {
+				ix.Lookup(0x1000)
+			}
+		}
 	})
 }
 
