@@ -21,7 +21,7 @@ func TestSkipAttrsAsReadAttr(t *testing.T) {
 		t.Fatal(err)
 	}
 	goBin := filepath.Join(dir, "go-program")
-	if out, err := exec.Command("go", "build", "-o", goBin, goSrc).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", goBin, goSrc).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	paths := map[string]string{"go": goBin}
