@@ -411,7 +411,8 @@ var errGoDWARFLines = errors.New("go DWARF line table unusable")
 // build feeds every usable source into one Builder. Go binaries are read from pclntab, which
 // carries functions, lines and the inline tree even when stripped and is much cheaper to decode
 // than Go's DWARF (their lines from the DWARF line table when they have one, and their package
-// initializers from DWARF: see goDWARFLines); other binaries from DWARF. Symbol tables fill the gaps either leaves.
+// initializers from DWARF: see goDWARFLines); other binaries from DWARF. Symbol tables fill
+// the gaps either leaves.
 func (b *Binary) build() (*index.Index, error) {
 	ix, err := b.buildFrom(true)
 	if errors.Is(err, errGoDWARFLines) {
