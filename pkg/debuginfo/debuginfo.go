@@ -462,8 +462,9 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					if prepErr != nil {
 						return gopclntab.Stats{}, prepErr
 					}
-					// Only file names are interned so far: the DWARF line table's, and the
-					// package initializers'.
+					// Only what DWARF gave is interned so far: its line table's file names
+					// and the strings of the functions read from it (package initializers,
+					// cgo's C units).
 					prep.SpellFilesAs(bld.Strings())
 					prep.Leave(initializers)
 					return prep.Commit(bld), nil

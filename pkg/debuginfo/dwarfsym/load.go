@@ -750,6 +750,8 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 	r := &secReader{data: dc.s.info[:u.hdr.end], off: int(u.rootOff), order: dc.s.order}
 	stack := []frameCtx{{node: -1}}
 	var fd funcDIE
+	// A Go unit walked in LinesOnly mode is walked for Options.GoFunctions alone.
+	goNamed := dc.linesOnly && u.language == langGo
 	// Producers may leave out the null entries that close the last open levels of a unit.
 	for len(stack) > 0 && r.off < len(r.data) {
 		off := uint64(r.off)
@@ -779,11 +781,11 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 		}
 		fd = funcDIE{off: off}
 		attrStart := r.off
-		if !inl && dc.linesOnly && u.language == langGo {
-			// Only here for Options.GoFunctions, which names the few functions to read: the
-			// others are skipped with their inlined instances, by their own name (a function
-			// named through an abstract origin is an inlinable one's copy, never an
-			// initializer), before any range or reference is resolved.
+		if !inl && goNamed {
+			// Options.GoFunctions names the few functions to read: the others are skipped
+			// with their inlined instances, by their own name (a function named through an
+			// abstract origin is an inlinable one's copy, never an initializer), before any
+			// range or reference is resolved.
 			if err := dc.readFunc(r, u, a, &fd, true); err != nil {
 				return err
 			}
@@ -829,7 +831,7 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 		if err != nil {
 			return err
 		}
-		if !inl && dc.linesOnly && u.language == langGo {
+		if !inl && goNamed {
 			dc.res.goEntries = append(dc.res.goEntries, entryOf(&fd, live))
 		}
 		ln := localNode{

@@ -129,13 +129,13 @@ const batchSize = 64
 // cached.
 func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 	servers := fromDebuginfod{urls: debuginfod.ParseURLs(c.DebuginfodURLs), cacheDir: c.cacheDir(), warn: c.warn}
-	b, _, fetched, err := servers.open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
+	b, _, done, err := servers.open(c.Obj, debuginfo.Options{DebugFile: c.DebugFile, DebugDirs: debugDirs(c.DebugDir)})
 	if err != nil {
-		fetched()
+		done()
 		return nil, nil, err
 	}
 	// Only read from: a failing close loses nothing.
-	closeBinary := func() { _ = b.Close(); fetched() }
+	closeBinary := func() { _ = b.Close(); done() }
 	cache, key := c.cache(b)
 	if cache != nil {
 		if ix, warnings := cache.load(key); ix != nil {
