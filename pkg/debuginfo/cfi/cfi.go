@@ -17,19 +17,20 @@ import (
 	"unsafe"
 )
 
-// CFARule says how the canonical frame address (the caller's RSP before the call) is found.
+// CFARule says how the canonical frame address (the caller's stack pointer before the call)
+// is found.
 type CFARule uint8
 
 const (
 	CFAUndefined  CFARule = iota // no CFI covers this address: the unwinder stops (counted as "no table")
-	CFARSP                       // CFA = RSP + CFAOffset
-	CFARBP                       // CFA = RBP + CFAOffset
+	CFASP                        // CFA = stack pointer + CFAOffset (RSP on x86-64)
+	CFAFP                        // CFA = frame pointer register + CFAOffset (RBP on x86-64)
 	CFAPLT                       // PLT stub expression: CFA = RSP + 8 + ((RIP & 15) >= CFAOffset ? 8 : 0); CFAOffset holds the threshold (10 or 11)
 	CFAExpression                // a DWARF expression or register the table cannot express (e.g. __restore_rt signal trampolines): the unwinder must stop
 	CFAEndOfStack                // return address undefined (DW_CFA_undefined rip, e.g. _start): the outermost frame, a clean end
 )
 
-var cfaRuleNames = [...]string{"undefined", "rsp", "rbp", "plt", "expression", "end-of-stack"}
+var cfaRuleNames = [...]string{"undefined", "sp", "fp", "plt", "expression", "end-of-stack"}
 
 func (r CFARule) String() string {
 	if int(r) < len(cfaRuleNames) {
@@ -70,10 +71,10 @@ const maxSectionSize = 1 << 30
 type Row struct {
 	PC        uint64
 	CFA       CFARule
-	FP        RegRule // rule for RBP (DWARF reg 6)
+	FP        RegRule // rule for the frame pointer register (x86-64: RBP, DWARF reg 6)
 	RA        RegRule // rule for the return address column (x86-64: 16)
 	CFAOffset int32
-	FPOffset  int32 // with FP == RegOffset: RBP saved at CFA + FPOffset
+	FPOffset  int32 // with FP == RegOffset: the frame pointer saved at CFA + FPOffset
 	RAOffset  int32 // with RA == RegOffset: return address at CFA + RAOffset (-8 in normal code)
 }
 
@@ -86,12 +87,12 @@ func (r Row) sameRules(o Row) bool {
 func (r Row) String() string {
 	s := fmt.Sprintf("%#x cfa=%v", r.PC, r.CFA)
 	switch r.CFA {
-	case CFARSP, CFARBP:
+	case CFASP, CFAFP:
 		s += fmt.Sprintf("%+d", r.CFAOffset)
 	case CFAPLT:
 		s += fmt.Sprintf("(%d)", r.CFAOffset)
 	}
-	s += fmt.Sprintf(" rbp=%v", r.FP)
+	s += fmt.Sprintf(" fp=%v", r.FP)
 	if r.FP == RegOffset {
 		s += fmt.Sprintf("%+d", r.FPOffset)
 	}

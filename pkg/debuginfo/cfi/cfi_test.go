@@ -14,10 +14,10 @@ import (
 
 // Expected rows, in the shape normal x86-64 code has: the return address at cfa-8.
 func rsp(pc uint64, off int32) Row {
-	return Row{PC: pc, CFA: CFARSP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
+	return Row{PC: pc, CFA: CFASP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
 }
 func rbp(pc uint64, off int32) Row {
-	return Row{PC: pc, CFA: CFARBP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
+	return Row{PC: pc, CFA: CFAFP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
 }
 func (r Row) fp(off int32) Row      { r.FP, r.FPOffset = RegOffset, off; return r }
 func (r Row) fpRule(rr RegRule) Row { r.FP, r.FPOffset = rr, 0; return r }
@@ -171,7 +171,7 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaOffsetExtendedSF, uleb(16), sleb(2)))
 			},
 			want: []Row{rsp(0x1000, 8), rsp(0x1001, 8).fp(-24), rsp(0x1002, 8).fp(-32), rsp(0x1003, 8).fp(40),
-				{PC: 0x1004, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
+				{PC: 0x1004, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
 		},
 		{
 			name: "restore and restore_extended return to the CIE's rules",
@@ -185,9 +185,9 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaUndefined, uleb(regRBP)),
 					advance(1), cat(cfaRestoreExtended, uleb(regRBP)), cat(cfaRestoreExtended, uleb(16)))
 			},
-			want: []Row{rsp(0x1000, 8).fp(-24), {PC: 0x1001, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
-				{PC: 0x1002, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
-				{PC: 0x1003, CFA: CFARSP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
+			want: []Row{rsp(0x1000, 8).fp(-24), {PC: 0x1001, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1002, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1003, CFA: CFASP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
 				rsp(0x1004, 8).fp(-24), end(0x1010)},
 		},
 		{
@@ -1060,7 +1060,7 @@ func TestShuffledFDEs(t *testing.T) {
 		for _, w := range owners {
 			for pc := w.start; pc < w.start+0x10; pc++ {
 				got, _ := tb.Lookup(pc)
-				if pc < w.end && (got.CFA != CFARSP || got.CFAOffset != w.off) {
+				if pc < w.end && (got.CFA != CFASP || got.CFAOffset != w.off) {
 					t.Fatalf("round %d: %#x: %v, want rsp+%d", round, pc, got, w.off)
 				}
 				if pc >= w.end && got.CFA != CFAUndefined {

@@ -95,9 +95,9 @@ func (s *state) row(pc uint64) Row {
 		case !fits32(s.cfaOff):
 			r.CFA = CFAExpression
 		case s.cfaReg == regRSP:
-			r.CFA, r.CFAOffset = CFARSP, int32(s.cfaOff)
+			r.CFA, r.CFAOffset = CFASP, int32(s.cfaOff)
 		case s.cfaReg == regRBP:
-			r.CFA, r.CFAOffset = CFARBP, int32(s.cfaOff)
+			r.CFA, r.CFAOffset = CFAFP, int32(s.cfaOff)
 		default:
 			r.CFA = CFAExpression
 		}

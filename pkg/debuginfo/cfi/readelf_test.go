@@ -263,9 +263,9 @@ func rowDiff(got Row, want readelfRow) string {
 			return "CFA is an expression in readelf"
 		}
 	case strings.HasPrefix(want.cfa, "rsp") || strings.HasPrefix(want.cfa, "rbp"):
-		rule := CFARSP
+		rule := CFASP
 		if strings.HasPrefix(want.cfa, "rbp") {
-			rule = CFARBP
+			rule = CFAFP
 		}
 		off, err := strconv.ParseInt(want.cfa[3:], 10, 64)
 		if err != nil {
