@@ -85,8 +85,23 @@ func checkInvariants(t testing.TB, tb *Table) {
 				t.Fatalf("row %d (%v) repeats the row before", i, r)
 			}
 		}
-		if r.CFA > CFAEndOfStack || r.FP > RegUndefined || r.RA > RegUndefined {
+		if r.CFA > CFASignalFrame || r.FP > RegUndefined || r.RA > RegUndefined {
 			t.Fatalf("row %d: out-of-range rule %v", i, r)
+		}
+		if r.CFA == CFASignalFrame && r != (Row{PC: r.PC, CFA: CFASignalFrame}) {
+			t.Fatalf("row %d: a signal frame row with other rules: %v", i, r)
+		}
+		switch tb.Arch {
+		case elf.EM_X86_64:
+			if r.RASigned {
+				t.Fatalf("row %d: a signed return address on x86-64: %v", i, r)
+			}
+		case elf.EM_AARCH64:
+			if r.CFA == CFAPLT {
+				t.Fatalf("row %d: the x86-64 PLT rule on AArch64: %v", i, r)
+			}
+		default:
+			t.Fatalf("table for %v", tb.Arch)
 		}
 		if r.FP != RegOffset && r.FPOffset != 0 || r.RA != RegOffset && r.RAOffset != 0 {
 			t.Fatalf("row %d: offset without an offset rule: %v", i, r)
@@ -527,7 +542,7 @@ func TestCIEs(t *testing.T) {
 			want: []Row{rsp(0x1000, 8), end(0x1010)},
 		},
 		{
-			name: "zRS: a signal frame described by expressions",
+			name: "zRS: a signal trampoline described by expressions is a signal frame",
 			build: func(s *section) {
 				c := stdCIE()
 				c.aug = "zRS"
@@ -539,7 +554,7 @@ func TestCIEs(t *testing.T) {
 					cat(cfaExpression, uleb(regRBP), uleb(3), 0x77, 0x78, 0x06),
 					cat(cfaExpression, uleb(16), uleb(3), 0x77, 0xa8, 0x01))
 			},
-			want: []Row{{PC: 0x1000, CFA: CFAExpression, FP: RegExpression, RA: RegExpression}, end(0x1010)},
+			want: []Row{{PC: 0x1000, CFA: CFASignalFrame}, end(0x1010)},
 		},
 		{
 			name: "no 'R': absolute 8-byte pointers",
@@ -1005,11 +1020,21 @@ func TestBuild(t *testing.T) {
 		}
 	})
 	t.Run("other machines", func(t *testing.T) {
-		for _, m := range []elf.Machine{elf.EM_AARCH64, elf.EM_386} {
+		for _, m := range []elf.Machine{elf.EM_386, elf.EM_ARM, elf.EM_RISCV, elf.EM_PPC64} {
 			f := open(t, minimalELF(elf.ELFCLASS64, m, elfSection{".eh_frame", elf.SHT_PROGBITS, eh.addr, eh.b}))
-			if _, err := Build(f); !errors.Is(err, ErrUnsupportedMachine) {
+			_, err := Build(f)
+			if !errors.Is(err, ErrUnsupportedMachine) {
 				t.Errorf("%v: err = %v, want ErrUnsupportedMachine", m, err)
 			}
+			if err != nil && (!strings.Contains(err.Error(), "x86-64 or AArch64") || !strings.Contains(err.Error(), m.String())) {
+				t.Errorf("%v: error %q names neither the supported machines nor the file's", m, err)
+			}
+		}
+		// Big-endian AArch64 (aarch64_be) lays out its CFI in big-endian order; the
+		// machine check comes before any section is read.
+		be := &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2MSB, Machine: elf.EM_AARCH64}}
+		if _, err := Build(be); !errors.Is(err, ErrUnsupportedMachine) {
+			t.Errorf("big-endian AArch64: err = %v, want ErrUnsupportedMachine", err)
 		}
 	})
 	t.Run("malformed section names the section", func(t *testing.T) {
