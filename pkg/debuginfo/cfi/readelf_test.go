@@ -191,7 +191,7 @@ func readelfFrames(t testing.TB, path string, ra readelfArch) map[string][]reade
 // diffStats counts what a comparison saw.
 type diffStats struct {
 	rows, exp, endOfStack, signal, overlapped, plt, raSigned int
-	disagreements                                          []string
+	disagreements                                            []string
 }
 
 // compareWithReadelf checks every row readelf prints against Lookup, under the table's
