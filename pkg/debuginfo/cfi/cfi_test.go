@@ -32,7 +32,8 @@ type parseCase struct {
 	build   func(s *section)
 	want    []Row
 	skipped int
-	err     string // a substring of the error, when one is expected
+	err     string      // a substring of the error, when one is expected
+	arch    elf.Machine // Options.Arch: x86-64 when zero
 }
 
 func runParseCases(t *testing.T, cases []parseCase) {
@@ -41,7 +42,7 @@ func runParseCases(t *testing.T, cases []parseCase) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &section{kind: tc.kind, addr: sectAddr}
 			tc.build(s)
-			tb, err := ParseSectionWith(s.b, s.addr, tc.kind, Options{TextBase: testTextBase, DataBase: testDataBase})
+			tb, err := ParseSectionWith(s.b, s.addr, tc.kind, Options{Arch: tc.arch, TextBase: testTextBase, DataBase: testDataBase})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
