@@ -19,6 +19,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
@@ -175,7 +176,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 		procTruncated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_mappings_truncated_total",
 			Help: "Process updates that had more executable mappings than the kernel entry holds (256)."}),
 		rowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_rows",
-			Help: "Rows of the kernel's unwind-row array in use (12 bytes each)."}),
+			Help: "Rows of the kernel's unwind-row array in use (16 bytes each)."}),
 		filesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "tables_loaded",
 			Help: "Files whose unwind table is in the kernel."}),
 		processes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "processes",
@@ -184,7 +185,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
-	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * 12 }
+	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * float64(unsafe.Sizeof(row{})) }
 	reg.MustRegister(m.m.builds, m.m.buildSeconds, m.m.ehFrameBytes, m.m.evictions, m.m.compactions, m.m.procUpdates, m.m.procTruncated,
 		m.m.rowsUsed, m.m.filesLoaded, m.m.processes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_capacity_bytes",
@@ -608,6 +609,11 @@ func build(f *elf.File, mt *metrics) (*encoded, error) {
 	began := time.Now()
 	t, err := cfi.Build(f)
 	if err != nil {
+		return nil, err
+	}
+	// Rows of another architecture's file (a foreign binary mapped as code) would name
+	// the wrong registers.
+	if err := t.CheckArch(hostMachine); err != nil {
 		return nil, err
 	}
 	mt.buildSeconds.Add(time.Since(began).Seconds())
