@@ -20,6 +20,7 @@ import (
 
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
+	"github.com/profsym/profsym/services/collector/internal/perfmap"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
 	"github.com/profsym/profsym/services/collector/internal/unwind"
@@ -48,6 +49,11 @@ type Config struct {
 	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
 	Unwinder                             bpfprog.Unwinder
 	UnwindRows, UnwindFiles, UnwindProcs uint32
+	// PerfMaps names frames in JIT code from the perf-PID.map files runtimes write (see
+	// package perfmap), within PerfMapMaxBytesPerProcess and PerfMapMaxBytes (zero:
+	// defaults).
+	PerfMaps                                   bool
+	PerfMapMaxBytesPerProcess, PerfMapMaxBytes int64
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -62,6 +68,7 @@ type Agent struct {
 	procs   *procmaps.Table
 	files   *procmaps.FileCache
 	kernel  *kallsyms.Table
+	jit     *perfmap.Table // nil without PerfMaps
 
 	mu         sync.Mutex
 	builder    *profilebuilder.Builder
@@ -102,6 +109,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, files: procmaps.NewFileCache(cfg.MaxFiles)}
 	a.procs = procmaps.NewTable(cfg.ProcRoot, a.files, log)
+	if cfg.PerfMaps {
+		a.jit = perfmap.NewTable(perfmap.Options{ProcRoot: cfg.ProcRoot, MaxBytesPerProcess: cfg.PerfMapMaxBytesPerProcess,
+			MaxBytes: cfg.PerfMapMaxBytes, MinRefresh: time.Second, Log: log})
+	}
 	if cfg.OnMappedFile != nil {
 		a.procs.SetFileHook(cfg.OnMappedFile)
 	}
@@ -146,13 +157,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 }
 
 func (a *Agent) newBuilder() *profilebuilder.Builder {
-	return profilebuilder.New(profilebuilder.Options{
+	opts := profilebuilder.Options{
 		FrequencyHz:    a.cfg.FrequencyHz,
 		HostAttributes: a.cfg.HostAttributes,
 		MaxSamples:     a.cfg.MaxSamplesPerInterval,
 		ScopeName:      "profsym-collector",
 		ScopeVersion:   a.cfg.Version,
-	}, a.procs, a.kernel)
+	}
+	if a.jit != nil {
+		opts.JIT = a.jit
+	}
+	return profilebuilder.New(opts, a.procs, a.kernel)
 }
 
 func (a *Agent) registerMetrics() {
@@ -183,6 +198,9 @@ func (a *Agent) registerMetrics() {
 			Help:        "User stacks walked by the CFI unwinder, by how the walk ended (outermost, zero and depth are whole stacks; the others end where a frame could not be unwound).",
 			ConstLabels: prometheus.Labels{"end": end.String()}},
 			func() float64 { return float64(a.kernelCounters().UnwindEnds[end]) }))
+	}
+	if a.jit != nil {
+		a.registerPerfMapMetrics(reg)
 	}
 	reg.MustRegister(a.m.samples, a.m.builderDropped, a.m.requests, a.m.requestBytes, a.m.procEvents,
 		kernelCounter("kernel_samples_total", "Samples the eBPF program wrote to the ring buffer.",
@@ -244,9 +262,15 @@ func (a *Agent) HandleProcEvent(e bpfprog.ProcEvent) {
 	case bpfprog.ProcExec:
 		a.m.procEvents.WithLabelValues("exec").Inc()
 		a.procs.MarkExec(e.TGID)
+		if a.jit != nil {
+			a.jit.MarkExec(e.TGID)
+		}
 	case bpfprog.ProcExit:
 		a.m.procEvents.WithLabelValues("exit").Inc()
 		a.procs.MarkExit(e.TGID)
+		if a.jit != nil {
+			a.jit.MarkExit(e.TGID)
+		}
 		if a.unwind != nil {
 			a.unwind.Forget(e.TGID)
 		}
@@ -344,4 +368,7 @@ func (a *Agent) Flush() {
 	}
 	// Exited processes are forgotten only now, so their last samples had their mappings.
 	a.procs.Sweep()
+	if a.jit != nil {
+		a.jit.Sweep()
+	}
 }

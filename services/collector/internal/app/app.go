@@ -66,6 +66,10 @@ type CLI struct {
 	UnwindMaxFiles     uint32 `default:"4096" env:"PROFSYM_UNWIND_MAX_FILES" help:"Files with an unwind table in the kernel at once."`
 	UnwindMaxProcesses uint32 `default:"8192" env:"PROFSYM_UNWIND_MAX_PROCESSES" help:"Processes the kernel unwinder knows at once (about 10 KiB each, allocated on use)."`
 
+	PerfMaps                  bool  `default:"true" negatable:"" env:"PROFSYM_PERF_MAPS" help:"Name frames in JIT code (Node.js with --perf-basic-prof, Java after jcmd PID Compiler.perfmap, Python 3.12+ with -X perf) from the /tmp/perf-PID.map file each process writes in its own file system (--no-perf-maps: such frames stay addresses)."`
+	PerfMapMaxBytesPerProcess int64 `default:"16777216" env:"PROFSYM_PERF_MAP_MAX_BYTES_PER_PROCESS" help:"Memory for one process's perf-map symbols; beyond it its earliest symbols are dropped (counted)."`
+	PerfMapMaxBytes           int64 `default:"67108864" env:"PROFSYM_PERF_MAP_MAX_BYTES" help:"Memory for all processes' perf-map symbols; beyond it the growing process's earliest symbols are dropped (counted)."`
+
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
 
 	Upload DebuginfoUpload `embed:"" group:"Node-side debuginfo upload"`
@@ -100,6 +104,9 @@ func (c *CLI) Validate() error {
 			return fmt.Errorf("--scan-interval %v below 1s", c.Upload.ScanInterval)
 		}
 		return nil
+	}
+	if c.PerfMapMaxBytesPerProcess < 1<<10 || c.PerfMapMaxBytes < c.PerfMapMaxBytesPerProcess {
+		return fmt.Errorf("--perf-map-max-bytes-per-process %d must be at least 1024 and at most --perf-map-max-bytes %d", c.PerfMapMaxBytesPerProcess, c.PerfMapMaxBytes)
 	}
 	if c.Gateway == "" && c.OutputFile == "" {
 		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")
@@ -208,6 +215,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
 		Unwinder:              unwinder, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
+		PerfMaps: c.PerfMaps, PerfMapMaxBytesPerProcess: c.PerfMapMaxBytesPerProcess, PerfMapMaxBytes: c.PerfMapMaxBytes,
 		Sinks: sinks, Registerer: reg, Version: version,
 		OnMappedFile: onMappedFile,
 	}, log)

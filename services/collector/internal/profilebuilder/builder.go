@@ -44,6 +44,9 @@ type Options struct {
 	MaxSamples int
 	// ScopeName and ScopeVersion name the producer.
 	ScopeName, ScopeVersion string
+
+	// JIT, when set, names code in a process's anonymous executable memory (see jit.go).
+	JIT JITSymbols
 }
 
 // Builder accumulates one interval. It is not safe for concurrent use.
@@ -64,6 +67,10 @@ type Builder struct {
 	perPID    map[uint32]*processProfile
 
 	kernelMappings map[string]int32
+
+	// jitLocations and jitMappings are created at the first JIT frame (see jit.go).
+	jitLocations map[jitLocationKey]int32
+	jitMappings  map[string]int32
 
 	stackBuf []int32
 	keyBuf   []byte
@@ -365,13 +372,18 @@ func (b *Builder) skippedCaller(s *Sample) bool {
 }
 
 func (b *Builder) userLocation(pid uint32, pc uint64) int32 {
+	var p *procmaps.Process
 	var m *procmaps.Mapping
 	if b.procs != nil {
-		_, m = b.procs.Resolve(pid, pc)
+		p, m = b.procs.Resolve(pid, pc)
 	}
 	if m == nil {
-		// Outside every file mapping (JIT code, [vdso], a vanished process): the address
-		// stays as sampled, with no mapping and so no binary to symbolize it against.
+		if i, ok := b.jitLocation(p, pc); ok {
+			return i
+		}
+		// Outside every file mapping (JIT code no perf map names, [vdso], a vanished
+		// process): the address stays as sampled, with no mapping and so no binary to
+		// symbolize it against.
 		k := locationKey{mapping: 0, addr: pc, kind: otlpattr.FrameTypeNative}
 		if i, ok := b.locations[k]; ok {
 			return i
