@@ -84,7 +84,7 @@ enum psym_unwind_end {
 	PSYM_END_ZERO = 2,      // a zero return address or frame pointer: the stack's bottom
 	PSYM_END_DEPTH = 3,     // MAX_STACK_DEPTH frames
 	PSYM_END_NOT_MAPPED = 4,// an address in no known executable mapping
-	PSYM_END_NO_TABLE = 5,  // a mapping without a table (not built, evicted) or an address no CFI row covers
+	PSYM_END_NO_TABLE = 5,  // a mapping without a table (not built, evicted), or an address no CFI row covers and the frame pointer unknown
 	PSYM_END_UNSUPPORTED = 6, // a CFI rule the table cannot express (DWARF expression)
 	PSYM_END_READ_ERROR = 7,  // the stack could not be read
 	PSYM_END_MAX = 8,
@@ -139,7 +139,7 @@ struct psym_file {
 enum psym_map_kind {
 	PSYM_MAP_NONE = 0, // no table (not built yet, or the file's CFI is unreadable): stop
 	PSYM_MAP_CFI = 1,  // unwind with the file's table
-	PSYM_MAP_FP = 2,   // frame pointers: Go, and files without CFI
+	PSYM_MAP_FP = 2,   // frame pointers: Go, files without CFI, anonymous executable memory (JIT code)
 };
 
 struct psym_map {
@@ -500,6 +500,30 @@ static __always_inline long signal_step(struct psym_unwind_scratch *s)
 	return 0;
 }
 
+// fp_frame walks a frame by frame pointers. A frameless leaf (Go makes small leaves
+// frameless) leaves the frame pointer at its caller's frame, so the walk skips the caller;
+// its return address is then at SP or in the link register, and user space checks that it
+// is one before use.
+static __always_inline long fp_frame(struct psym_unwind_scratch *s, __u32 n)
+{
+	if (n == 0)
+		s->event.leaf_ret = leaf_ret(s->sp, s->lr_known ? s->lr : 0);
+	return fp_step(s);
+}
+
+// uncovered handles a frame in a file whose CFI has no row for it: code without CFI inside
+// a file that has some, such as V8's builtins embedded in the node binary, which keep frame
+// pointers and sit between JIT-compiled code and the runtime's C++. Such a frame is walked by
+// frame pointers where the frame pointer is known, and ends the walk otherwise.
+static __always_inline long uncovered(struct psym_unwind_scratch *s, __u32 n)
+{
+	if (!s->fp_known) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	return fp_frame(s, n);
+}
+
 // One frame of the CFI walk: record the frame's address, find its mapping and table row,
 // and restore the caller's registers. Returns 1 to stop.
 static long unwind_step(__u64 index, void *ctx)
@@ -553,14 +577,8 @@ static long unwind_step(__u64 index, void *ctx)
 		s->end = PSYM_END_NOT_MAPPED;
 		return 1;
 	}
-	if (m->kind == PSYM_MAP_FP) {
-		// A frameless leaf (Go makes small leaves frameless) leaves the frame pointer at
-		// its caller's frame, so the walk skips the caller; its return address is then at
-		// SP or in the link register, and user space checks that it is one before use.
-		if (n == 0)
-			s->event.leaf_ret = leaf_ret(s->sp, s->lr_known ? s->lr : 0);
-		return fp_step(s);
-	}
+	if (m->kind == PSYM_MAP_FP)
+		return fp_frame(s, n);
 	if (m->kind != PSYM_MAP_CFI) {
 		s->end = PSYM_END_NO_TABLE;
 		return 1;
@@ -575,10 +593,8 @@ static long unwind_step(__u64 index, void *ctx)
 	// function (a call to a function that does not return): look up the call itself.
 	__u64 vaddr = pc - m->bias - (ret_addr ? 1 : 0);
 	__u64 rel = vaddr - f->base;
-	if (vaddr < f->base || rel > 0xffffffffULL) {
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
-	}
+	if (vaddr < f->base || rel > 0xffffffffULL)
+		return uncovered(s, n);
 	// The last row starting at or below rel.
 	__u32 rlo = 0, rhi = f->row_count, start = f->row_start;
 	for (int i = 0; i < ROW_SEARCH_STEPS && rlo < rhi; i++) {
@@ -594,10 +610,8 @@ static long unwind_step(__u64 index, void *ctx)
 		else
 			rhi = mid;
 	}
-	if (rlo == 0) {
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
-	}
+	if (rlo == 0)
+		return uncovered(s, n);
 	__u32 key = start + rlo - 1;
 	struct psym_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
 	if (!r) {
@@ -626,8 +640,7 @@ static long unwind_step(__u64 index, void *ctx)
 		s->end = PSYM_END_OUTERMOST;
 		return 1;
 	case PSYM_CFA_UNDEFINED:
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
+		return uncovered(s, n);
 	default:
 		s->end = PSYM_END_UNSUPPORTED;
 		return 1;

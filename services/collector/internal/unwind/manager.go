@@ -9,6 +9,7 @@ package unwind
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -103,6 +105,7 @@ type Manager struct {
 	vdso      *fileEntry
 	vdsoZero  uint64 // the [vdso] image's address of file offset 0
 	buf       procEntry
+	mapsBuf   []pendingMap // apply's list of a process's mappings, reused
 
 	m metrics
 }
@@ -275,49 +278,56 @@ func (m *Manager) Stats() Stats {
 	return Stats{FilesLoaded: n, RowsUsed: m.rows.used, Processes: len(m.procFiles)}
 }
 
+// pendingMap is a process mapping before it is written: file is the mapped file's mapping,
+// nil for anonymous memory and the [vdso].
+type pendingMap struct {
+	procMap
+	file *procmaps.Mapping
+}
+
 func (m *Manager) apply(p *procmaps.Process) {
 	m.clock++
 	e := &m.buf
 	*e = procEntry{StartStack: p.StartStack}
 	var keys []procmaps.FileKey
 	n := 0
-	add := func(pm procMap) bool {
-		if n == maxProcMaps {
-			return false
-		}
-		e.Maps[n] = pm
-		n++
-		return true
-	}
-	truncated := false
-	vdsoDone := p.Vdso.End == 0 || m.vdso == nil
-	addVdso := func() {
-		m.vdso.lastUsed = m.clock
-		if !add(procMap{Start: p.Vdso.Start, End: p.Vdso.End, Bias: p.Vdso.Start - m.vdsoZero, File: m.vdso.slot, Gen: m.vdso.gen, Kind: mapCFI}) {
-			truncated = true
-		}
-		vdsoDone = true
-	}
+	// The file mappings, the [vdso] and the other anonymous executable mappings (JIT code,
+	// walked by frame pointers), in address order; a process with more than the entry holds
+	// keeps its lowest, and no table is built for a file past them.
+	all := m.mapsBuf[:0]
 	for i := range p.Mappings {
 		mp := &p.Mappings[i]
-		if !vdsoDone && p.Vdso.Start < mp.Start {
-			addVdso()
+		all = append(all, pendingMap{procMap: procMap{Start: mp.Start, End: mp.End, Bias: mp.Bias, Kind: mapNone}, file: mp})
+	}
+	for _, r := range p.Anonymous {
+		if r == p.Vdso {
+			continue
 		}
-		pm := procMap{Start: mp.Start, End: mp.End, Bias: mp.Bias, Kind: mapNone}
-		if f := m.fileFor(mp); f != nil {
-			pm.Kind = f.kind
-			if f.kind == mapCFI {
-				pm.File, pm.Gen = f.slot, f.gen
-			}
-			keys = append(keys, f.key)
-		}
-		if !add(pm) {
+		all = append(all, pendingMap{procMap: procMap{Start: r.Start, End: r.End, Kind: mapFP}})
+	}
+	if p.Vdso.End != 0 && m.vdso != nil {
+		m.vdso.lastUsed = m.clock
+		all = append(all, pendingMap{procMap: procMap{Start: p.Vdso.Start, End: p.Vdso.End, Bias: p.Vdso.Start - m.vdsoZero, File: m.vdso.slot, Gen: m.vdso.gen, Kind: mapCFI}})
+	}
+	slices.SortFunc(all, func(a, b pendingMap) int { return cmp.Compare(a.Start, b.Start) })
+	m.mapsBuf = all
+	truncated := false
+	for _, pm := range all {
+		if n == maxProcMaps {
 			truncated = true
 			break
 		}
-	}
-	if !vdsoDone {
-		addVdso()
+		if pm.file != nil {
+			if f := m.fileFor(pm.file); f != nil {
+				pm.Kind = f.kind
+				if f.kind == mapCFI {
+					pm.File, pm.Gen = f.slot, f.gen
+				}
+				keys = append(keys, f.key)
+			}
+		}
+		e.Maps[n] = pm.procMap
+		n++
 	}
 	if truncated {
 		m.m.procTruncated.Inc()
