@@ -76,13 +76,13 @@ type process struct {
 	err       error // why the process's status could not be read
 
 	m Map
-	// The file read so far: its identity, size and time when last read, and its first and
-	// last bytes up to the offset, to tell an append from a rewrite in place (the JVM
-	// rewrites the same file at each Compiler.perfmap).
-	dev, ino   uint64
-	offset     int64
-	mtime      time.Time
-	head, tail []byte
+	// The file read so far: its identity, size and time when last read, and samples of its
+	// bytes up to the offset, to tell an append from a rewrite in place (the JVM rewrites
+	// the same file at each Compiler.perfmap).
+	dev, ino uint64
+	offset   int64
+	mtime    time.Time
+	probes   []probe
 
 	checkedAt time.Time
 	checked   bool
@@ -262,13 +262,13 @@ func (t *Table) refresh(pid uint32, p *process) {
 		return
 	}
 	from := int64(0)
-	if same && size >= p.offset && matches(f, 0, p.head) && matches(f, p.offset-int64(len(p.tail)), p.tail) {
+	if same && size >= p.offset && unchanged(f, p.probes) {
 		from = p.offset
 		t.stats.Appends++
 	} else {
 		t.total -= p.m.Bytes()
 		p.m.Reset()
-		p.head, p.tail = nil, nil
+		p.probes = nil
 		t.stats.FilesRead++
 	}
 	p.dev, p.ino, p.mtime = uint64(st.Dev), st.Ino, fi.ModTime() //nolint:unconvert // as above
@@ -277,8 +277,7 @@ func (t *Table) refresh(pid uint32, p *process) {
 		t.log.Debug("read perf map", "pid", pid, "file", p.seen, "err", err)
 	}
 	p.offset = end
-	p.head = readAt(f, 0, min(end, 256))
-	p.tail = readAt(f, max(end-64, 0), min(end, 64))
+	p.probes = takeProbes(f, end)
 }
 
 // open opens the process's perf map with every symbolic link resolved inside the process's
@@ -376,11 +375,45 @@ func (t *Table) bound(p *process) {
 	t.total -= before - p.m.Bytes()
 }
 
-func matches(f *os.File, at int64, want []byte) bool {
-	if len(want) == 0 {
-		return true
+// probe is a sample of a file's bytes.
+type probe struct {
+	at   int64
+	data []byte
+}
+
+// Probes sample the part of a file read: its first and last bytes and some between, so a
+// rewrite in place (the same file, as long or longer) is told from an append without
+// reading the file again. A rewrite that differs from the old content only between the
+// probes passes for an append; a snapshot taken again after the runtime generated more
+// code differs from the first difference on, which a probe after it sees.
+const (
+	probeCount = 10
+	probeBytes = 64
+)
+
+func takeProbes(f *os.File, end int64) []probe {
+	if end == 0 {
+		return nil
 	}
-	return at >= 0 && bytes.Equal(readAt(f, at, int64(len(want))), want)
+	ps := make([]probe, 0, probeCount)
+	for i := int64(0); i < probeCount; i++ {
+		at := max((end-probeBytes)*i/(probeCount-1), 0)
+		if len(ps) > 0 && ps[len(ps)-1].at == at {
+			continue
+		}
+		ps = append(ps, probe{at: at, data: readAt(f, at, min(probeBytes, end-at))})
+	}
+	return ps
+}
+
+// unchanged reports whether the file still holds the probed bytes.
+func unchanged(f *os.File, ps []probe) bool {
+	for _, p := range ps {
+		if !bytes.Equal(readAt(f, p.at, int64(len(p.data))), p.data) {
+			return false
+		}
+	}
+	return true
 }
 
 func readAt(f *os.File, at, n int64) []byte {
