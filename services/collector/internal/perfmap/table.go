@@ -264,7 +264,6 @@ func (t *Table) refresh(pid uint32, p *process) {
 	from := int64(0)
 	if same && size >= p.offset && unchanged(f, p.probes) {
 		from = p.offset
-		t.stats.Appends++
 	} else {
 		t.total -= p.m.Bytes()
 		p.m.Reset()
@@ -275,6 +274,9 @@ func (t *Table) refresh(pid uint32, p *process) {
 	end, err := t.read(p, f, from)
 	if err != nil {
 		t.log.Debug("read perf map", "pid", pid, "file", p.seen, "err", err)
+	}
+	if from > 0 && end > from {
+		t.stats.Appends++
 	}
 	p.offset = end
 	p.probes = takeProbes(f, end)
