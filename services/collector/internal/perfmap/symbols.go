@@ -75,7 +75,9 @@ func parseHex(b []byte) (uint64, error) {
 	}
 	// ParseUint would take a sign or underscores in some bases; a perf map has neither.
 	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
 			return 0, strconv.ErrSyntax
 		}
 	}

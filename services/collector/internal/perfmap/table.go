@@ -257,7 +257,7 @@ func (t *Table) refresh(pid uint32, p *process) {
 	}
 	p.refused = ""
 	size := fi.Size()
-	same := p.offset > 0 && uint64(st.Dev) == p.dev && st.Ino == p.ino //nolint:unconvert // Dev is uint64 on amd64, not on every architecture
+	same := p.offset > 0 && uint64(st.Dev) == p.dev && st.Ino == p.ino //nolint:unconvert // Dev is uint64 on amd64, uint32 on some other architectures
 	if same && size == p.offset && fi.ModTime().Equal(p.mtime) {
 		return
 	}
@@ -291,7 +291,7 @@ func (t *Table) open(p *process) (*os.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
 	}
-	defer unix.Close(dir)
+	defer func() { _ = unix.Close(dir) }() // an O_PATH descriptor: nothing to flush
 	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,

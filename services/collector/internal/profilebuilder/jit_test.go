@@ -22,7 +22,11 @@ func TestBuilderJITFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(code)
+	defer func() {
+		if err := unix.Munmap(code); err != nil {
+			t.Error(err)
+		}
+	}()
 	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(code))))
 	pid := uint32(os.Getpid())
 	path := fmt.Sprintf("/tmp/perf-%d.map", pid)
