@@ -93,7 +93,7 @@ type jitTally struct {
 	// named: a frame names the hot function; below: and the runtime's native frames are
 	// below it; reach: the stack reaches those native frames, named or not.
 	total, named, below, reach, anonUnnamed, wrongKind, later int
-	example                                            string
+	example                                                   string
 }
 
 func TestJITFramesFromPerfMaps(t *testing.T) {
