@@ -54,6 +54,9 @@ type Config struct {
 	// defaults).
 	PerfMaps                                   bool
 	PerfMapMaxBytesPerProcess, PerfMapMaxBytes int64
+	// OffCPU, when set, adds an off-CPU profile per process: where tasks blocked, weighted
+	// by how long.
+	OffCPU *bpfprog.OffCPUOptions
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -128,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.intervalAt = time.Now()
 	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs,
 		Unwinder: cfg.Unwinder, UnwindRows: cfg.UnwindRows, UnwindFiles: cfg.UnwindFiles, UnwindProcs: cfg.UnwindProcs,
-		Paused: cfg.Unwinder == bpfprog.UnwindCFI}, log)
+		Paused: cfg.Unwinder == bpfprog.UnwindCFI, OffCPU: cfg.OffCPU}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +217,14 @@ func (a *Agent) registerMetrics() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "unwind_leaf_only_total",
 			Help: "Samples of processes whose mappings the CFI unwinder did not know yet: their user stack is the sampled address only."},
 			func() float64 { return float64(a.kernelCounters().LeafOnly) }),
+		kernelCounter("off_cpu_recorded_total", "Blocking context switches whose stack was recorded (a sampled share of them, --off-cpu-probability).",
+			func(c bpfprog.Counters) uint64 { return c.OffCPURecorded }),
+		kernelCounter("off_cpu_samples_total", "Off-CPU stacks sent when their task ran again.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPUSent }),
+		kernelCounter("off_cpu_short_total", "Recorded off-CPU stacks dropped because the task ran again sooner than --off-cpu-min-blocked.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPUShort }),
+		kernelCounter("off_cpu_lost_total", "Off-CPU stacks lost because the pending map (--off-cpu-max-pending) or the ring buffer was full.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPULost }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "processes_tracked",
 			Help: "Processes whose mappings are cached."}, func() float64 { return float64(a.procs.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "files_cached",
@@ -250,7 +261,7 @@ func (a *Agent) HandleSample(s *bpfprog.Sample) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before := a.builder.Dropped()
-	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, LeafReturn: s.LeafReturn})
+	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, LeafReturn: s.LeafReturn, OffCPU: s.OffCPU})
 	if a.builder.Dropped() > before {
 		a.m.builderDropped.Inc()
 	}
