@@ -115,8 +115,9 @@ func (c *CLI) Validate() error {
 		}
 		return nil
 	}
-	if c.PerfMapMaxBytesPerProcess < 1<<10 || c.PerfMapMaxBytes < c.PerfMapMaxBytesPerProcess {
-		return fmt.Errorf("--perf-map-max-bytes-per-process %d must be at least 1024 and at most --perf-map-max-bytes %d", c.PerfMapMaxBytesPerProcess, c.PerfMapMaxBytes)
+	// Zero (a CLI built in code) means the defaults.
+	if per, all := c.PerfMapMaxBytesPerProcess, c.PerfMapMaxBytes; per < 0 || all < 0 || (per > 0 && per < 1<<10) || (per > 0 && all > 0 && all < per) {
+		return fmt.Errorf("--perf-map-max-bytes-per-process %d must be at least 1024 and at most --perf-map-max-bytes %d", per, all)
 	}
 	if c.Gateway == "" && c.OutputFile == "" {
 		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")

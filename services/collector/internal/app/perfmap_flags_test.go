@@ -20,6 +20,7 @@ func TestPerfMapFlags(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"--output-file", "x", "--perf-map-max-bytes-per-process", "100"},
+		{"--output-file", "x", "--perf-map-max-bytes", "-1"},
 		{"--output-file", "x", "--perf-map-max-bytes-per-process", "2000000", "--perf-map-max-bytes", "1000000"},
 	} {
 		if _, err := parse(t, nil, bad...); err == nil {

@@ -12,13 +12,13 @@ import (
 // fakeProc is a /proc with processes whose root directories hold perf maps: the table reads
 // it as it reads the real one.
 type fakeProc struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
 const fakeBtime = 1700000000
 
-func newFakeProc(t *testing.T) *fakeProc {
+func newFakeProc(t testing.TB) *fakeProc {
 	root := t.TempDir()
 	if err := os.WriteFile(filepath.Join(root, "stat"), []byte(fmt.Sprintf("cpu  1 2 3 4\nbtime %d\nprocesses 5\n", fakeBtime)), 0o644); err != nil {
 		t.Fatal(err)
@@ -339,4 +339,48 @@ func TestFrameType(t *testing.T) {
 			t.Errorf("FrameType(%q) = %q, want %q", exe, got, want)
 		}
 	}
+}
+
+// FuzzTableRead feeds a perf map written in two parts (the second appended, or replacing the
+// first when the fuzzer says so) through the table with tight bounds: no panic, entries
+// sorted and disjoint, memory within the bound, every name one of the input's.
+func FuzzTableRead(f *testing.F) {
+	f.Add([]byte("1000 10 a\n2000 10 b\n30"), []byte("00 10 c\n1008 4 d\nbad line\n"), false)
+	f.Add([]byte("0x7f00 0x100 long A.f(long)\n"), []byte("0x7f00 0x100 long A.g(long)\n0x8000 0x10 void A.h()\n"), true)
+	f.Add([]byte("ffffffffffffff00 ff top\n\n\n"), []byte(strings.Repeat("1 1 x\n", 200)), false)
+	f.Add([]byte{}, []byte("\x00\xff 1 2\r\n"), true)
+	fp := newFakeProc(f)
+	fp.add(900, 900, 0, time.Now().Add(-time.Minute))
+	path := fp.mapPath(900, 900)
+	f.Fuzz(func(t *testing.T, first, second []byte, replace bool) {
+		fp.write(path, string(first))
+		tb := NewTable(Options{ProcRoot: fp.root, MaxBytesPerProcess: 1 << 10, MaxBytes: 1 << 10})
+		tb.Lookup(900, 0)
+		if replace {
+			fp.write(path, string(second))
+		} else {
+			fp.append(path, string(second))
+		}
+		names := map[string]bool{}
+		for _, text := range [][]byte{first, second, append(append([]byte{}, first...), second...)} {
+			for _, line := range strings.Split(string(text), "\n") {
+				if s, err := ParseLine([]byte(line)); err == nil {
+					names[s.Name] = true
+				}
+			}
+		}
+		tb.Lookup(900, 0)
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		p := tb.procs[900]
+		checkSorted(t, &p.m)
+		if p.m.Bytes() > 1<<10 || tb.total != p.m.Bytes() {
+			t.Fatalf("%d bytes held (table %d), bound %d", p.m.Bytes(), tb.total, 1<<10)
+		}
+		for _, e := range p.m.entries {
+			if !names[e.name] {
+				t.Fatalf("entry %+v named by no line of the input", e)
+			}
+		}
+	})
 }
