@@ -134,9 +134,17 @@ func (m *Map) Add(syms []Symbol) {
 	}
 	// Stable: of two symbols at the same start, the later one stays later.
 	sort.SliceStable(add, func(i, j int) bool { return add[i].start < add[j].start })
-	if m.disjoint(add) {
+	switch n := len(m.entries); {
+	case n == 0 || m.entries[n-1].end <= add[0].start:
+		// Code above all known code (a runtime filling a fresh code page): appended in place.
+		if m.disjoint(add) {
+			m.entries = append(m.entries, add...)
+		} else {
+			m.entries = paint(append(m.entries, add...))
+		}
+	case m.disjoint(add):
 		m.entries = mergeSorted(m.entries, add)
-	} else {
+	default:
 		m.entries = paint(append(m.entries, add...))
 	}
 	m.bytes = 0
