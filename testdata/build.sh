@@ -183,6 +183,9 @@ if command -v aarch64-linux-gnu-gcc >/dev/null && command -v aarch64-linux-gnu-g
 	spawn compile cxx-gcc-O2-arm64 cxx aarch64-linux-gnu-g++ -O2 -g
 	spawn compile cxx-clang-O2-arm64 cxx clang++ --target=aarch64-linux-gnu -fuse-ld=lld -O2 -g
 	spawn build_go go-arm64 arm64
+	# A stripped PIE: pclntab alone, its moduledata found through R_AARCH64_RELATIVE relocations.
+	spawn build_go go-arm64-pie arm64 -buildmode=pie
+	spawn build_go go-arm64-pie-stripped arm64 -buildmode=pie -ldflags='-s -w'
 elif [[ -n ${CI:-} ]]; then
 	log "the arm64 variants need aarch64-linux-gnu-gcc, aarch64-linux-gnu-g++ and aarch64-linux-gnu-objcopy (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu)"
 	exit 1

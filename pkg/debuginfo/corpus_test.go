@@ -102,6 +102,14 @@ func dwarfPackage(i debuginfo.Info) error {
 	return nil
 }
 
+// pclntabOnly requires the functions to have come from Go's pclntab, with no DWARF to read.
+func pclntabOnly(i debuginfo.Info) error {
+	if !i.GoPclntab || i.DWARF {
+		return fmt.Errorf("go pclntab %v, dwarf %v: want pclntab and no DWARF", i.GoPclntab, i.DWARF)
+	}
+	return nil
+}
+
 func miniDebugInfo(i debuginfo.Info) error {
 	if !i.MiniDebugInfo || i.DWARF {
 		return fmt.Errorf("minidebuginfo %v, dwarf %v: want MiniDebugInfo and no DWARF", i.MiniDebugInfo, i.DWARF)
@@ -170,7 +178,11 @@ func corpusCases() []corpusCase {
 	for _, b := range []string{"c-gcc-O2-arm64", "cxx-gcc-O2-arm64", "cxx-clang-O2-arm64", "go-arm64"} {
 		cs = append(cs, corpusCase{name: b, arm64: true})
 	}
-	cs = append(cs, corpusCase{name: "cxx-gcc-O2-arm64.stripped-link", ref: "cxx-gcc-O2-arm64", refWhy: splitWhy, arm64: true, check: foundBy("debuglink")})
+	cs = append(cs,
+		corpusCase{name: "cxx-gcc-O2-arm64.stripped-link", ref: "cxx-gcc-O2-arm64", refWhy: splitWhy, arm64: true, check: foundBy("debuglink")},
+		corpusCase{name: "go-arm64-pie", arm64: true},
+		corpusCase{name: "go-arm64-pie-stripped", ref: "go-arm64-pie", arm64: true, check: pclntabOnly,
+			refWhy: "stripped Go PIE: llvm-symbolizer reads no pclntab, so it answers on the DWARF twin"})
 	const dwzWhy = "dwz'ed debug file: llvm-symbolizer 14 does not read supplementary files (it prints ?? for the functions dwz moved); it answers on the twin before strip and dwz"
 	for _, d := range []struct{ bin, section string }{
 		{"cxx-gcc-O2-dw4-nopie", ".gnu_debugaltlink"}, {"cxx-gcc-O3-dw4-pie", ".gnu_debugaltlink"},
