@@ -130,7 +130,7 @@ func TestDockerfiles(t *testing.T) {
 			continue
 		}
 		text := string(data)
-		froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(text, -1)
+		froms := regexp.MustCompile(`(?m)^FROM\s+(?:--\S+\s+)*(\S+)`).FindAllStringSubmatch(text, -1)
 		if len(froms) < 2 {
 			t.Errorf("%s.Dockerfile: want a multi-stage build, found %d stages", svc, len(froms))
 		}
