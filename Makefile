@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build generate check-generated lint test test-short bench testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint test test-short bench testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,6 +19,24 @@ build: ## Build the three service binaries into bin/ (symbolizer, gateway, colle
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
 	cd services/gateway && $(GO) build -o $(CURDIR)/$(BIN)/gateway .
+
+# `make images`: the three service images, each for every platform in PLATFORMS, built by docker
+# buildx from deploy/docker (the build stage cross-compiles on the builder's own platform, no
+# emulation). IMAGES_PUSH=1 pushes them to IMAGE_REGISTRY; otherwise buildx keeps the result in
+# its build cache (a multi-platform image cannot be loaded into a local Docker image store).
+DOCKER ?= docker
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_REGISTRY ?= ghcr.io/profsym
+IMAGE_TAG ?= dev
+IMAGE_SERVICES := symbolizer gateway collector
+images: ## Build the service images for linux/amd64 and linux/arm64 with docker buildx (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG; IMAGES_PUSH=1 pushes).
+	@command -v $(DOCKER) >/dev/null 2>&1 && $(DOCKER) buildx inspect >/dev/null 2>&1 || \
+		{ echo "make images: no docker buildx builder here ('$(DOCKER) buildx inspect' fails): install Docker with buildx, or run 'docker buildx create --use'" >&2; exit 1; }
+	@for s in $(IMAGE_SERVICES); do \
+		echo "== $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) ($(PLATFORMS))"; \
+		$(DOCKER) buildx build --platform $(PLATFORMS) -f deploy/docker/$$s.Dockerfile \
+			--build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) $(if $(IMAGES_PUSH),--push) . || exit 1; \
+	done
 
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
 	$(GO) tool -modfile=tools/go.mod buf generate

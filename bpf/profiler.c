@@ -10,9 +10,9 @@
 // its own timestamp, and there is no stack-trace map whose hash collisions
 // silently replace stacks.
 //
-// With off-CPU profiling on, a BTF tracepoint on sched_switch records the stacks of tasks
-// that block (a sampled share of them), and when such a task runs again, sends its stack
-// weighted by the time it was off the CPU.
+// With off-CPU profiling on, a BTF tracepoint on sched_switch records the stacks of a
+// sampled share of the tasks that block, in the blocking task's own context, and when such a
+// task runs again sends them, weighted by the time it was off the CPU.
 //
 // Two raw tracepoints tell user space when a process execs (its mappings are
 // stale) or exits (its cached knowledge can be dropped after the next report).
@@ -184,9 +184,9 @@ enum psym_counter {
 	PSYM_COUNTER_END_BASE = 4,
 	// Stacks whose process the unwinder did not know: the leaf only.
 	PSYM_COUNTER_LEAF_ONLY = PSYM_COUNTER_END_BASE + PSYM_END_MAX,
-	// Off-CPU: switch-outs whose stack was recorded, stacks sent when their task ran
-	// again, those dropped because it ran again sooner than the minimum, and those lost
-	// (the pending map or the ring buffer full).
+	// Off-CPU: blocking switch-outs whose stacks were recorded, stacks sent when their
+	// task ran again, blockings shorter than the minimum, and those lost (no task storage
+	// could be had, or the ring buffer was full).
 	PSYM_COUNTER_OFF_CPU_RECORDED,
 	PSYM_COUNTER_OFF_CPU_SENT,
 	PSYM_COUNTER_OFF_CPU_SHORT,
@@ -330,13 +330,13 @@ static __always_inline __u64 code_addr(__u64 ra)
 #error "the profiler is built for x86-64 (__TARGET_ARCH_x86) or arm64 (__TARGET_ARCH_arm64)"
 #endif
 
-// Off-CPU: the recorded stack of each sampled blocked task, by thread ID, until it runs
-// again. Entries are allocated only while a task is blocked; the size is set by the loader.
+// Off-CPU: the stacks of each sampled blocked task, kept with the task (freed when it runs
+// again or exits), so the check at every switch-in is a pointer in the task and the memory
+// is held only for tasks that are blocked.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u32);
+	__type(key, int);
 	__type(value, struct psym_stack_event);
 } off_cpu_pending SEC(".maps");
 
@@ -788,12 +788,31 @@ struct task_struct___pre_5_14 {
 #define TASK_RUNNING 0
 #define TASK_DEAD 0x80
 
-// off_cpu_in sends the recorded stack of next, which runs again, weighted by the time it
-// was off the CPU.
+// off_cpu_wanted reports whether the switch-out of prev, the current task, is recorded: one
+// within the sampling probability (tested first: it rejects most switches at the cost of a
+// random number), of a user task that blocks (not one preempted while runnable, nor one
+// exiting), within the filters.
+static __always_inline bool off_cpu_wanted(struct task_struct *prev, __u32 tgid)
+{
+	if (off_cpu_threshold != 0xffffffff && bpf_get_prandom_u32() > off_cpu_threshold)
+		return false;
+	if (tgid == 0 || !prev->mm)
+		return false;
+	long state;
+	if (bpf_core_field_exists(prev->__state))
+		state = prev->__state;
+	else
+		state = BPF_CORE_READ((struct task_struct___pre_5_14 *)prev, state);
+	if (state == TASK_RUNNING || (state & TASK_DEAD))
+		return false;
+	return wanted(tgid);
+}
+
+// off_cpu_in sends the stacks recorded when next blocked, now that it runs again, weighted
+// by the time it was off the CPU, if that was long enough.
 static __always_inline void off_cpu_in(struct task_struct *next)
 {
-	__u32 tid = next->pid;
-	struct psym_stack_event *e = bpf_map_lookup_elem(&off_cpu_pending, &tid);
+	struct psym_stack_event *e = bpf_task_storage_get(&off_cpu_pending, next, 0, 0);
 	if (!e)
 		return;
 	__u64 off = bpf_ktime_get_ns() - e->ktime_ns;
@@ -807,40 +826,22 @@ static __always_inline void off_cpu_in(struct task_struct *next)
 		else
 			count(PSYM_COUNTER_OFF_CPU_SENT);
 	}
-	bpf_map_delete_elem(&off_cpu_pending, &tid);
+	bpf_task_storage_delete(&off_cpu_pending, next);
 }
 
-// off_cpu_wanted reports whether the switch-out of prev, the current task, is recorded: a
-// user task that blocks (not one preempted while runnable, nor one exiting), within the
-// filters and the sampling probability.
-static __always_inline bool off_cpu_wanted(struct task_struct *prev, __u32 tgid)
+// off_cpu_keep files the stacks of prev, which blocks, with the task until it runs again.
+static __always_inline void off_cpu_keep(struct task_struct *prev, struct psym_stack_event *e)
 {
-	if (tgid == 0 || !prev->mm)
-		return false;
-	long state;
-	if (bpf_core_field_exists(prev->__state))
-		state = BPF_CORE_READ(prev, __state);
-	else
-		state = BPF_CORE_READ((struct task_struct___pre_5_14 *)prev, state);
-	if (state == TASK_RUNNING || (state & TASK_DEAD))
-		return false;
-	if (off_cpu_threshold != 0xffffffff && bpf_get_prandom_u32() > off_cpu_threshold)
-		return false;
-	return wanted(tgid);
-}
-
-// off_cpu_keep files the stack of the task being switched out until it runs again.
-static __always_inline void off_cpu_keep(struct psym_stack_event *e)
-{
-	__u32 tid = e->tid;
-	if (bpf_map_update_elem(&off_cpu_pending, &tid, e, BPF_ANY) < 0)
+	if (!bpf_task_storage_get(&off_cpu_pending, prev, e, BPF_LOCAL_STORAGE_GET_F_CREATE))
 		count(PSYM_COUNTER_OFF_CPU_LOST);
 	else
 		count(PSYM_COUNTER_OFF_CPU_RECORDED);
 }
 
-// Off-CPU with user stacks by frame pointers. sched_switch runs as prev, so the current
-// task's helpers (its stack, comm and cgroup) describe the task that blocks.
+// Off-CPU with user stacks by frame pointers. Every context switch runs this: for the task
+// that gets the CPU, a check of its task storage; for the task that blocks, when sampled, a
+// walk of its stacks. sched_switch runs as prev, so the helpers about the current task (its
+// stacks, comm and cgroup) describe the task that blocks.
 SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -852,10 +853,9 @@ int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task
 	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!s)
 		return 0;
-	struct psym_stack_event *e = &s->event;
-	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
-	fp_user_stack(ctx, e);
-	off_cpu_keep(e);
+	fill_header(ctx, &s->event, id, PSYM_UNWINDER_FP);
+	fp_user_stack(ctx, &s->event);
+	off_cpu_keep(prev, &s->event);
 	return 0;
 }
 
@@ -874,7 +874,7 @@ int BPF_PROG(off_cpu_switch_cfi, bool preempt, struct task_struct *prev, struct 
 		return 0;
 	fill_header(ctx, &s->event, id, PSYM_UNWINDER_CFI);
 	cfi_user_stack(s, tgid);
-	off_cpu_keep(&s->event);
+	off_cpu_keep(prev, &s->event);
 	return 0;
 }
 
@@ -904,11 +904,9 @@ int on_exec(void *ctx)
 SEC("raw_tp/sched_process_exit")
 int on_exit(void *ctx)
 {
-	// sched_process_exit fires for every thread: a blocked thread that exits never runs
-	// again to send its off-CPU stack. Only the group leader's exit ends the process.
+	// sched_process_exit fires for every thread; only the group leader's
+	// exit ends the process.
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	bpf_map_delete_elem(&off_cpu_pending, &tid);
 	if ((__u32)id != (__u32)(id >> 32))
 		return 0;
 	__u32 tgid = (__u32)(id >> 32);

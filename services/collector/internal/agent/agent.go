@@ -223,7 +223,7 @@ func (a *Agent) registerMetrics() {
 			func(c bpfprog.Counters) uint64 { return c.OffCPUSent }),
 		kernelCounter("off_cpu_short_total", "Recorded off-CPU stacks dropped because the task ran again sooner than --off-cpu-min-blocked.",
 			func(c bpfprog.Counters) uint64 { return c.OffCPUShort }),
-		kernelCounter("off_cpu_lost_total", "Off-CPU stacks lost because the pending map (--off-cpu-max-pending) or the ring buffer was full.",
+		kernelCounter("off_cpu_lost_total", "Off-CPU blockings lost: no task storage could be had, or the ring buffer was full.",
 			func(c bpfprog.Counters) uint64 { return c.OffCPULost }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "processes_tracked",
 			Help: "Processes whose mappings are cached."}, func() float64 { return float64(a.procs.Len()) }),

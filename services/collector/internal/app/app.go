@@ -80,9 +80,8 @@ type CLI struct {
 // OffCPU are the flags of the opt-in off-CPU profile.
 type OffCPU struct {
 	OffCPU            bool          `name:"off-cpu" env:"PROFSYM_OFF_CPU" help:"Also profile where tasks block (locks, I/O, sleeps, page faults): each process gets an off-CPU profile beside its CPU profile, its samples weighted by the nanoseconds the task was off the CPU (sample type events/nanoseconds, as the OpenTelemetry eBPF profiler sends). Hooks every context switch (the sched_switch BTF tracepoint: Linux 5.15, 5.17 with the CFI unwinder)."`
-	OffCPUProbability float64       `name:"off-cpu-probability" default:"0.1" env:"PROFSYM_OFF_CPU_PROBABILITY" help:"Share of blocking context switches whose stack is recorded, in (0, 1]: the cost grows with it. Values are not scaled: divide the totals by it to estimate all blocked time."`
+	OffCPUProbability float64       `name:"off-cpu-probability" default:"0.01" env:"PROFSYM_OFF_CPU_PROBABILITY" help:"Share of blocking context switches whose stack is recorded, in (0, 1]: the cost grows with it. Values are not scaled: divide the totals by it to estimate all blocked time."`
 	OffCPUMinBlocked  time.Duration `name:"off-cpu-min-blocked" default:"1ms" env:"PROFSYM_OFF_CPU_MIN_BLOCKED" help:"Blockings shorter than this are not sent."`
-	OffCPUMaxPending  uint32        `name:"off-cpu-max-pending" default:"4096" env:"PROFSYM_OFF_CPU_MAX_PENDING" help:"Stacks of recorded tasks still blocked that the kernel holds at once (about 2 KiB each, allocated on use); beyond it switches are lost (counted)."`
 }
 
 // DebuginfoUpload are the flags of the opt-in node-side debuginfo upload.
@@ -128,9 +127,6 @@ func (c *CLI) Validate() error {
 		}
 		if c.OffCPU.OffCPUMinBlocked < 0 {
 			return fmt.Errorf("--off-cpu-min-blocked %v is negative", c.OffCPU.OffCPUMinBlocked)
-		}
-		if c.OffCPU.OffCPUMaxPending == 0 {
-			return errors.New("--off-cpu-max-pending must be at least 1")
 		}
 	}
 	if c.Upload.UploadDebuginfo && c.Upload.SymbolizerURL == "" {
@@ -231,7 +227,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	}
 	var offCPU *bpfprog.OffCPUOptions
 	if c.OffCPU.OffCPU {
-		offCPU = &bpfprog.OffCPUOptions{Probability: c.OffCPU.OffCPUProbability, MinBlocked: c.OffCPU.OffCPUMinBlocked, Pending: c.OffCPU.OffCPUMaxPending}
+		offCPU = &bpfprog.OffCPUOptions{Probability: c.OffCPU.OffCPUProbability, MinBlocked: c.OffCPU.OffCPUMinBlocked}
 	}
 	a, err := agent.New(agent.Config{
 		FrequencyHz: c.Frequency, Interval: c.Interval, PIDs: c.PID, CgroupIDs: cgroupIDs,

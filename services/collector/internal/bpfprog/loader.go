@@ -154,15 +154,10 @@ type Options struct {
 type OffCPUOptions struct {
 	// Probability is the share of blocking switches whose stack is recorded, in (0, 1].
 	Probability float64
-	// MinBlocked drops the stacks of tasks that ran again sooner.
+	// MinBlocked drops the blockings of tasks that ran again sooner, before their stacks are
+	// walked.
 	MinBlocked time.Duration
-	// Pending bounds the stacks held at once for tasks still blocked (about 2 KiB each,
-	// allocated only while held); zero: DefaultOffCPUPending.
-	Pending uint32
 }
-
-// DefaultOffCPUPending is how many blocked tasks' stacks the kernel holds at once.
-const DefaultOffCPUPending = 4096
 
 // threshold is Probability scaled to the u32 the kernel compares a random number with.
 func (o *OffCPUOptions) threshold() uint32 {
@@ -232,9 +227,9 @@ type Counters struct {
 	// processes the unwinder did not know yet.
 	UnwindEnds [numUnwindEnds]uint64
 	LeafOnly   uint64
-	// Off-CPU: blocking switches recorded, stacks sent when their task ran again, stacks
-	// dropped because it ran again sooner than the minimum, and stacks lost (the pending
-	// map or the ring buffer full).
+	// Off-CPU: blocking switches recorded, stacks sent when their task ran again,
+	// blockings shorter than the minimum (not unwound), and blockings lost (no task
+	// storage, or the ring buffer full).
 	OffCPURecorded, OffCPUSent, OffCPUShort, OffCPULost uint64
 }
 
@@ -349,11 +344,6 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 		if err := spec.Variables["off_cpu_min_ns"].Set(uint64(max(o.MinBlocked, 0))); err != nil {
 			return nil, fmt.Errorf("set off-CPU minimum: %w", err)
 		}
-		n := o.Pending
-		if n == 0 {
-			n = DefaultOffCPUPending
-		}
-		spec.Maps["off_cpu_pending"].MaxEntries = n
 	}
 
 	s := &Sampler{log: log}
@@ -505,7 +495,7 @@ func openCPUClock(cpu, freq, progFD int, enable bool) (int, error) {
 func (s *Sampler) attachOffCPU() error {
 	l, err := link.AttachTracing(link.TracingOptions{Program: s.offCPUProg})
 	if err != nil {
-		return privilegeError("attach the off-CPU program to the sched_switch BTF tracepoint (tp_btf, Linux 5.5 and later)", err)
+		return privilegeError("attach the off-CPU program to the sched_switch BTF tracepoint (tp_btf)", err)
 	}
 	s.links = append(s.links, l)
 	s.offCPUProg = nil
