@@ -1,0 +1,269 @@
+// Package pprofcmd implements `symbolizer pprof`: it symbolizes a pprof profile's native
+// addresses from a symbolizer's store, as `pprof -symbolize` does from local files, so that
+// pprof tooling gets functions, file:line and inline frames without OTLP in between.
+//
+// Each mapping names its binary by the build ID pprof keeps in Mapping.BuildID (a GNU build ID
+// in hex, or a Go build ID); its addresses are runtime addresses with the mapping's start,
+// limit and file offset, which go to the Symbolize API as they stand: the symbolizer, which
+// holds the ELF headers, normalizes them (docs: design "Addresses"). Inline frames become
+// pprof lines of one location, innermost first, as pprof orders them.
+package pprofcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
+	"google.golang.org/protobuf/proto"
+
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/binaryid"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
+)
+
+// Cmd is `symbolizer pprof`.
+type Cmd struct {
+	Server    string        `required:"" env:"SYMBOLIZER_SERVER" help:"Base URL of the symbolizer, e.g. http://127.0.0.1:7070."`
+	Token     string        `env:"SYMBOLIZER_TOKEN" help:"Bearer token (a read or an upload token), when the server wants one for reads."`
+	TokenFile string        `name:"token-file" env:"SYMBOLIZER_TOKEN_FILE" type:"path" help:"File holding the bearer token."`
+	Timeout   time.Duration `default:"2m" env:"SYMBOLIZER_CLIENT_TIMEOUT" help:"Timeout of one Symbolize call."`
+	Force     bool          `help:"Symbolize locations that already have lines too (their lines are replaced when the symbolizer answers)."`
+	Output    string        `short:"o" required:"" type:"path" help:"Where to write the symbolized profile (gzipped profile.proto)." placeholder:"OUT"`
+	Input     string        `arg:"" type:"existingfile" help:"pprof profile to symbolize (gzipped or not)." placeholder:"IN"`
+	// Stderr receives the summary and the mappings left unsymbolized.
+	Stderr io.Writer `kong:"-"`
+}
+
+// Run reads the profile, symbolizes it and writes it.
+func (c *Cmd) Run() error {
+	stderr := c.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	tok := c.Token
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return fmt.Errorf("read token file: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	f, err := os.Open(c.Input)
+	if err != nil {
+		return err
+	}
+	p, err := profile.Parse(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: not a pprof profile: %w", c.Input, err)
+	}
+	client := symbolize.NewClient(&http.Client{}, c.Server, tok)
+	st, err := Symbolize(context.Background(), client, p, Options{Force: c.Force, Timeout: c.Timeout})
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(c.Output)
+	if err != nil {
+		return err
+	}
+	if err := p.Write(out); err != nil {
+		out.Close()
+		return fmt.Errorf("write %s: %w", c.Output, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", c.Output, err)
+	}
+	fmt.Fprintf(stderr, "symbolized %d of %d locations (%d mappings asked, %d frames); wrote %s\n",
+		st.Symbolized, st.Asked, st.Mappings, st.Frames, c.Output)
+	for _, m := range st.Unresolved {
+		fmt.Fprintf(stderr, "  not symbolized: %s\n", m)
+	}
+	return nil
+}
+
+// Options tune Symbolize.
+type Options struct {
+	// Force asks for locations that already have lines too.
+	Force bool
+	// Timeout bounds one Symbolize call (zero: none beyond ctx).
+	Timeout time.Duration
+	// BatchAddresses is how many addresses one call carries at most (zero: 10000, well
+	// below the server's default limit of 100000).
+	BatchAddresses int
+}
+
+// Stats say what Symbolize did.
+type Stats struct {
+	Mappings   int // mappings asked about
+	Asked      int // locations asked about
+	Symbolized int // locations that got lines
+	Frames     int // lines added, inline frames included
+	// Unresolved says, per mapping not symbolized, why (the module status and message).
+	Unresolved []string
+}
+
+// Symbolize adds lines to the profile's locations from the symbolizer: every location of a
+// mapping with a build ID and no lines yet (all of them with Force). A module the symbolizer
+// cannot answer leaves its locations as they were and is listed in Stats.Unresolved.
+func Symbolize(ctx context.Context, client symbolizerv1connect.SymbolizerServiceClient, p *profile.Profile, o Options) (Stats, error) {
+	var st Stats
+	batch := o.BatchAddresses
+	if batch <= 0 {
+		batch = 10000
+	}
+	byMapping := map[*profile.Mapping][]*profile.Location{}
+	var order []*profile.Mapping
+	for _, loc := range p.Location {
+		m := loc.Mapping
+		if m == nil || m.BuildID == "" || (len(loc.Line) > 0 && !o.Force) {
+			continue
+		}
+		if _, ok := byMapping[m]; !ok {
+			order = append(order, m)
+		}
+		byMapping[m] = append(byMapping[m], loc)
+	}
+	funcs := newFunctions(p)
+	for _, m := range order {
+		mod, err := module(m)
+		if err != nil {
+			st.Unresolved = append(st.Unresolved, fmt.Sprintf("%s (%s): %v", m.File, m.BuildID, err))
+			continue
+		}
+		st.Mappings++
+		locs := byMapping[m]
+		var fidelity symbolizerv1.Fidelity
+		resolved := false
+		for len(locs) > 0 {
+			n := min(batch, len(locs))
+			part := locs[:n]
+			locs = locs[n:]
+			req := proto.CloneOf(mod)
+			req.Addresses = make([]uint64, n)
+			for i, l := range part {
+				req.Addresses[i] = l.Address
+			}
+			st.Asked += n
+			res, err := call(ctx, client, req, o.Timeout)
+			if err != nil {
+				return st, fmt.Errorf("symbolize mapping %s (%s): %w", m.File, m.BuildID, err)
+			}
+			if res.GetStatus() != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+				st.Unresolved = append(st.Unresolved, fmt.Sprintf("%s (%s): %s %s", m.File, m.BuildID, res.GetStatus(), res.GetMessage()))
+				// Every batch of this mapping would get the same answer.
+				st.Asked += len(locs)
+				break
+			}
+			frames, err := symbolizecodec.Decode(res, n)
+			if err != nil {
+				return st, fmt.Errorf("answer for mapping %s (%s): %w", m.File, m.BuildID, err)
+			}
+			resolved, fidelity = true, res.GetFidelity()
+			for i, l := range part {
+				if len(frames[i]) == 0 {
+					continue
+				}
+				l.Line = l.Line[:0]
+				for _, fr := range frames[i] {
+					l.Line = append(l.Line, profile.Line{Function: funcs.get(fr), Line: int64(fr.Line), Column: int64(fr.Column)})
+				}
+				st.Symbolized++
+				st.Frames += len(frames[i])
+			}
+		}
+		if resolved {
+			// What the symbolizer had, so that pprof does not try again.
+			m.HasFunctions = true
+			m.HasFilenames = fidelity >= symbolizerv1.Fidelity_FIDELITY_LINES
+			m.HasLineNumbers = fidelity >= symbolizerv1.Fidelity_FIDELITY_LINES
+			m.HasInlineFrames = fidelity >= symbolizerv1.Fidelity_FIDELITY_FULL
+		}
+	}
+	if err := p.CheckValid(); err != nil {
+		return st, fmt.Errorf("symbolized profile: %w", err)
+	}
+	return st, nil
+}
+
+// module is the request's module for a mapping: its build ID by kind, its runtime range and
+// file offset as pprof holds them.
+func module(m *profile.Mapping) (*symbolizerv1.Module, error) {
+	mod := &symbolizerv1.Module{MemoryStart: m.Start, MemoryLimit: m.Limit, FileOffset: m.Offset, Filename: m.File}
+	id := strings.ToLower(m.BuildID)
+	switch {
+	case binaryid.ValidGNU(id):
+		mod.GnuBuildId = id
+	case binaryid.ValidGo(m.BuildID):
+		mod.GoBuildId = m.BuildID
+	default:
+		return mod, fmt.Errorf("build ID %q is neither a GNU (hex) nor a Go build ID", m.BuildID)
+	}
+	if m.Limit <= m.Start {
+		return mod, fmt.Errorf("mapping %#x-%#x is empty", m.Start, m.Limit)
+	}
+	return mod, nil
+}
+
+func call(ctx context.Context, client symbolizerv1connect.SymbolizerServiceClient, mod *symbolizerv1.Module, timeout time.Duration) (*symbolizerv1.ModuleResult, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	resp, err := client.Symbolize(ctx, connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{mod}}))
+	if err != nil {
+		return nil, err
+	}
+	mods := resp.Msg.GetModules()
+	if len(mods) != 1 {
+		return nil, errors.New("the answer holds " + fmt.Sprint(len(mods)) + " modules for 1 asked")
+	}
+	return mods[0], nil
+}
+
+// functions interns pprof functions by what a frame says of them, starting from those the
+// profile has.
+type functions struct {
+	p      *profile.Profile
+	byKey  map[funcKey]*profile.Function
+	nextID uint64
+}
+
+type funcKey struct {
+	name, system, file string
+	start              int64
+}
+
+func newFunctions(p *profile.Profile) *functions {
+	f := &functions{p: p, byKey: map[funcKey]*profile.Function{}}
+	for _, fn := range p.Function {
+		f.byKey[funcKey{fn.Name, fn.SystemName, fn.Filename, fn.StartLine}] = fn
+		f.nextID = max(f.nextID, fn.ID)
+	}
+	return f
+}
+
+func (f *functions) get(fr symbolizecodec.Frame) *profile.Function {
+	system := fr.LinkageName
+	if system == "" {
+		system = fr.Function
+	}
+	k := funcKey{fr.Function, system, fr.File, int64(fr.StartLine)}
+	if fn := f.byKey[k]; fn != nil {
+		return fn
+	}
+	f.nextID++
+	fn := &profile.Function{ID: f.nextID, Name: fr.Function, SystemName: system, Filename: fr.File, StartLine: int64(fr.StartLine)}
+	f.p.Function = append(f.p.Function, fn)
+	f.byKey[k] = fn
+	return fn
+}
