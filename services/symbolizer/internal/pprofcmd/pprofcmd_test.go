@@ -241,7 +241,7 @@ func TestSymbolizePprof(t *testing.T) {
 		t.Errorf("the location of the mapping the store lacks changed: %+v", l)
 	}
 	for _, gm := range got.Mapping {
-		if gm.BuildID == ids.GNU && !(gm.HasFunctions && gm.HasFilenames && gm.HasLineNumbers && gm.HasInlineFrames) {
+		if gm.BuildID == ids.GNU && (!gm.HasFunctions || !gm.HasFilenames || !gm.HasLineNumbers || !gm.HasInlineFrames) {
 			t.Errorf("symbolized mapping's flags: %+v", gm)
 		}
 		if gm.BuildID == other.BuildID && gm.HasFunctions {
