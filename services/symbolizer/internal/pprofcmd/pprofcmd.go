@@ -32,7 +32,8 @@ import (
 
 // Cmd is `symbolizer pprof`.
 type Cmd struct {
-	Server    string        `required:"" env:"SYMBOLIZER_SERVER" help:"Base URL of the symbolizer, e.g. http://127.0.0.1:7070."`
+	Server    string        `env:"SYMBOLIZER_SERVER" xor:"source" help:"Base URL of the symbolizer to ask, e.g. http://127.0.0.1:7070."`
+	StoreDir  string        `name:"store-dir" type:"existingdir" xor:"source" help:"Or a folder store (what 'symbolizer serve --store-dir' keeps), read by the symbolizer's own code in this process: no server needed." placeholder:"DIR"`
 	Token     string        `env:"SYMBOLIZER_TOKEN" help:"Bearer token (a read or an upload token), when the server wants one for reads."`
 	TokenFile string        `name:"token-file" env:"SYMBOLIZER_TOKEN_FILE" type:"path" help:"File holding the bearer token."`
 	Timeout   time.Duration `default:"2m" env:"SYMBOLIZER_CLIENT_TIMEOUT" help:"Timeout of one Symbolize call."`
@@ -66,7 +67,19 @@ func (c *Cmd) Run() error {
 	if err != nil {
 		return fmt.Errorf("%s: not a pprof profile: %w", c.Input, err)
 	}
-	client := symbolize.NewClient(&http.Client{}, c.Server, tok)
+	url := c.Server
+	switch {
+	case c.StoreDir != "":
+		local, stop, err := serveStore(c.StoreDir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		url = local
+	case url == "":
+		return errors.New("say where the debuginfo is: --server URL or --store-dir DIR")
+	}
+	client := symbolize.NewClient(&http.Client{}, url, tok)
 	st, err := Symbolize(context.Background(), client, p, Options{Force: c.Force, Timeout: c.Timeout})
 	if err != nil {
 		return err

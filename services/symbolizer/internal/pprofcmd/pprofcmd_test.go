@@ -211,67 +211,80 @@ func TestSymbolizePprof(t *testing.T) {
 		t.Errorf("summary:\n%s", stderr.String())
 	}
 
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := profile.Parse(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byAddr := map[uint64]*profile.Location{}
-	for _, l := range got.Location {
-		byAddr[l.Address] = l
-	}
-	for i, a := range addrs {
-		l := byAddr[bias+a]
-		if l == nil {
-			t.Fatalf("location of %#x gone", a)
+	verify := func(t *testing.T, out string) {
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var lines []frame
-		for _, ln := range l.Line {
-			lines = append(lines, frame{fn: ln.Function.Name, file: ln.Function.Filename, line: ln.Line})
+		got, err := profile.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if fmt.Sprint(lines) != fmt.Sprint(wantFrames[i]) {
-			t.Errorf("%#x (runtime %#x): lines %v, llvm-symbolizer %v", a, bias+a, lines, wantFrames[i])
+		byAddr := map[uint64]*profile.Location{}
+		for _, l := range got.Location {
+			byAddr[l.Address] = l
 		}
-	}
-	if l := byAddr[missingLoc.Address]; l == nil || len(l.Line) != 0 {
-		t.Errorf("the location of the mapping the store lacks changed: %+v", l)
-	}
-	for _, gm := range got.Mapping {
-		if gm.BuildID == ids.GNU && (!gm.HasFunctions || !gm.HasFilenames || !gm.HasLineNumbers || !gm.HasInlineFrames) {
-			t.Errorf("symbolized mapping's flags: %+v", gm)
+		for i, a := range addrs {
+			l := byAddr[bias+a]
+			if l == nil {
+				t.Fatalf("location of %#x gone", a)
+			}
+			var lines []frame
+			for _, ln := range l.Line {
+				lines = append(lines, frame{fn: ln.Function.Name, file: ln.Function.Filename, line: ln.Line})
+			}
+			if fmt.Sprint(lines) != fmt.Sprint(wantFrames[i]) {
+				t.Errorf("%#x (runtime %#x): lines %v, llvm-symbolizer %v", a, bias+a, lines, wantFrames[i])
+			}
 		}
-		if gm.BuildID == other.BuildID && gm.HasFunctions {
-			t.Error("the unresolved mapping claims functions")
+		if l := byAddr[missingLoc.Address]; l == nil || len(l.Line) != 0 {
+			t.Errorf("the location of the mapping the store lacks changed: %+v", l)
 		}
-	}
+		for _, gm := range got.Mapping {
+			if gm.BuildID == ids.GNU && (!gm.HasFunctions || !gm.HasFilenames || !gm.HasLineNumbers || !gm.HasInlineFrames) {
+				t.Errorf("symbolized mapping's flags: %+v", gm)
+			}
+			if gm.BuildID == other.BuildID && gm.HasFunctions {
+				t.Error("the unresolved mapping claims functions")
+			}
+		}
 
-	// What pprof tooling shows: every frame, inline ones marked, with file:line.
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pp := exec.CommandContext(t.Context(), goTool, "tool", "pprof", "-top", "-lines", out)
-	pp.Env = append(os.Environ(), "PPROF_BINARY_PATH="+dir) // nothing to find there: pprof must not re-symbolize
-	top, err := pp.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go tool pprof: %v\n%s", err, top)
-	}
-	t.Logf("go tool pprof -top -lines:\n%s", top)
-	for i := range addrs {
-		for j, fr := range wantFrames[i] {
-			row := fmt.Sprintf("%s %s:%d", fr.fn, fr.file, fr.line)
-			if j < len(wantFrames[i])-1 {
-				row += " (inline)"
-			}
-			if !bytes.Contains(top, []byte(row)) {
-				t.Errorf("go tool pprof -top -lines has no row %q:\n%s", row, top)
+		// What pprof tooling shows: every frame, inline ones marked, with file:line.
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pp := exec.CommandContext(t.Context(), goTool, "tool", "pprof", "-top", "-lines", out)
+		pp.Env = append(os.Environ(), "PPROF_BINARY_PATH="+dir) // nothing to find there: pprof must not re-symbolize
+		top, err := pp.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof: %v\n%s", err, top)
+		}
+		t.Logf("go tool pprof -top -lines:\n%s", top)
+		for i := range addrs {
+			for j, fr := range wantFrames[i] {
+				row := fmt.Sprintf("%s %s:%d", fr.fn, fr.file, fr.line)
+				if j < len(wantFrames[i])-1 {
+					row += " (inline)"
+				}
+				if !bytes.Contains(top, []byte(row)) {
+					t.Errorf("go tool pprof -top -lines has no row %q:\n%s", row, top)
+				}
 			}
 		}
 	}
+	t.Run("server", func(t *testing.T) { verify(t, out) })
+
+	// The same from the folder store alone, with no server running.
+	s.Stop()
+	local := filepath.Join(dir, "local.pb.gz")
+	stderr.Reset()
+	cmd = Cmd{StoreDir: s.StoreDir(), Input: in, Output: local, Stderr: &stderr}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("symbolizer pprof --store-dir: %v\n%s", err, stderr.String())
+	}
+	t.Run("store-dir", func(t *testing.T) { verify(t, local) })
 }
 
 func writeProfile(t *testing.T, p *profile.Profile, path string) {
@@ -285,5 +298,55 @@ func writeProfile(t *testing.T, p *profile.Profile, path string) {
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCmdRefuses(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk")
+	if err := os.WriteFile(junk, []byte("not a profile"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.pb.gz")
+	writeProfile(t, &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}}}, good)
+	for _, tc := range []struct {
+		name string
+		cmd  Cmd
+		want string
+	}{
+		{"no source", Cmd{Input: good, Output: filepath.Join(dir, "o")}, "--server URL or --store-dir DIR"},
+		{"not pprof", Cmd{Server: "http://127.0.0.1:1", Input: junk, Output: filepath.Join(dir, "o")}, "junk: not a pprof profile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cmd.Stderr = &bytes.Buffer{}
+			err := tc.cmd.Run()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one that says %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestModuleFromMapping(t *testing.T) {
+	for _, tc := range []struct {
+		m          profile.Mapping
+		gnu, goID  string
+		wantErrSub string
+	}{
+		{m: profile.Mapping{BuildID: "ABCDEF0123", Start: 0x1000, Limit: 0x2000}, gnu: "abcdef0123"},
+		{m: profile.Mapping{BuildID: "aaaaaaaaaaaaaaaaaaaa/bbbbbbbbbbbbbbbbbbbb/cccccccccccccccccccc/dddddddddddddddddddd", Start: 0x1000, Limit: 0x2000}, goID: "aaaaaaaaaaaaaaaaaaaa/bbbbbbbbbbbbbbbbbbbb/cccccccccccccccccccc/dddddddddddddddddddd"},
+		{m: profile.Mapping{BuildID: "not an id!", Start: 0x1000, Limit: 0x2000}, wantErrSub: "neither a GNU"},
+		{m: profile.Mapping{BuildID: "abcd", Start: 0x2000, Limit: 0x1000}, wantErrSub: "is empty"},
+	} {
+		mod, err := module(&tc.m)
+		if tc.wantErrSub != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrSub) {
+				t.Errorf("%+v: error %v, want %q", tc.m, err, tc.wantErrSub)
+			}
+			continue
+		}
+		if err != nil || mod.GetGnuBuildId() != tc.gnu || mod.GetGoBuildId() != tc.goID || mod.GetMemoryStart() != tc.m.Start {
+			t.Errorf("%+v: %v %v", tc.m, mod, err)
+		}
 	}
 }
