@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -125,6 +126,18 @@ func TestPageInChromium(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+
+	// Every request the page makes: the page itself, and nothing else may follow.
+	var requests []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if r, ok := ev.(*network.EventRequestWillBeSent); ok {
+			mu.Lock()
+			requests = append(requests, r.Request.URL)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	frames := func() []frameBox {
 		t.Helper()
@@ -256,6 +269,11 @@ func TestPageInChromium(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	mu.Lock()
+	if len(requests) != 1 || requests[0] != "file://"+page {
+		t.Errorf("the page made requests %v; want only its own load", requests)
+	}
+	mu.Unlock()
 	t.Logf("loaded, checked, zoomed, reset and searched in headless Chromium in %v", time.Since(start).Round(time.Millisecond))
 }
 
