@@ -126,7 +126,8 @@ type Stats struct {
 
 // Symbolize adds lines to the profile's locations from the symbolizer: every location of a
 // mapping with a build ID and no lines yet (all of them with Force). A module the symbolizer
-// cannot answer leaves its locations as they were and is listed in Stats.Unresolved.
+// cannot answer leaves its locations as they were and is listed in Stats.Unresolved. Mappings
+// travel together, up to BatchAddresses addresses and maxModules modules per call.
 func Symbolize(ctx context.Context, client symbolizerv1connect.SymbolizerServiceClient, p *profile.Profile, o Options) (Stats, error) {
 	var st Stats
 	batch := o.BatchAddresses
@@ -145,7 +146,13 @@ func Symbolize(ctx context.Context, client symbolizerv1connect.SymbolizerService
 		}
 		byMapping[m] = append(byMapping[m], loc)
 	}
-	funcs := newFunctions(p)
+	// parts: each mapping's locations, in pieces of at most batch addresses.
+	type part struct {
+		m    *profile.Mapping
+		mod  *symbolizerv1.Module
+		locs []*profile.Location
+	}
+	var parts []part
 	for _, m := range order {
 		mod, err := module(m)
 		if err != nil {
@@ -153,59 +160,80 @@ func Symbolize(ctx context.Context, client symbolizerv1connect.SymbolizerService
 			continue
 		}
 		st.Mappings++
-		locs := byMapping[m]
-		var fidelity symbolizerv1.Fidelity
-		resolved := false
-		for len(locs) > 0 {
+		for locs := byMapping[m]; len(locs) > 0; {
 			n := min(batch, len(locs))
-			part := locs[:n]
-			locs = locs[n:]
 			req := proto.CloneOf(mod)
 			req.Addresses = make([]uint64, n)
-			for i, l := range part {
+			for i, l := range locs[:n] {
 				req.Addresses[i] = l.Address
 			}
-			st.Asked += n
-			res, err := call(ctx, client, req, o.Timeout)
-			if err != nil {
-				return st, fmt.Errorf("symbolize mapping %s (%s): %w", m.File, m.BuildID, err)
+			parts = append(parts, part{m: m, mod: req, locs: locs[:n]})
+			locs = locs[n:]
+		}
+	}
+	funcs := newFunctions(p)
+	fidelity := map[*profile.Mapping]symbolizerv1.Fidelity{}
+	failed := map[*profile.Mapping]bool{}
+	for len(parts) > 0 {
+		n, addrs := 0, 0
+		for n < len(parts) && n < maxModules && (n == 0 || addrs+len(parts[n].locs) <= batch) {
+			addrs += len(parts[n].locs)
+			n++
+		}
+		group := parts[:n]
+		parts = parts[n:]
+		req := &symbolizerv1.SymbolizeRequest{}
+		for _, pt := range group {
+			req.Modules = append(req.Modules, pt.mod)
+		}
+		res, err := call(ctx, client, req, o.Timeout)
+		if err != nil {
+			return st, err
+		}
+		for i, pt := range group {
+			r, m := res[i], pt.m
+			st.Asked += len(pt.locs)
+			if r.GetStatus() != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+				if !failed[m] {
+					failed[m] = true
+					st.Unresolved = append(st.Unresolved, fmt.Sprintf("%s (%s): %s %s", m.File, m.BuildID, r.GetStatus(), r.GetMessage()))
+				}
+				continue
 			}
-			if res.GetStatus() != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
-				st.Unresolved = append(st.Unresolved, fmt.Sprintf("%s (%s): %s %s", m.File, m.BuildID, res.GetStatus(), res.GetMessage()))
-				// Every batch of this mapping would get the same answer.
-				st.Asked += len(locs)
-				break
-			}
-			frames, err := symbolizecodec.Decode(res, n)
+			frames, err := symbolizecodec.Decode(r, len(pt.locs))
 			if err != nil {
 				return st, fmt.Errorf("answer for mapping %s (%s): %w", m.File, m.BuildID, err)
 			}
-			resolved, fidelity = true, res.GetFidelity()
-			for i, l := range part {
-				if len(frames[i]) == 0 {
+			fidelity[m] = r.GetFidelity()
+			for j, l := range pt.locs {
+				if len(frames[j]) == 0 {
 					continue
 				}
 				l.Line = l.Line[:0]
-				for _, fr := range frames[i] {
+				for _, fr := range frames[j] {
 					l.Line = append(l.Line, profile.Line{Function: funcs.get(fr), Line: int64(fr.Line), Column: int64(fr.Column)})
 				}
 				st.Symbolized++
-				st.Frames += len(frames[i])
+				st.Frames += len(frames[j])
 			}
 		}
-		if resolved {
-			// What the symbolizer had, so that pprof does not try again.
-			m.HasFunctions = true
-			m.HasFilenames = fidelity >= symbolizerv1.Fidelity_FIDELITY_LINES
-			m.HasLineNumbers = fidelity >= symbolizerv1.Fidelity_FIDELITY_LINES
-			m.HasInlineFrames = fidelity >= symbolizerv1.Fidelity_FIDELITY_FULL
-		}
+	}
+	for m, f := range fidelity {
+		// What the symbolizer had, so that pprof does not try again.
+		m.HasFunctions = true
+		m.HasFilenames = f >= symbolizerv1.Fidelity_FIDELITY_LINES
+		m.HasLineNumbers = f >= symbolizerv1.Fidelity_FIDELITY_LINES
+		m.HasInlineFrames = f >= symbolizerv1.Fidelity_FIDELITY_FULL
 	}
 	if err := p.CheckValid(); err != nil {
 		return st, fmt.Errorf("symbolized profile: %w", err)
 	}
 	return st, nil
 }
+
+// maxModules is how many modules one call carries at most, well below the server's default
+// limit of 1024.
+const maxModules = 256
 
 // module is the request's module for a mapping: its build ID by kind, its runtime range and
 // file offset as pprof holds them.
@@ -226,21 +254,21 @@ func module(m *profile.Mapping) (*symbolizerv1.Module, error) {
 	return mod, nil
 }
 
-func call(ctx context.Context, client symbolizerv1connect.SymbolizerServiceClient, mod *symbolizerv1.Module, timeout time.Duration) (*symbolizerv1.ModuleResult, error) {
+func call(ctx context.Context, client symbolizerv1connect.SymbolizerServiceClient, req *symbolizerv1.SymbolizeRequest, timeout time.Duration) ([]*symbolizerv1.ModuleResult, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	resp, err := client.Symbolize(ctx, connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{mod}}))
+	resp, err := client.Symbolize(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("symbolize %d modules: %w", len(req.Modules), err)
 	}
 	mods := resp.Msg.GetModules()
-	if len(mods) != 1 {
-		return nil, errors.New("the answer holds " + fmt.Sprint(len(mods)) + " modules for 1 asked")
+	if len(mods) != len(req.Modules) {
+		return nil, fmt.Errorf("the answer holds %d modules for %d asked", len(mods), len(req.Modules))
 	}
-	return mods[0], nil
+	return mods, nil
 }
 
 // functions interns pprof functions by what a frame says of them, starting from those the

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -261,7 +263,6 @@ func TestSymbolizePprof(t *testing.T) {
 		if err != nil {
 			t.Fatalf("go tool pprof: %v\n%s", err, top)
 		}
-		t.Logf("go tool pprof -top -lines:\n%s", top)
 		for i := range addrs {
 			for j, fr := range wantFrames[i] {
 				row := fmt.Sprintf("%s %s:%d", fr.fn, fr.file, fr.line)
@@ -275,6 +276,29 @@ func TestSymbolizePprof(t *testing.T) {
 		}
 	}
 	t.Run("server", func(t *testing.T) { verify(t, out) })
+
+	// Small batches: a mapping's addresses over several calls, several mappings in one.
+	t.Run("batches", func(t *testing.T) {
+		f, err := os.Open(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := profile.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Symbolize(t.Context(), symbolize.NewClient(http.DefaultClient, s.URL(), s.Token), p, Options{BatchAddresses: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Symbolized != len(addrs) || st.Asked != len(addrs)+1 || len(st.Unresolved) != 1 {
+			t.Errorf("stats %+v: want %d of %d symbolized, one mapping unresolved", st, len(addrs), len(addrs)+1)
+		}
+		batched := filepath.Join(dir, "batched.pb.gz")
+		writeProfile(t, p, batched)
+		verify(t, batched)
+	})
 
 	// The same from the folder store alone, with no server running.
 	s.Stop()
