@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate check-generated lint test test-short bench testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint deps test test-short bench testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -73,7 +73,12 @@ fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index fo
 testdata: ## Build the engine's corpus of test binaries into testdata/build/.
 	./testdata/build.sh
 
-test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
+deps: ## Install what the tests need (.ci/install-deps: apt packages, MinIO, kube-apiserver...; idempotent, about a second when all is present). Needs root or sudo.
+	@if [ "$$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then \
+		echo "make: the tests need packages that only root can install: run 'su -c \"bash .ci/install-deps\"' (or make test as root), then make test again" >&2; exit 1; fi
+	@bash .ci/install-deps
+
+test: deps ## Install what the tests need (make deps), then run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
 	$(GO) test -count=1 -timeout 40m ./...
 	@for m in $(MODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
 
