@@ -72,8 +72,10 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 		p.router, err = affinity.New(affinity.Config{
 			Scheme: u.Scheme, DNS: a.DNS, Static: a.Endpoints, Refresh: a.RefreshInterval,
 			AttemptTimeout: a.AttemptTimeout, BalanceFactor: a.BalanceFactor, EjectFor: a.EjectFor,
-			NewClient: func(base string) symbolizerv1connect.SymbolizerServiceClient { return symbolize.NewClient(p.hc, base, token) },
-			Logger:    slog.New(zapslog.NewHandler(p.logger.Core())),
+			NewClient: func(base string) symbolizerv1connect.SymbolizerServiceClient {
+				return symbolize.NewClient(p.hc, base, token)
+			},
+			Logger: slog.New(zapslog.NewHandler(p.logger.Core())),
 		})
 		if err != nil {
 			return fmt.Errorf("symbolize processor: %w", err)
