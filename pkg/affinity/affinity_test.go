@@ -89,7 +89,8 @@ func startReplicas(t *testing.T, n int) []*replicaServer {
 		ok := true
 		for i := range n {
 			addr := net.JoinHostPort("127.0.0."+strconv.Itoa(i+2), strconv.Itoa(port))
-			ln, err := net.Listen("tcp", addr)
+			var lc net.ListenConfig
+			ln, err := lc.Listen(t.Context(), "tcp", addr)
 			if err != nil {
 				ok = false
 				break

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // RedisCluster is a Redis Cluster of redis-server child processes on loopback ports, created
@@ -17,6 +15,7 @@ import (
 // Its node timeout is short (1 s), so a killed master's replica takes over within seconds.
 type RedisCluster struct {
 	t       testing.TB
+	cli     string // redis-cli
 	nodes   []*server
 	masters int
 }
@@ -28,7 +27,7 @@ func StartRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisClust
 	t.Helper()
 	bin := lookBinary(t, "redis-server", aptHint("redis-server"))
 	cli := lookBinary(t, "redis-cli", aptHint("redis-tools"))
-	c := &RedisCluster{t: t, masters: masters}
+	c := &RedisCluster{t: t, cli: cli, masters: masters}
 	n := masters * (1 + replicasPerMaster)
 	for i := range n {
 		dir := t.TempDir()
@@ -97,11 +96,14 @@ func (c *RedisCluster) alive(i int) bool {
 	return c.nodes[i].cur != nil
 }
 
-// do runs one command on node i.
-func (c *RedisCluster) do(ctx context.Context, i int, args ...any) (any, error) {
-	cl := redis.NewClient(&redis.Options{Addr: c.Addrs()[i], MaxRetries: -1, DialTimeout: time.Second})
-	defer cl.Close()
-	return cl.Do(ctx, args...).Result()
+// do runs one command on node i with redis-cli and returns its answer's text.
+func (c *RedisCluster) do(ctx context.Context, i int, args ...string) (string, error) {
+	host, port, _ := strings.Cut(c.Addrs()[i], ":")
+	out, err := exec.CommandContext(ctx, c.cli, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("redis-cli %v on node %d: %w: %s", args, i, err, out)
+	}
+	return string(out), nil
 }
 
 // Masters returns the indices of the live nodes that are masters now.
@@ -114,7 +116,7 @@ func (c *RedisCluster) Masters() []int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		role, err := c.do(ctx, i, "role")
 		cancel()
-		if r, ok := role.([]any); err == nil && ok && len(r) > 0 && r[0] == "master" {
+		if err == nil && firstLine(role) == "master" {
 			out = append(out, i)
 		}
 	}
@@ -149,14 +151,12 @@ func (c *RedisCluster) WaitHealthy(timeout time.Duration) error {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			info, err := c.do(ctx, i, "cluster", "info")
-			var repl any
+			s, err := c.do(ctx, i, "cluster", "info")
+			var r string
 			if err == nil {
-				repl, err = c.do(ctx, i, "info", "replication")
+				r, err = c.do(ctx, i, "info", "replication")
 			}
 			cancel()
-			s, _ := info.(string)
-			r, _ := repl.(string)
 			if err != nil || !strings.Contains(s, "cluster_state:ok") ||
 				(strings.Contains(r, "role:slave") && !strings.Contains(r, "master_link_status:up")) {
 				ok = false
