@@ -235,7 +235,19 @@ type alias struct {
 	Record string `json:"record"`
 }
 
+// readJSON reads a JSON object. One replaced by another replica while it was read is read
+// again: records change under concurrent uploads of one build ID.
 func (m *Catalog) readJSON(ctx context.Context, key string, v any) error {
+	var err error
+	for range 5 {
+		if err = m.readJSONOnce(ctx, key, v); !errors.Is(err, store.ErrChanged) {
+			return err
+		}
+	}
+	return err
+}
+
+func (m *Catalog) readJSONOnce(ctx context.Context, key string, v any) error {
 	rc, size, err := m.s.Open(ctx, key)
 	if err != nil {
 		return err
