@@ -83,6 +83,7 @@ type Config struct {
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
 	LeaseTTL        time.Duration `name:"lease-ttl" default:"15s" env:"SYMBOLIZER_LEASE_TTL" help:"With --redis-url, replicas coordinate through leases in Redis: one builds an index the store lacks while the others wait for it, and one reserves an upload of a build ID while the others are told it is in progress. A dead holder's lease expires after this long (it is renewed every third of it). 0: no coordination across replicas."`
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
+	HoldUploaded    bool          `name:"hold-uploaded-indexes" default:"true" negatable:"" env:"SYMBOLIZER_HOLD_UPLOADED_INDEXES" help:"Keep the index built while verifying an upload in memory. With build-ID affinity in the gateways, the replica that verifies an upload is seldom the one asked for its lookups: --no-hold-uploaded-indexes leaves the index to its owner, which loads it from the store."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
 	StringsBytes    int64         `name:"strings-cache-bytes" default:"268435456" env:"SYMBOLIZER_STRINGS_CACHE_BYTES" help:"Memory for the string tables of indexes not in memory, with which results cached in Redis are read (about 6% of an index each)."`
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
@@ -283,6 +284,9 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	s.Meta = catalog.New(s.Store, catalog.Options{
 		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
 		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
+			if !c.HoldUploaded {
+				return
+			}
 			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
 		},
 		Locker: locks.catalog(),
