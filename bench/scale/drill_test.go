@@ -52,6 +52,7 @@ var (
 	flagNodes    = flag.Int("drill.nodes", 24, "simulated nodes")
 	flagBinaries = flag.Int("drill.binaries", 30, "distinct binaries: half stored before the drill, half released during it")
 	flagPerNode  = flag.Int("drill.per-node", 4, "binaries each node runs")
+	flagGateway  = flag.Int("drill.gateway-parallel", 8, "profiles each gateway symbolizes at once (its pipeline's workers); more nodes queue")
 	flagAffinity = flag.Bool("drill.affinity", true, "gateways route by build ID (false: each gateway pinned to one replica, as through a Service)")
 )
 
@@ -183,6 +184,9 @@ func upload(ctx context.Context, c *uploadclient.Client, path string) (uploadOut
 // tally is what the gateways saw in one round.
 type tally struct {
 	samplesIn, samplesOut, seen, symbolized, wrong atomic.Int64
+
+	mu      sync.Mutex
+	reasons map[string]int // of frames the gateways passed on unsymbolized
 }
 
 func (t *tally) String() string {
@@ -190,8 +194,10 @@ func (t *tally) String() string {
 	if n := t.seen.Load(); n > 0 {
 		ratio = float64(t.symbolized.Load()) / float64(n)
 	}
-	return fmt.Sprintf("samples in %d out %d; frames %d, symbolized %d (%.2f%%), wrong %d",
-		t.samplesIn.Load(), t.samplesOut.Load(), t.seen.Load(), t.symbolized.Load(), 100*ratio, t.wrong.Load())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("samples in %d out %d; frames %d, symbolized %d (%.2f%%), wrong %d; unsymbolized by reason %v",
+		t.samplesIn.Load(), t.samplesOut.Load(), t.seen.Load(), t.symbolized.Load(), 100*ratio, t.wrong.Load(), t.reasons)
 }
 
 func TestReleaseDay(t *testing.T) {
@@ -245,6 +251,12 @@ func TestReleaseDay(t *testing.T) {
 		}
 	}
 
+	// Coverage targets hold with affinity; without it the drill shows what they cost, and
+	// reports a miss instead of failing.
+	coverage := t.Errorf
+	if !*flagAffinity {
+		coverage = func(format string, args ...any) { t.Logf("without affinity, missed: "+format, args...) }
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gws := make([]*symbolize.Symbolizer, gateways)
 	for g := range gws {
@@ -267,6 +279,10 @@ func TestReleaseDay(t *testing.T) {
 			BatchAddresses: 8192, Concurrency: 4, CacheEntries: -1, Logger: quiet})
 	}
 
+	slots := make([]chan struct{}, gateways)
+	for g := range slots {
+		slots[g] = make(chan struct{}, *flagGateway)
+	}
 	// send has node n send one profile of its binaries from set through its gateway.
 	send := func(n int, set []string, tl *tally) {
 		bins := make([]otlptest.Binary, perNode)
@@ -276,8 +292,19 @@ func TestReleaseDay(t *testing.T) {
 		}
 		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, dedupe(bins))
 		tl.samplesIn.Add(int64(pd.SampleCount()))
-		gws[n%gateways].Process(t.Context(), pd)
+		g := n % gateways
+		slots[g] <- struct{}{}
+		rep := gws[g].Process(t.Context(), pd)
+		<-slots[g]
 		tl.samplesOut.Add(int64(pd.SampleCount()))
+		tl.mu.Lock()
+		if tl.reasons == nil {
+			tl.reasons = map[string]int{}
+		}
+		for r, k := range rep.Unresolved {
+			tl.reasons[r] += k
+		}
+		tl.mu.Unlock()
 		for i, s := range otlptest.Resolve(pd) {
 			tl.seen.Add(1)
 			got := s.Stack[0].Lines
@@ -337,7 +364,7 @@ func TestReleaseDay(t *testing.T) {
 	// Steady: the old release, stored; the first round loads indexes, the second reads memory.
 	round("steady, first round", old, nil)
 	if tl := round("steady", old, nil); tl.symbolized.Load() != tl.seen.Load() {
-		t.Errorf("steady: %d of %d frames unsymbolized", tl.seen.Load()-tl.symbolized.Load(), tl.seen.Load())
+		coverage("steady: %d of %d frames unsymbolized", tl.seen.Load()-tl.symbolized.Load(), tl.seen.Load())
 	}
 	b0, l0, _, u0, per := counters()
 	t.Logf("steady: %v index loads for %d binaries: %.2f replicas hold each", l0, len(old), l0/float64(len(old)))
@@ -384,7 +411,7 @@ func TestReleaseDay(t *testing.T) {
 	}
 	after := round("release, after the uploads (first deadline after them)", released, nil)
 	if r := float64(after.symbolized.Load()) / float64(after.seen.Load()); r < 0.99 {
-		t.Errorf("release: %.2f%% of frames symbolized after the uploads, want at least 99%%", 100*r)
+		coverage("release: %.2f%% of frames symbolized after the uploads, want at least 99%%", 100*r)
 	}
 	b1, l1, w1, u1, per := counters()
 	// Each upload's verification builds its index once (FinishUpload repeated for a shared
@@ -397,7 +424,7 @@ func TestReleaseDay(t *testing.T) {
 	syms[0].Stop()
 	killed := round("replica 0 killed, first round", released, nil)
 	if r := float64(killed.symbolized.Load()) / float64(killed.seen.Load()); r < 0.99 {
-		t.Errorf("after the kill: %.2f%% of frames symbolized, want at least 99%%", 100*r)
+		coverage("after the kill: %.2f%% of frames symbolized, want at least 99%%", 100*r)
 	}
 	round("replica 0 killed", released, nil)
 	_, l2, _, _, per := counters()
