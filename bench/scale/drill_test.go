@@ -53,6 +53,7 @@ var (
 	flagBinaries = flag.Int("drill.binaries", 30, "distinct binaries: half stored before the drill, half released during it")
 	flagPerNode  = flag.Int("drill.per-node", 4, "binaries each node runs")
 	flagGateway  = flag.Int("drill.gateway-parallel", 8, "profiles each gateway symbolizes at once (its pipeline's workers); more nodes queue")
+	flagBalance  = flag.Float64("drill.balance-factor", 1.25, "the affinity router's load bound (0: none)")
 	flagAffinity = flag.Bool("drill.affinity", true, "gateways route by build ID (false: each gateway pinned to one replica, as through a Service)")
 )
 
@@ -260,7 +261,7 @@ func TestReleaseDay(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gws := make([]*symbolize.Symbolizer, gateways)
 	for g := range gws {
-		cfg := affinity.Config{Scheme: "http", Static: addrs, AttemptTimeout: time.Second, BalanceFactor: 1.25, EjectFor: 10 * time.Second,
+		cfg := affinity.Config{Scheme: "http", Static: addrs, AttemptTimeout: time.Second, BalanceFactor: *flagBalance, EjectFor: 10 * time.Second,
 			NewClient: func(b string) symbolizerv1connect.SymbolizerServiceClient {
 				return symbolize.NewClient(http.DefaultClient, b, "")
 			}, Logger: quiet}
