@@ -51,6 +51,10 @@ type Config struct {
 	BalanceFactor float64
 	// EjectFor is how long a replica that failed a call is passed over (default 10s).
 	EjectFor time.Duration
+	// Pin, when set, is hashed for every module instead of its build ID: the whole client goes
+	// to one replica (the next one when it fails), as a client of a Kubernetes Service does
+	// over its long-lived connection. It is the behaviour without affinity, for comparisons.
+	Pin string
 	// NewClient returns the client of one replica at baseURL.
 	NewClient func(baseURL string) symbolizerv1connect.SymbolizerServiceClient
 	// Lookup resolves a host to addresses (default net.DefaultResolver.LookupHost).
@@ -362,7 +366,11 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	mods := req.Msg.GetModules()
 	ranked := make([][]*replica, len(mods))
 	for i, m := range mods {
-		ranked[i] = rank(Key(m), reps)
+		key := r.cfg.Pin
+		if key == "" {
+			key = Key(m)
+		}
+		ranked[i] = rank(key, reps)
 	}
 	out := make([]*symbolizerv1.ModuleResult, len(mods))
 	tried := make([]map[*replica]bool, len(mods))

@@ -219,6 +219,26 @@ func TestOwnership(t *testing.T) {
 	}
 }
 
+// TestPin: a pinned client sends every module to one replica.
+func TestPin(t *testing.T) {
+	reps := startReplicas(t, 3)
+	r := newRouter(t, Config{Static: addrsOf(reps), Pin: "gateway-0"})
+	for i := range 30 {
+		if err := send(t, r, i, i+100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := 0
+	for _, s := range reps {
+		if len(s.asked()) > 0 {
+			asked++
+		}
+	}
+	if asked != 1 {
+		t.Fatalf("a pinned client asked %d replicas, want 1", asked)
+	}
+}
+
 // TestFailover: a replica that stops answering loses its build IDs to their next owners,
 // each to one replica, and no other build ID moves; a hung replica is left after the attempt
 // timeout; answers stay complete and in order throughout.
