@@ -12,7 +12,8 @@ import (
 
 // RedisCluster is a Redis Cluster of redis-server child processes on loopback ports, created
 // as operators create one: `redis-cli --cluster create ... --cluster-replicas N --cluster-yes`.
-// Its node timeout is short (1 s), so a killed master's replica takes over within seconds.
+// Once created, its node timeout is short (1 s), so a killed master's replica takes over
+// within seconds.
 type RedisCluster struct {
 	t       testing.TB
 	cli     string // redis-cli
@@ -38,7 +39,7 @@ func StartRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisClust
 			args: func(ports []int) []string {
 				return []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(ports[0]),
 					"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports[1]),
-					"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+					"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "15000",
 					"--save", "", "--appendonly", "no", "--dir", dir}
 			},
 			env:   childEnv(nil),
@@ -60,6 +61,17 @@ func StartRedisCluster(t testing.TB, masters, replicasPerMaster int) *RedisClust
 	}
 	if err := c.WaitHealthy(time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	// Joined: now the short node timeout, so a killed master's replica takes over within
+	// seconds. During the join a loaded machine can take longer than that to finish a
+	// handshake, and a MEET whose handshake times out is not tried again.
+	for i := range c.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := c.do(ctx, i, "config", "set", "cluster-node-timeout", "1000")
+		cancel()
+		if err != nil || strings.TrimSpace(out) != "OK" {
+			t.Fatalf("set the node timeout of node %d: %v %s", i, err, out)
+		}
 	}
 	t.Logf("redis cluster of %d masters and %d replicas ready: %v", masters, masters*replicasPerMaster, c.Addrs())
 	return c
