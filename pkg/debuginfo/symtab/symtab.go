@@ -251,6 +251,9 @@ func candidates(f *elf.File, syms []elf.Symbol) []candidate {
 		if f.Machine == elf.EM_ARM && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
 			addr &^= 1 // the Thumb bit is not part of the address
 		}
+		if isMappingSymbol(f.Machine, s) {
+			continue
+		}
 		c := candidate{addr: addr, size: s.Size, name: s.Name, order: i}
 		if elf.ST_BIND(s.Info) == elf.STB_LOCAL {
 			c.file = file
@@ -258,6 +261,24 @@ func candidates(f *elf.File, syms []elf.Symbol) []candidate {
 		out = append(out, c)
 	}
 	return out
+}
+
+// isMappingSymbol reports whether s is one of the ARM and AArch64 ELF ABIs' mapping
+// symbols, which mark where code ($x, $a, $t) and data ($d) start rather than name anything:
+// "$x", or "$x." and a suffix. llvm-symbolizer skips them; a PLT named "$x" helps no one.
+func isMappingSymbol(m elf.Machine, s elf.Symbol) bool {
+	if m != elf.EM_AARCH64 && m != elf.EM_ARM || elf.ST_TYPE(s.Info) != elf.STT_NOTYPE || elf.ST_BIND(s.Info) != elf.STB_LOCAL {
+		return false
+	}
+	n := s.Name
+	if len(n) < 2 || n[0] != '$' || (len(n) > 2 && n[2] != '.') {
+		return false
+	}
+	switch n[1] {
+	case 'x', 'a', 't', 'd':
+		return true
+	}
+	return false
 }
 
 // dedupe sorts by address and keeps one symbol per address: the largest, and among equally

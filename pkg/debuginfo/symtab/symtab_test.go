@@ -712,3 +712,78 @@ func BenchmarkLoad(b *testing.B) {
 		f.Close()
 	}
 }
+
+// TestAgainstLLVMSymbolizerARM64: an arm64 program's symbol table, with its mapping symbols
+// ($x, $d) at the PLT and elsewhere, answers as llvm-symbolizer does.
+func TestAgainstLLVMSymbolizerARM64(t *testing.T) {
+	need(t, "aarch64-linux-gnu-gcc", "llvm-symbolizer")
+	dir := t.TempDir()
+	path := build(t, dir, "aarch64-linux-gnu-gcc", "prog", map[string]string{"prog.c": arm64Program}, "-O2")
+	ix, st := load(t, path)
+	if st.Source != ".symtab" || st.Symbols == 0 {
+		t.Fatalf("stats %+v, want source .symtab and symbols", st)
+	}
+	addrs := sampleAddrs(t, path, 3)
+	// The PLT, which only mapping symbols mark, at every instruction.
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if plt := f.Section(".plt"); plt != nil {
+		for a := plt.Addr; a < plt.Addr+plt.Size; a += 4 {
+			addrs = append(addrs, a)
+		}
+	} else {
+		t.Fatal("no .plt in the arm64 program")
+	}
+	compare(t, path, ix, addrs, 0.999)
+}
+
+// arm64Program calls libc through the PLT and has static and global functions and data.
+const arm64Program = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static const char table[] = "0123456789abcdef";
+__attribute__((noinline)) static unsigned hash(const char *s) {
+	unsigned h = 5381;
+	while (*s) h = h * 33 + (unsigned char)*s++;
+	return h;
+}
+__attribute__((noinline)) unsigned mix(unsigned a, unsigned b) { return (a ^ b) * 2654435761u; }
+int main(int argc, char **argv) {
+	char *buf = malloc(64);
+	strcpy(buf, argc > 1 ? argv[1] : table);
+	printf("%u\n", mix(hash(buf), (unsigned)strlen(buf)));
+	free(buf);
+	return 0;
+}
+`
+
+func TestIsMappingSymbol(t *testing.T) {
+	local := func(name string, typ elf.SymType) elf.Symbol {
+		return elf.Symbol{Name: name, Info: elf.ST_INFO(elf.STB_LOCAL, typ)}
+	}
+	tests := []struct {
+		m    elf.Machine
+		s    elf.Symbol
+		want bool
+	}{
+		{elf.EM_AARCH64, local("$x", elf.STT_NOTYPE), true},
+		{elf.EM_AARCH64, local("$d", elf.STT_NOTYPE), true},
+		{elf.EM_AARCH64, local("$x.12", elf.STT_NOTYPE), true},
+		{elf.EM_ARM, local("$t", elf.STT_NOTYPE), true},
+		{elf.EM_ARM, local("$a.0", elf.STT_NOTYPE), true},
+		{elf.EM_AARCH64, local("$xyz", elf.STT_NOTYPE), false},
+		{elf.EM_AARCH64, local("$x", elf.STT_FUNC), false},
+		{elf.EM_AARCH64, elf.Symbol{Name: "$x", Info: elf.ST_INFO(elf.STB_GLOBAL, elf.STT_NOTYPE)}, false},
+		{elf.EM_X86_64, local("$x", elf.STT_NOTYPE), false},
+		{elf.EM_AARCH64, local("main", elf.STT_NOTYPE), false},
+	}
+	for _, tt := range tests {
+		if got := isMappingSymbol(tt.m, tt.s); got != tt.want {
+			t.Errorf("isMappingSymbol(%v, %q %v) = %v, want %v", tt.m, tt.s.Name, elf.ST_TYPE(tt.s.Info), got, tt.want)
+		}
+	}
+}
