@@ -38,11 +38,18 @@ type gatewayConfig struct {
 // rendering has no gateway.
 func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 	t.Helper()
+	return collectorConfigOf(t, r, "gateway")
+}
+
+// collectorConfigOf finds the container named name, an OpenTelemetry Collector, and the
+// configuration its --config names; ok is false when the rendering has no such container.
+func collectorConfigOf(t *testing.T, r rendered, name string) (gatewayConfig, bool) {
+	t.Helper()
 	var g gatewayConfig
 	found := false
 	for _, w := range workloads(r) {
 		for _, c := range w.pod.Spec.Containers {
-			if c.Name == "gateway" {
+			if c.Name == name {
 				g.w, g.c, found = w, c, true
 			}
 		}
@@ -53,13 +60,13 @@ func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 	for _, a := range g.c.Args {
 		if p, ok := strings.CutPrefix(a, "--config="); ok {
 			if g.path != "" {
-				t.Fatalf("gateway: more than one --config (%s, %s): one file holds the whole configuration", g.path, p)
+				t.Fatalf(name+": more than one --config (%s, %s): one file holds the whole configuration", g.path, p)
 			}
 			g.path = p
 		}
 	}
 	if g.path == "" {
-		t.Fatalf("gateway: no --config=FILE in args %q: without one the distribution runs its built-in loopback configuration", g.c.Args)
+		t.Fatalf(name+": no --config=FILE in args %q: without one the distribution runs its built-in loopback configuration", g.c.Args)
 	}
 	vols := map[string]corev1.Volume{}
 	for _, v := range g.w.pod.Spec.Volumes {
@@ -72,7 +79,7 @@ func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 		}
 		v := vols[vm.Name]
 		if v.ConfigMap == nil {
-			t.Fatalf("gateway: --config %s is on volume %s, which is not a ConfigMap", g.path, vm.Name)
+			t.Fatalf(name+": --config %s is on volume %s, which is not a ConfigMap", g.path, vm.Name)
 		}
 		g.configMap, g.key = v.ConfigMap.Name, rel
 		for _, it := range v.ConfigMap.Items {
@@ -82,19 +89,19 @@ func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 		}
 	}
 	if g.configMap == "" {
-		t.Fatalf("gateway: --config %s is on no mounted volume", g.path)
+		t.Fatalf(name+": --config %s is on no mounted volume", g.path)
 	}
 	for _, o := range r.objs {
 		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == g.configMap && cm.Namespace == g.w.namespace {
 			raw, ok := cm.Data[g.key]
 			if !ok {
-				t.Fatalf("gateway: ConfigMap %s has no key %s (--config %s)", cm.Name, g.key, g.path)
+				t.Fatalf(name+": ConfigMap %s has no key %s (--config %s)", cm.Name, g.key, g.path)
 			}
 			g.raw = raw
 		}
 	}
 	if g.raw == "" {
-		t.Fatalf("gateway: ConfigMap %s/%s is not in the rendering", g.w.namespace, g.configMap)
+		t.Fatalf(name+": ConfigMap %s/%s is not in the rendering", g.w.namespace, g.configMap)
 	}
 	g.configMaps = map[string]map[string]string{}
 	for _, o := range r.objs {
@@ -103,7 +110,7 @@ func gatewayConfigOf(t *testing.T, r rendered) (gatewayConfig, bool) {
 		}
 	}
 	if err := yaml.Unmarshal([]byte(g.raw), &g.cfg); err != nil {
-		t.Fatalf("gateway: ConfigMap %s key %s is not YAML: %v", g.configMap, g.key, err)
+		t.Fatalf(name+": ConfigMap %s key %s is not YAML: %v", g.configMap, g.key, err)
 	}
 	return g, true
 }

@@ -12,7 +12,7 @@ import (
 const chart = "../helm/profsym"
 
 // chartValues are the value sets the chart is tested with: its defaults and the files in ci/.
-var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml", "ci/in-cluster-values.yaml", "ci/no-k8s-attributes-values.yaml"}
+var chartValues = []string{"", "ci/production-values.yaml", "ci/upload-only-values.yaml", "ci/in-cluster-values.yaml", "ci/no-k8s-attributes-values.yaml", otelProfilerValues}
 
 // helmBinary finds the pinned helm .ci/install-deps installs.
 func helmBinary(t *testing.T) string {
@@ -95,6 +95,7 @@ func TestHelmChart(t *testing.T) {
 			checkTLS(t, r)
 			checkGateway(t, r)
 			checkFlags(t, r)
+			checkOtelProfiler(t, r)
 			for _, p := range secretsOnArgv(r.objs) {
 				t.Error(p)
 			}

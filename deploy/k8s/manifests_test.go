@@ -302,6 +302,11 @@ func checkPods(t *testing.T, overlay string, r rendered) {
 				t.Errorf("%s: no securityContext", id)
 				continue
 			}
+			if w.name == otelProfiler {
+				checkOtelProfilerRights(t, id, spec, sc)
+				checkProbes(t, id, c)
+				continue
+			}
 			if sc.Privileged != nil && *sc.Privileged {
 				t.Errorf("%s: privileged", id)
 			}
