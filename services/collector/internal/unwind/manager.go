@@ -626,6 +626,9 @@ func build(f *elf.File, mt *metrics) (*encoded, error) {
 	if err := t.CheckArch(hostMachine); err != nil {
 		return nil, err
 	}
+	if t.Arch == elf.EM_AARCH64 {
+		addAArch64PLT(t, f)
+	}
 	mt.buildSeconds.Add(time.Since(began).Seconds())
 	if s := f.Section(t.Source); s != nil {
 		mt.ehFrameBytes.Add(float64(s.Size))
