@@ -14,10 +14,10 @@ import (
 
 // Expected rows, in the shape normal x86-64 code has: the return address at cfa-8.
 func rsp(pc uint64, off int32) Row {
-	return Row{PC: pc, CFA: CFARSP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
+	return Row{PC: pc, CFA: CFASP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
 }
 func rbp(pc uint64, off int32) Row {
-	return Row{PC: pc, CFA: CFARBP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
+	return Row{PC: pc, CFA: CFAFP, CFAOffset: off, RA: RegOffset, RAOffset: -8}
 }
 func (r Row) fp(off int32) Row      { r.FP, r.FPOffset = RegOffset, off; return r }
 func (r Row) fpRule(rr RegRule) Row { r.FP, r.FPOffset = rr, 0; return r }
@@ -32,7 +32,8 @@ type parseCase struct {
 	build   func(s *section)
 	want    []Row
 	skipped int
-	err     string // a substring of the error, when one is expected
+	err     string      // a substring of the error, when one is expected
+	arch    elf.Machine // Options.Arch: x86-64 when zero
 }
 
 func runParseCases(t *testing.T, cases []parseCase) {
@@ -41,7 +42,7 @@ func runParseCases(t *testing.T, cases []parseCase) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &section{kind: tc.kind, addr: sectAddr}
 			tc.build(s)
-			tb, err := ParseSectionWith(s.b, s.addr, tc.kind, Options{TextBase: testTextBase, DataBase: testDataBase})
+			tb, err := ParseSectionWith(s.b, s.addr, tc.kind, Options{Arch: tc.arch, TextBase: testTextBase, DataBase: testDataBase})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
@@ -85,8 +86,23 @@ func checkInvariants(t testing.TB, tb *Table) {
 				t.Fatalf("row %d (%v) repeats the row before", i, r)
 			}
 		}
-		if r.CFA > CFAEndOfStack || r.FP > RegUndefined || r.RA > RegUndefined {
+		if r.CFA > CFASignalFrame || r.FP > RegUndefined || r.RA > RegUndefined {
 			t.Fatalf("row %d: out-of-range rule %v", i, r)
+		}
+		if r.CFA == CFASignalFrame && r != (Row{PC: r.PC, CFA: CFASignalFrame}) {
+			t.Fatalf("row %d: a signal frame row with other rules: %v", i, r)
+		}
+		switch tb.Arch {
+		case elf.EM_X86_64:
+			if r.RASigned {
+				t.Fatalf("row %d: a signed return address on x86-64: %v", i, r)
+			}
+		case elf.EM_AARCH64:
+			if r.CFA == CFAPLT {
+				t.Fatalf("row %d: the x86-64 PLT rule on AArch64: %v", i, r)
+			}
+		default:
+			t.Fatalf("table for %v", tb.Arch)
 		}
 		if r.FP != RegOffset && r.FPOffset != 0 || r.RA != RegOffset && r.RAOffset != 0 {
 			t.Fatalf("row %d: offset without an offset rule: %v", i, r)
@@ -171,7 +187,7 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaOffsetExtendedSF, uleb(16), sleb(2)))
 			},
 			want: []Row{rsp(0x1000, 8), rsp(0x1001, 8).fp(-24), rsp(0x1002, 8).fp(-32), rsp(0x1003, 8).fp(40),
-				{PC: 0x1004, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
+				{PC: 0x1004, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: 40, RA: RegOffset, RAOffset: -16}, end(0x1010)},
 		},
 		{
 			name: "restore and restore_extended return to the CIE's rules",
@@ -185,9 +201,9 @@ func TestInstructions(t *testing.T) {
 					advance(1), cat(cfaUndefined, uleb(regRBP)),
 					advance(1), cat(cfaRestoreExtended, uleb(regRBP)), cat(cfaRestoreExtended, uleb(16)))
 			},
-			want: []Row{rsp(0x1000, 8).fp(-24), {PC: 0x1001, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
-				{PC: 0x1002, CFA: CFARSP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
-				{PC: 0x1003, CFA: CFARSP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
+			want: []Row{rsp(0x1000, 8).fp(-24), {PC: 0x1001, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: -16, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1002, CFA: CFASP, CFAOffset: 8, FP: RegOffset, FPOffset: -24, RA: RegOffset, RAOffset: -32},
+				{PC: 0x1003, CFA: CFASP, CFAOffset: 8, FP: RegUndefined, RA: RegOffset, RAOffset: -32},
 				rsp(0x1004, 8).fp(-24), end(0x1010)},
 		},
 		{
@@ -527,7 +543,7 @@ func TestCIEs(t *testing.T) {
 			want: []Row{rsp(0x1000, 8), end(0x1010)},
 		},
 		{
-			name: "zRS: a signal frame described by expressions",
+			name: "zRS: a signal trampoline described by expressions is a signal frame",
 			build: func(s *section) {
 				c := stdCIE()
 				c.aug = "zRS"
@@ -539,7 +555,7 @@ func TestCIEs(t *testing.T) {
 					cat(cfaExpression, uleb(regRBP), uleb(3), 0x77, 0x78, 0x06),
 					cat(cfaExpression, uleb(16), uleb(3), 0x77, 0xa8, 0x01))
 			},
-			want: []Row{{PC: 0x1000, CFA: CFAExpression, FP: RegExpression, RA: RegExpression}, end(0x1010)},
+			want: []Row{{PC: 0x1000, CFA: CFASignalFrame}, end(0x1010)},
 		},
 		{
 			name: "no 'R': absolute 8-byte pointers",
@@ -1005,11 +1021,21 @@ func TestBuild(t *testing.T) {
 		}
 	})
 	t.Run("other machines", func(t *testing.T) {
-		for _, m := range []elf.Machine{elf.EM_AARCH64, elf.EM_386} {
+		for _, m := range []elf.Machine{elf.EM_386, elf.EM_ARM, elf.EM_RISCV, elf.EM_PPC64} {
 			f := open(t, minimalELF(elf.ELFCLASS64, m, elfSection{".eh_frame", elf.SHT_PROGBITS, eh.addr, eh.b}))
-			if _, err := Build(f); !errors.Is(err, ErrUnsupportedMachine) {
+			_, err := Build(f)
+			if !errors.Is(err, ErrUnsupportedMachine) {
 				t.Errorf("%v: err = %v, want ErrUnsupportedMachine", m, err)
 			}
+			if err != nil && (!strings.Contains(err.Error(), "x86-64 or AArch64") || !strings.Contains(err.Error(), m.String())) {
+				t.Errorf("%v: error %q names neither the supported machines nor the file's", m, err)
+			}
+		}
+		// Big-endian AArch64 (aarch64_be) lays out its CFI in big-endian order; the
+		// machine check comes before any section is read.
+		be := &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2MSB, Machine: elf.EM_AARCH64}}
+		if _, err := Build(be); !errors.Is(err, ErrUnsupportedMachine) {
+			t.Errorf("big-endian AArch64: err = %v, want ErrUnsupportedMachine", err)
 		}
 	})
 	t.Run("malformed section names the section", func(t *testing.T) {
@@ -1060,7 +1086,7 @@ func TestShuffledFDEs(t *testing.T) {
 		for _, w := range owners {
 			for pc := w.start; pc < w.start+0x10; pc++ {
 				got, _ := tb.Lookup(pc)
-				if pc < w.end && (got.CFA != CFARSP || got.CFAOffset != w.off) {
+				if pc < w.end && (got.CFA != CFASP || got.CFAOffset != w.off) {
 					t.Fatalf("round %d: %#x: %v, want rsp+%d", round, pc, got, w.off)
 				}
 				if pc >= w.end && got.CFA != CFAUndefined {

@@ -2,6 +2,7 @@ package cfi
 
 import (
 	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"math"
@@ -26,8 +27,16 @@ func (k SectionKind) String() string {
 	return ".eh_frame"
 }
 
-// Options gives the bases of pointer encodings that depend on more than the section.
+// Options says what the section's bytes alone do not: the machine, and the bases of pointer
+// encodings that depend on more than the section.
 type Options struct {
+	// Arch is the machine the CFI describes: elf.EM_X86_64 or elf.EM_AARCH64. Zero
+	// (elf.EM_NONE) means x86-64, what ParseSectionWith read before it knew of other
+	// machines; any other machine is ErrUnsupportedMachine. It decides which DWARF
+	// registers are the stack and frame pointers, and which instructions and augmentations
+	// are valid: DW_CFA_AARCH64_negate_ra_state and the 'B' and 'G' augmentations on AArch64
+	// only, the PLT expression (CFAPLT) on x86-64 only.
+	Arch elf.Machine
 	// TextBase is the base of DW_EH_PE_textrel pointers (the LSB says .text).
 	TextBase uint64
 	// DataBase is the base of DW_EH_PE_datarel pointers (the LSB says .got).
@@ -40,9 +49,34 @@ const (
 	// maxStateDepth bounds DW_CFA_remember_state nesting. GCC and LLVM nest one or two
 	// levels.
 	maxStateDepth = 64
-	// maxRAColumn bounds the return address column a CIE may name; x86-64 uses 16.
+	// maxRAColumn bounds the return address column a CIE may name; x86-64 uses 16,
+	// AArch64 30.
 	maxRAColumn = 128
 )
+
+// arch holds what the parser needs to know of a machine.
+type arch struct {
+	machine elf.Machine
+	sp, fp  uint64 // DWARF numbers of the stack pointer and the frame pointer register
+	plt     bool   // binutils' PLT CFA expression is recognized (x86-64)
+	pauth   bool   // DW_CFA_AARCH64_negate_ra_state and the 'B' and 'G' augmentations (AArch64)
+}
+
+var (
+	archX86_64  = arch{machine: elf.EM_X86_64, sp: regRSP, fp: regRBP, plt: true}
+	archAArch64 = arch{machine: elf.EM_AARCH64, sp: regSP, fp: regX29, pauth: true}
+)
+
+// archOf returns the parser's view of machine m, zero meaning x86-64.
+func archOf(m elf.Machine) (*arch, error) {
+	switch m {
+	case elf.EM_NONE, elf.EM_X86_64:
+		return &archX86_64, nil
+	case elf.EM_AARCH64:
+		return &archAArch64, nil
+	}
+	return nil, fmt.Errorf("%w: Options.Arch %v", ErrUnsupportedMachine, m)
+}
 
 // errUnsupported marks what is valid DWARF but outside what the table handles (an unknown
 // augmentation, a SPARC or MIPS opcode): the CIE's or FDE's rows are skipped, the file is
@@ -76,9 +110,11 @@ type cie struct {
 	codeAlign uint64
 	dataAlign int64
 	raReg     uint64
+	fpReg     uint64 // the frame pointer's DWARF number on the parser's machine
 	fdeEnc    uint8
 	addrSize  uint8
 	augData   bool // 'z': FDEs carry an augmentation data length
+	signal    bool // 'S': the FDEs describe signal trampolines
 	insns     [2]int
 	// err is set for a CIE this package does not handle; its FDEs are skipped.
 	err error
@@ -101,6 +137,7 @@ type parser struct {
 	addr uint64
 	kind SectionKind
 	opt  Options
+	arch *arch
 
 	cies    map[int]int32 // section offset -> index in cieList
 	cieList []*cie
@@ -114,20 +151,22 @@ type parser struct {
 	fdeStart  uint64  // the initial location of the FDE being run, for DW_EH_PE_funcrel
 	cieBytes  int     // the sizes of the CIEs parsed so far
 	insnBytes int     // the sizes of the FDEs' programs
+	signal    bool    // the FDE being run describes a signal trampoline
 
 	skipped    int
 	skipReason error
 }
 
 // ParseSection builds the table of one .eh_frame or .debug_frame section whose bytes are
-// data, loaded at the virtual address sectionAddr. It is ParseSectionWith without the bases
-// of text- and data-relative pointers, which x86-64 compilers do not emit.
+// data, loaded at the virtual address sectionAddr, for x86-64. It is ParseSectionWith without
+// the bases of text- and data-relative pointers, which x86-64 compilers do not emit.
 func ParseSection(data []byte, sectionAddr uint64, kind SectionKind) (*Table, error) {
 	return ParseSectionWith(data, sectionAddr, kind, Options{})
 }
 
 // ParseSectionWith builds the table of one .eh_frame or .debug_frame section whose bytes are
-// data, loaded at the virtual address sectionAddr.
+// data, loaded at the virtual address sectionAddr, for the machine opt.Arch (x86-64 when
+// zero). The table's Arch is that machine.
 //
 // A malformed entry frame (a length past the section's end, a CIE pointer that leads
 // nowhere, a truncated CIE header) fails the whole section: the entries after it cannot be
@@ -138,11 +177,16 @@ func ParseSectionWith(data []byte, sectionAddr uint64, kind SectionKind, opt Opt
 	if kind != EHFrame && kind != DebugFrame {
 		return nil, fmt.Errorf("cfi: unknown section kind %d", kind)
 	}
+	a, err := archOf(opt.Arch)
+	if err != nil {
+		return nil, err
+	}
 	p := &parser{
 		data:    data,
 		addr:    sectionAddr,
 		kind:    kind,
 		opt:     opt,
+		arch:    a,
 		cies:    make(map[int]int32, 4),
 		lastCIE: -1,
 		// GCC's and Clang's sections hold one FDE per 30 to 40 bytes.
@@ -155,7 +199,7 @@ func ParseSectionWith(data []byte, sectionAddr uint64, kind SectionKind, opt Opt
 		return nil, err
 	}
 	kept := p.assemble()
-	return &Table{Rows: p.rows, Source: kind.String(), FDEs: kept, Skipped: p.skipped, SkipReason: p.skipReason}, nil
+	return &Table{Arch: a.machine, Rows: p.rows, Source: kind.String(), FDEs: kept, Skipped: p.skipped, SkipReason: p.skipReason}, nil
 }
 
 func (p *parser) errorf(off int, what, format string, args ...any) error {
@@ -376,7 +420,7 @@ func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
 		return nil, p.errorf(fdeOff, "FDE", "CIE pointer %#x: CIEs overlap", off)
 	}
 	r := reader{data: p.data, pos: e.body, end: e.end}
-	c := &cie{addrSize: 8, fdeEnc: peAbsptr}
+	c := &cie{addrSize: 8, fdeEnc: peAbsptr, fpReg: p.arch.fp}
 	version := r.u8()
 	aug := r.cstring()
 	if r.bad {
@@ -410,7 +454,7 @@ func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
 	if r.bad {
 		return nil, p.errorf(off, "CIE", "truncated header")
 	}
-	if c.raReg == regRBP || c.raReg > maxRAColumn {
+	if c.raReg == p.arch.fp || c.raReg > maxRAColumn {
 		c.err = fmt.Errorf("CIE at %#x: return address column %d: %w", off, c.raReg, errUnsupported)
 		return c, nil
 	}
@@ -451,9 +495,17 @@ func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
 					}
 				}
 			case 'S':
-				// A signal frame: its PC is not a return address. The unwinder cannot
-				// tell from the table, but the trampolines that carry 'S' describe their
-				// CFA with expressions, which stop it anyway.
+				// A signal trampoline: its rows become CFASignalFrame, the unwinder
+				// reads the interrupted registers from the kernel's signal frame.
+				c.signal = true
+			case 'B', 'G':
+				// AArch64: return addresses signed with the B key instead of the A
+				// key; an MTE-tagged stack frame. Neither has operands nor changes
+				// where the caller's registers are.
+				if !p.arch.pauth {
+					c.err = fmt.Errorf("CIE at %#x: augmentation %q on %v: %w", off, aug, p.arch.machine, errUnsupported)
+					return c, nil
+				}
 			default:
 				c.err = fmt.Errorf("CIE at %#x: augmentation %q: %w", off, aug, errUnsupported)
 				return c, nil
@@ -465,6 +517,8 @@ func (p *parser) parseCIE(off, fdeOff int) (*cie, error) {
 	} else if len(aug) > 0 && string(aug) != "eh" && string(aug) != "S" {
 		c.err = fmt.Errorf("CIE at %#x: augmentation %q: %w", off, aug, errUnsupported)
 		return c, nil
+	} else if string(aug) == "S" {
+		c.signal = true
 	}
 	if r.bad {
 		return nil, p.errorf(off, "CIE", "truncated header")

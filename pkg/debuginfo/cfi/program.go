@@ -5,10 +5,16 @@ import (
 	"math"
 )
 
-// DWARF register numbers of x86-64 that the table follows.
+// DWARF register numbers that the table follows.
 const (
+	// x86-64
 	regRBP = 6
 	regRSP = 7
+	// AArch64: the frame pointer x29, the link register x30 (the return address column of
+	// GCC's and LLVM's CIEs), the stack pointer.
+	regX29 = 29
+	regX30 = 30
+	regSP  = 31
 )
 
 // Call frame instructions (DW_CFA_*). The first three carry an operand in their low six bits.
@@ -41,7 +47,7 @@ const (
 	cfaValOffsetSF               = 0x15
 	cfaValExpression             = 0x16
 	cfaMIPSAdvanceLoc8           = 0x1d
-	cfaGNUWindowSave             = 0x2d
+	cfaGNUWindowSave             = 0x2d // SPARC's; the same number is DW_CFA_AARCH64_negate_ra_state on AArch64
 	cfaGNUArgsSize               = 0x2e
 	cfaGNUNegativeOffsetExtended = 0x2f
 )
@@ -71,12 +77,15 @@ type state struct {
 	cfaOff  int64
 	plt     int32 // the threshold of a PLT expression
 	fp, ra  regState
+	// raSigned is AArch64's RA_SIGN_STATE: DW_CFA_AARCH64_negate_ra_state toggles it, and
+	// remember/restore_state save and restore it with the other rules.
+	raSigned bool
 }
 
 func fits32(v int64) bool { return v >= math.MinInt32 && v <= math.MaxInt32 }
 
-// row turns the state into the table's row at pc.
-func (s *state) row(pc uint64) Row {
+// row turns the state into the table's row at pc for machine a.
+func (s *state) row(pc uint64, a *arch) Row {
 	r := Row{PC: pc}
 	if s.ra.rule == RegUndefined {
 		// The outermost frame: nothing about the caller matters.
@@ -94,16 +103,17 @@ func (s *state) row(pc uint64) Row {
 		switch {
 		case !fits32(s.cfaOff):
 			r.CFA = CFAExpression
-		case s.cfaReg == regRSP:
-			r.CFA, r.CFAOffset = CFARSP, int32(s.cfaOff)
-		case s.cfaReg == regRBP:
-			r.CFA, r.CFAOffset = CFARBP, int32(s.cfaOff)
+		case s.cfaReg == a.sp:
+			r.CFA, r.CFAOffset = CFASP, int32(s.cfaOff)
+		case s.cfaReg == a.fp:
+			r.CFA, r.CFAOffset = CFAFP, int32(s.cfaOff)
 		default:
 			r.CFA = CFAExpression
 		}
 	}
 	r.FP, r.FPOffset = s.fp.rowRule()
 	r.RA, r.RAOffset = s.ra.rowRule()
+	r.RASigned = s.raSigned
 	return r
 }
 
@@ -161,20 +171,28 @@ func (p *parser) run(f *fde, end uint64) error {
 	c := p.cieList[f.cie]
 	st := c.init
 	p.fdeStart = f.start
+	p.signal = c.signal
 	r := reader{data: p.data, pos: int(f.insns[0]), end: int(f.insns[1])}
 	return p.exec(c, &st, &r, f.start, end, false)
 }
 
-// emit adds the row of st at loc, unless loc is past the FDE's (kept) end.
+// emit adds the row of st at loc, unless loc is past the FDE's (kept) end. The rows of a
+// signal trampoline's FDE are CFASignalFrame whatever its program says: the program
+// describes the kernel's signal frame with expressions, which the unwinder knows by
+// another way.
 func (p *parser) emit(st *state, loc, end uint64) {
 	if loc < end {
-		p.add(st.row(loc))
+		if p.signal {
+			p.add(Row{PC: loc, CFA: CFASignalFrame})
+			return
+		}
+		p.add(st.row(loc, p.arch))
 	}
 }
 
 // setReg gives a register the rule rs when it is a column the table keeps.
 func setReg(c *cie, st *state, reg uint64, rs regState) {
-	if reg == regRBP {
+	if reg == c.fpReg {
 		st.fp = rs
 	}
 	if reg == c.raReg {
@@ -188,7 +206,7 @@ func restoreReg(c *cie, st *state, reg uint64, inCIE bool) {
 	if !inCIE {
 		init = c.init
 	}
-	if reg == regRBP {
+	if reg == c.fpReg {
 		st.fp = init.fp
 	}
 	if reg == c.raReg {
@@ -331,14 +349,21 @@ func (p *parser) execExtended(c *cie, st *state, r *reader, op uint8, at int, lo
 		}
 	case cfaDefCFAExpression:
 		expr := r.bytes(r.uleb())
-		if t, ok := isPLTExpression(expr); ok {
+		if t, ok := isPLTExpression(expr); ok && p.arch.plt {
 			st.cfaKind, st.plt = cfaKindPLT, t
 		} else {
 			st.cfaKind = cfaKindExpression
 		}
 	case cfaGNUArgsSize:
 		r.uleb()
-	case cfaMIPSAdvanceLoc8, cfaGNUWindowSave:
+	case cfaGNUWindowSave:
+		if !p.arch.pauth {
+			return fmt.Errorf("instruction %#x (DW_CFA_GNU_window_save) at %#x on %v: %w", op, at, p.arch.machine, errUnsupported)
+		}
+		// DW_CFA_AARCH64_negate_ra_state: paciasp/pacibsp signed x30, or autiasp
+		// authenticated it.
+		st.raSigned = !st.raSigned
+	case cfaMIPSAdvanceLoc8:
 		return fmt.Errorf("instruction %#x at %#x: %w", op, at, errUnsupported)
 	default:
 		return fmt.Errorf("unknown instruction %#x at %#x: %w", op, at, errUnsupported)

@@ -69,9 +69,9 @@ func encodeRow(pc uint32, r cfi.Row) row {
 	case cfi.CFAExpression:
 		k.CFARule = cfaUnsupported
 		return k
-	case cfi.CFARSP:
+	case cfi.CFASP:
 		k.CFARule = cfaRSP
-	case cfi.CFARBP:
+	case cfi.CFAFP:
 		k.CFARule = cfaRBP
 	case cfi.CFAPLT:
 		k.CFARule = cfaPLT
