@@ -13,6 +13,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
+	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/klauspost/compress v1.20.3
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0

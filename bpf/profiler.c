@@ -14,6 +14,10 @@
 // stale) or exits (its cached knowledge can be dropped after the next report).
 // User space reads the ring every quarter second; the kernel wakes it sooner
 // only when the ring fills up, so sampling costs no wakeup per sample.
+//
+// The program is built once per architecture (bpf2go -target amd64,arm64, which defines
+// __TARGET_ARCH_x86 or __TARGET_ARCH_arm64): only the user registers, the return-address
+// rules and the signal frame's layout differ, in the arch section below.
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -45,11 +49,11 @@ struct psym_stack_event {
 	__u32 cpu;
 	__s32 kstack_len; // bytes written by bpf_get_stack, or a negative errno
 	__s32 ustack_len;
-	// The word at the user stack pointer. When the sampled user function has no frame
-	// of its own (a frameless leaf, a function's first instruction, a libc syscall
-	// wrapper) it is the return address into the caller, which the frame-pointer walk
-	// skips; user space decides whether it is one.
-	__u64 user_sp_word;
+	// Where the return address into the caller is when the sampled user function has no
+	// frame of its own (a frameless leaf, a function's first instruction, a libc syscall
+	// wrapper), which the frame-pointer walk skips: the word at the user stack pointer on
+	// x86-64, the link register (x30) on arm64. User space decides whether it is one.
+	__u64 leaf_ret;
 	__u32 unwinder;   // PSYM_UNWINDER_*: how ustack was walked
 	__u32 unwind_end; // PSYM_END_*: why the CFI walk stopped
 	__u8 comm[TASK_COMM_LEN];
@@ -80,34 +84,43 @@ enum psym_unwind_end {
 	PSYM_END_ZERO = 2,      // a zero return address or frame pointer: the stack's bottom
 	PSYM_END_DEPTH = 3,     // MAX_STACK_DEPTH frames
 	PSYM_END_NOT_MAPPED = 4,// an address in no known executable mapping
-	PSYM_END_NO_TABLE = 5,  // a mapping without a table (not built, evicted) or an address no CFI row covers
+	PSYM_END_NO_TABLE = 5,  // a mapping without a table (not built, evicted), or an address no CFI row covers and the frame pointer unknown
 	PSYM_END_UNSUPPORTED = 6, // a CFI rule the table cannot express (DWARF expression)
 	PSYM_END_READ_ERROR = 7,  // the stack could not be read
 	PSYM_END_MAX = 8,
 };
 
 // One row of an unwind table: from pc (relative to the file's base) up to the next row,
-// how to find the canonical frame address and the caller's frame pointer. The return
-// address is at CFA-8 (user space marks rows where it is not as unsupported).
+// how to find the canonical frame address, the caller's frame pointer (RBP, x29) and the
+// return address.
 struct psym_row {
 	__u32 pc;
 	__s32 cfa_offset;
 	__u8 cfa_rule; // PSYM_CFA_*
 	__u8 fp_rule;  // PSYM_FP_*
+	__u8 ra_rule;  // PSYM_RA_*
+	__u8 pad;
 	__s16 fp_offset;
+	__s16 ra_offset;
 };
 
 enum psym_cfa_rule {
 	PSYM_CFA_UNDEFINED = 0, // no CFI here
-	PSYM_CFA_RSP = 1,
-	PSYM_CFA_RBP = 2,
-	PSYM_CFA_PLT = 3, // CFA = RSP + 8 + ((RIP & 15) >= cfa_offset ? 8 : 0)
+	PSYM_CFA_SP = 1,        // CFA = SP + cfa_offset
+	PSYM_CFA_FP = 2,        // CFA = FP (RBP, x29) + cfa_offset
+	PSYM_CFA_PLT = 3,       // x86-64 PLT: CFA = RSP + 8 + ((RIP & 15) >= cfa_offset ? 8 : 0)
 	PSYM_CFA_UNSUPPORTED = 4,
 	PSYM_CFA_OUTERMOST = 5,
+	PSYM_CFA_SIGNAL = 6,    // a signal trampoline: the interrupted registers are in the signal frame at SP
+};
+
+enum psym_ra_rule {
+	PSYM_RA_OFFSET = 0, // saved at CFA + ra_offset
+	PSYM_RA_LINK = 1,   // still in the link register (arm64 leaves and prologues)
 };
 
 enum psym_fp_rule {
-	PSYM_FP_SAME = 0,    // RBP unchanged in this frame
+	PSYM_FP_SAME = 0,    // the frame pointer unchanged in this frame
 	PSYM_FP_OFFSET = 1,  // saved at CFA + fp_offset
 	PSYM_FP_UNKNOWN = 2, // saved in a way the table cannot express
 };
@@ -126,7 +139,7 @@ struct psym_file {
 enum psym_map_kind {
 	PSYM_MAP_NONE = 0, // no table (not built yet, or the file's CFI is unreadable): stop
 	PSYM_MAP_CFI = 1,  // unwind with the file's table
-	PSYM_MAP_FP = 2,   // frame pointers: Go, and files without CFI
+	PSYM_MAP_FP = 2,   // frame pointers: Go, files without CFI, anonymous executable memory (JIT code)
 };
 
 struct psym_map {
@@ -220,16 +233,97 @@ struct {
 	__type(value, struct psym_proc);
 } unwind_procs SEC(".maps");
 
+// ---- What differs between architectures: the user registers, how a return address is
+// read, and where the kernel's signal frame keeps the interrupted registers.
+#if defined(__TARGET_ARCH_x86)
+
+// The word at the stack pointer holds the return address of a function without a frame.
+#define LEAF_RET_IN_LINK 0
+
+static __always_inline void user_regs(struct task_struct *task, __u64 *pc, __u64 *sp, __u64 *fp,
+				      __u64 *lr)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	*pc = BPF_CORE_READ(regs, ip);
+	*sp = BPF_CORE_READ(regs, sp);
+	*fp = BPF_CORE_READ(regs, bp);
+	*lr = 0;
+}
+
+static __always_inline __u64 code_addr(__u64 ra)
+{
+	return ra;
+}
+
+// After a signal handler returns into the trampoline (glibc's __restore_rt) the stack
+// pointer is at the ucontext of the kernel's rt_sigframe; its sigcontext starts 40 bytes in
+// (r8-r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip: the uapi layout).
+#define SIGFRAME_FP 120
+#define SIGFRAME_SP 160
+#define SIGFRAME_PC 168
+
+#elif defined(__TARGET_ARCH_arm64)
+
+// A function without a frame record returns through the link register, x30.
+#define LEAF_RET_IN_LINK 1
+
+// The uapi user_pt_regs at the start of arm64's struct pt_regs. vmlinux.h is generated
+// from an x86-64 kernel; the flavour suffix makes CO-RE match the running kernel's
+// user_pt_regs by name.
+struct user_pt_regs___psym {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+} __attribute__((preserve_access_index));
+
+static __always_inline void user_regs(struct task_struct *task, __u64 *pc, __u64 *sp, __u64 *fp,
+				      __u64 *lr)
+{
+	struct user_pt_regs___psym *regs = (struct user_pt_regs___psym *)bpf_task_pt_regs(task);
+	*pc = BPF_CORE_READ(regs, pc);
+	*sp = BPF_CORE_READ(regs, sp);
+	*fp = BPF_CORE_READ(regs, regs[29]);
+	*lr = BPF_CORE_READ(regs, regs[30]);
+}
+
+// Return addresses signed by pointer authentication (-mbranch-protection=pac-ret, as Debian
+// and Ubuntu build) carry the signature in the bits above the virtual address. User code
+// lies below 2^48 (48-bit VAs, and 52-bit kernels map above it only on request), so the
+// mask strips any signature and no signed value is ever followed raw.
+#define USER_ADDR_MASK ((1ULL << 48) - 1)
+
+static __always_inline __u64 code_addr(__u64 ra)
+{
+	return ra & USER_ADDR_MASK;
+}
+
+// At the vDSO's __kernel_rt_sigreturn the stack pointer is at the kernel's rt_sigframe: a
+// 128-byte siginfo, then the ucontext, whose sigcontext starts 176 bytes in (uapi layout:
+// fault_address, regs[31], sp, pc).
+#define SIGFRAME_MCTX (128 + 176)
+#define SIGFRAME_FP (SIGFRAME_MCTX + 8 + 29 * 8)
+#define SIGFRAME_LR (SIGFRAME_MCTX + 8 + 30 * 8)
+#define SIGFRAME_SP (SIGFRAME_MCTX + 8 + 31 * 8)
+#define SIGFRAME_PC (SIGFRAME_MCTX + 8 + 32 * 8)
+
+#else
+#error "the profiler is built for x86-64 (__TARGET_ARCH_x86) or arm64 (__TARGET_ARCH_arm64)"
+#endif
+
 // The CFI walk's per-CPU working state: the record being built (too large for the BPF
 // stack) and the registers of the frame being unwound.
 struct psym_unwind_scratch {
 	__u64 pc;
 	__u64 sp;
 	__u64 fp;
+	__u64 lr;
 	__u32 n;
 	__u32 end;
-	__u32 fp_known;
-	__u32 pad;
+	__u8 fp_known; // fp holds the frame's frame pointer
+	__u8 lr_known; // lr holds the frame's link register (arm64: the first frame, or after a signal frame)
+	__u8 exact_pc; // pc is where the frame was interrupted (after a signal frame), not a return address
+	__u8 pad[5];
 	struct psym_stack_event event;
 };
 
@@ -307,9 +401,23 @@ static __always_inline void fill_header(struct bpf_perf_event_data *ctx, struct 
 	e->cpu = bpf_get_smp_processor_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->kstack_len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
-	e->user_sp_word = 0;
+	e->leaf_ret = 0;
 	e->unwinder = unwinder;
 	e->unwind_end = PSYM_END_NONE;
+}
+
+// leaf_ret returns where a function without a frame keeps its return address: the word
+// at sp (x86-64) or the link register (arm64); 0 when unreadable.
+static __always_inline __u64 leaf_ret(__u64 sp, __u64 lr)
+{
+#if LEAF_RET_IN_LINK
+	return code_addr(lr);
+#else
+	__u64 w;
+	if (bpf_probe_read_user(&w, sizeof(w), (void *)sp) < 0)
+		return 0;
+	return w;
+#endif
 }
 
 SEC("perf_event")
@@ -328,21 +436,21 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	if (e->ustack_len > 0) {
 		// The user registers, also when the sample interrupted the kernel.
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		if (bpf_probe_read_user(&e->user_sp_word, sizeof(e->user_sp_word), (void *)sp) < 0)
-			e->user_sp_word = 0;
+		__u64 pc, sp, fp, lr;
+		user_regs(bpf_get_current_task_btf(), &pc, &sp, &fp, &lr);
+		e->leaf_ret = leaf_ret(sp, lr);
 	}
 	bpf_ringbuf_submit(e, wakeup_flag());
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;
 }
 
-// The frame-pointer step: the frame's caller is found through the saved RBP chain. For Go
-// (which keeps frame pointers) and for files without CFI.
+// The frame-pointer step: the frame's caller is found through the chain of frame records
+// (saved frame pointer, return address) that RBP or x29 points to. For Go (which keeps frame
+// pointers) and for files without CFI.
 static __always_inline long fp_step(struct psym_unwind_scratch *s)
 {
-	__u64 frame[2]; // saved RBP, return address
+	__u64 frame[2]; // saved frame pointer, return address
 	if (!s->fp_known || s->fp == 0) {
 		s->end = PSYM_END_ZERO;
 		return 1;
@@ -353,12 +461,67 @@ static __always_inline long fp_step(struct psym_unwind_scratch *s)
 	}
 	s->sp = s->fp + 16;
 	s->fp = frame[0];
-	s->pc = frame[1];
+	s->pc = code_addr(frame[1]);
+	s->lr_known = 0;
+	s->exact_pc = 0;
 	if (s->pc == 0) {
 		s->end = PSYM_END_ZERO;
 		return 1;
 	}
 	return 0;
+}
+
+// signal_step restores the registers a signal interrupted from the kernel's signal frame at
+// SP: the next frame is the interrupted one, at its exact pc, with its link register.
+static __always_inline long signal_step(struct psym_unwind_scratch *s)
+{
+	__u64 sp = s->sp;
+	__u64 pc, fp, nsp;
+	if (bpf_probe_read_user(&pc, sizeof(pc), (void *)(sp + SIGFRAME_PC)) < 0 ||
+	    bpf_probe_read_user(&nsp, sizeof(nsp), (void *)(sp + SIGFRAME_SP)) < 0 ||
+	    bpf_probe_read_user(&fp, sizeof(fp), (void *)(sp + SIGFRAME_FP)) < 0) {
+		s->end = PSYM_END_READ_ERROR;
+		return 1;
+	}
+	s->lr_known = 0;
+#ifdef SIGFRAME_LR
+	if (bpf_probe_read_user(&s->lr, sizeof(s->lr), (void *)(sp + SIGFRAME_LR)) == 0)
+		s->lr_known = 1;
+#endif
+	s->pc = code_addr(pc);
+	s->sp = nsp;
+	s->fp = fp;
+	s->fp_known = 1;
+	s->exact_pc = 1;
+	if (s->pc == 0) {
+		s->end = PSYM_END_ZERO;
+		return 1;
+	}
+	return 0;
+}
+
+// fp_frame walks a frame by frame pointers. A frameless leaf (Go makes small leaves
+// frameless) leaves the frame pointer at its caller's frame, so the walk skips the caller;
+// its return address is then at SP or in the link register, and user space checks that it
+// is one before use.
+static __always_inline long fp_frame(struct psym_unwind_scratch *s, __u32 n)
+{
+	if (n == 0)
+		s->event.leaf_ret = leaf_ret(s->sp, s->lr_known ? s->lr : 0);
+	return fp_step(s);
+}
+
+// uncovered handles a frame in a file whose CFI has no row for it: code without CFI inside
+// a file that has some, such as V8's builtins embedded in the node binary, which keep frame
+// pointers and sit between JIT-compiled code and the runtime's C++. Such a frame is walked by
+// frame pointers where the frame pointer is known, and ends the walk otherwise.
+static __always_inline long uncovered(struct psym_unwind_scratch *s, __u32 n)
+{
+	if (!s->fp_known) {
+		s->end = PSYM_END_NO_TABLE;
+		return 1;
+	}
+	return fp_frame(s, n);
 }
 
 // One frame of the CFI walk: record the frame's address, find its mapping and table row,
@@ -375,7 +538,11 @@ static long unwind_step(__u64 index, void *ctx)
 		return 1;
 	}
 	__u64 pc = s->pc;
-	s->event.ustack[n] = pc;
+	// User space reads every frame but the first as a return address and looks up the
+	// byte before it; a frame a signal interrupted is recorded one byte on, so that this
+	// lookup finds the interrupted instruction itself.
+	bool ret_addr = n > 0 && !s->exact_pc;
+	s->event.ustack[n] = pc + (n > 0 && s->exact_pc ? 1 : 0);
 	s->n = n + 1;
 	if (n + 1 >= MAX_STACK_DEPTH) {
 		s->end = PSYM_END_DEPTH;
@@ -410,14 +577,8 @@ static long unwind_step(__u64 index, void *ctx)
 		s->end = PSYM_END_NOT_MAPPED;
 		return 1;
 	}
-	if (m->kind == PSYM_MAP_FP) {
-		// A frameless leaf (Go makes small leaves frameless) leaves RBP at its caller's
-		// frame, so the walk skips the caller; the word at SP is then the caller's return
-		// address, and user space checks that it is one before it is used.
-		if (n == 0)
-			bpf_probe_read_user(&s->event.user_sp_word, sizeof(__u64), (void *)s->sp);
-		return fp_step(s);
-	}
+	if (m->kind == PSYM_MAP_FP)
+		return fp_frame(s, n);
 	if (m->kind != PSYM_MAP_CFI) {
 		s->end = PSYM_END_NO_TABLE;
 		return 1;
@@ -430,12 +591,10 @@ static long unwind_step(__u64 index, void *ctx)
 	}
 	// A return address points after its call, which may be the first byte of the next
 	// function (a call to a function that does not return): look up the call itself.
-	__u64 vaddr = pc - m->bias - (n > 0 ? 1 : 0);
+	__u64 vaddr = pc - m->bias - (ret_addr ? 1 : 0);
 	__u64 rel = vaddr - f->base;
-	if (vaddr < f->base || rel > 0xffffffffULL) {
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
-	}
+	if (vaddr < f->base || rel > 0xffffffffULL)
+		return uncovered(s, n);
 	// The last row starting at or below rel.
 	__u32 rlo = 0, rhi = f->row_count, start = f->row_start;
 	for (int i = 0; i < ROW_SEARCH_STEPS && rlo < rhi; i++) {
@@ -451,10 +610,8 @@ static long unwind_step(__u64 index, void *ctx)
 		else
 			rhi = mid;
 	}
-	if (rlo == 0) {
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
-	}
+	if (rlo == 0)
+		return uncovered(s, n);
 	__u32 key = start + rlo - 1;
 	struct psym_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
 	if (!r) {
@@ -464,10 +621,10 @@ static long unwind_step(__u64 index, void *ctx)
 
 	__u64 cfa;
 	switch (r->cfa_rule) {
-	case PSYM_CFA_RSP:
+	case PSYM_CFA_SP:
 		cfa = s->sp + (__s64)r->cfa_offset;
 		break;
-	case PSYM_CFA_RBP:
+	case PSYM_CFA_FP:
 		if (!s->fp_known) {
 			s->end = PSYM_END_UNSUPPORTED;
 			return 1;
@@ -477,18 +634,28 @@ static long unwind_step(__u64 index, void *ctx)
 	case PSYM_CFA_PLT:
 		cfa = s->sp + 8 + (((pc & 15) >= (__u64)r->cfa_offset) ? 8 : 0);
 		break;
+	case PSYM_CFA_SIGNAL:
+		return signal_step(s);
 	case PSYM_CFA_OUTERMOST:
 		s->end = PSYM_END_OUTERMOST;
 		return 1;
 	case PSYM_CFA_UNDEFINED:
-		s->end = PSYM_END_NO_TABLE;
-		return 1;
+		return uncovered(s, n);
 	default:
 		s->end = PSYM_END_UNSUPPORTED;
 		return 1;
 	}
 	__u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) < 0) {
+	if (r->ra_rule == PSYM_RA_LINK) {
+		// Only where the link register is known: in the first frame or one a signal
+		// interrupted. Anywhere else the function has called out since, so the register
+		// no longer holds its own return address.
+		if (!s->lr_known) {
+			s->end = PSYM_END_UNSUPPORTED;
+			return 1;
+		}
+		ra = s->lr;
+	} else if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (__s64)r->ra_offset)) < 0) {
 		s->end = PSYM_END_READ_ERROR;
 		return 1;
 	}
@@ -502,8 +669,10 @@ static long unwind_step(__u64 index, void *ctx)
 		s->fp_known = 0;
 	}
 	s->sp = cfa;
-	s->pc = ra;
-	if (ra == 0) {
+	s->pc = code_addr(ra);
+	s->lr_known = 0;
+	s->exact_pc = 0;
+	if (s->pc == 0) {
 		s->end = PSYM_END_ZERO;
 		return 1;
 	}
@@ -530,11 +699,15 @@ int profile_cpu_cfi(struct bpf_perf_event_data *ctx)
 	struct mm_struct *mm = task->mm;
 	if (mm) {
 		// The user registers, also when the sample interrupted the kernel.
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		s->pc = BPF_CORE_READ(regs, ip);
-		s->sp = BPF_CORE_READ(regs, sp);
-		s->fp = BPF_CORE_READ(regs, bp);
+		__u64 pc, sp, fp, lr;
+		user_regs(task, &pc, &sp, &fp, &lr);
+		s->pc = pc;
+		s->sp = sp;
+		s->fp = fp;
+		s->lr = code_addr(lr);
 		s->fp_known = 1;
+		s->lr_known = LEAF_RET_IN_LINK;
+		s->exact_pc = 0;
 		s->n = 0;
 		s->end = PSYM_END_NONE;
 		struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);

@@ -456,7 +456,7 @@ func readelfRASign(t testing.TB, path string) map[string]map[uint64][]raSignChan
 			continue
 		}
 		switch m[1] {
-		case "AARCH64_negate_ra_state":
+		case "AARCH64_negate_ra_state", "GNU_window_save": // the opcode's generic name, which a readelf may print instead
 			signed = !signed
 		case "remember_state":
 			stack = append(stack, signed)

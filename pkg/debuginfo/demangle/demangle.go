@@ -1,10 +1,12 @@
 // Package demangle turns C++ (Itanium) and Rust (legacy and v0) linkage names into the
 // readable names profiles show, matching what llvm-symbolizer 14 prints for the same symbol.
 //
-// The parsing is a fork of github.com/ianlancetaylor/demangle (internal/itanium, with parser
-// fixes); this package chooses its LLVM-style printing and adjusts the few spellings where
-// LLVM 14 prints differently, so that a name resolved from DWARF, from the symbol table or
-// by llvm-symbolizer reads the same. Legacy Rust names are decoded here.
+// The parsing is github.com/ianlancetaylor/demangle's, with its LLVM-style printing; this
+// package corrects what that module gets wrong around it (itanium.go, rustv0.go: the mangled
+// name rewritten before the module reads it, or the module's syntax tree corrected before it is
+// printed) and adjusts the few spellings where LLVM 14 prints differently, so that a name
+// resolved from DWARF, from the symbol table or by llvm-symbolizer reads the same. Legacy Rust
+// names are decoded here. docs/design/0005-demangler.md says why and measures it.
 //
 // Deliberate differences from LLVM 14 (testdata/cases.tsv lists each case with its reason):
 //   - Legacy Rust names (_ZN...17h<hash>E): LLVM demangles them as plain Itanium names and
@@ -20,12 +22,17 @@ import (
 	"strings"
 	"unicode"
 
-	demangle "github.com/profsym/profsym/pkg/debuginfo/demangle/internal/itanium"
+	"github.com/ianlancetaylor/demangle"
 )
 
 // maxOutput bounds the demangled length: hostile names can expand exponentially through
 // substitutions and backrefs, and a name longer than this is useless in a profile.
 const maxOutput = 1 << 16
+
+// maxInput bounds the mangled length we parse: the parser recurses about once per byte of a
+// deeply nested name. The longest of the 47,582 names of the differential test's corpus is
+// 583 bytes; heavily templated C++ reaches a few KiB.
+const maxInput = 1 << 15
 
 var opts = []demangle.Option{demangle.LLVMStyle, demangle.MaxLength(16)}
 
@@ -33,7 +40,7 @@ var opts = []demangle.Option{demangle.LLVMStyle, demangle.MaxLength(16)}
 // or cannot be demangled. It allocates nothing for names that are not mangled.
 func Name(name string) (out string) {
 	k := kind(name)
-	if k == plain {
+	if k == plain || len(name) > maxInput {
 		return name
 	}
 	// Names come from untrusted files; a parser bug must cost one name, not the process.
@@ -46,7 +53,7 @@ func Name(name string) (out string) {
 	case itanium:
 		return itaniumName(name)
 	case rustV0Name:
-		if out, err := demangle.ToString(name, opts...); err == nil {
+		if out, ok := rustV0String(name); ok {
 			return out
 		}
 	}
@@ -91,15 +98,15 @@ func itaniumName(name string) string {
 		// Not a well-formed legacy Rust path: print it as the Itanium name LLVM sees.
 	}
 	// LLVM treats everything from the first '.' after the encoding as one clone or vendor
-	// suffix and prints it in one parenthesis ("f() (.constprop.0.cold)"); the Go parser
+	// suffix and prints it in one parenthesis ("f() (.constprop.0.cold)"); the module's parser
 	// would split ".constprop.0" and ".cold" and rejects suffixes it does not know. Itanium
 	// encodings contain no '.', so the first one starts the suffix.
 	base, suffix := name, ""
 	if i := strings.IndexByte(name, '.'); i > 0 {
 		base, suffix = name[:i], name[i:]
 	}
-	out, err := demangle.ToString(base, opts...)
-	if err != nil {
+	out, ok := itaniumString(base)
+	if !ok {
 		return name
 	}
 	return withSuffix(llvmAngles(out), suffix)
@@ -225,7 +232,7 @@ func withSuffix(s, suffix string) string {
 }
 
 // legacyRust splits a legacy Rust name "_ZN<path>17h<16 hex>E[.suffix]" into the part the
-// Go parser decodes, the hash ("h0123456789abcdef") and the suffix.
+// module's parser decodes, the hash ("h0123456789abcdef") and the suffix.
 func legacyRust(name string) (base, hash, suffix string, ok bool) {
 	if !strings.HasPrefix(name, "_ZN") {
 		return "", "", "", false

@@ -232,7 +232,7 @@ func (a *Agent) HandleSample(s *bpfprog.Sample) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before := a.builder.Dropped()
-	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, UserSPWord: s.UserSPWord})
+	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, LeafReturn: s.LeafReturn})
 	if a.builder.Dropped() > before {
 		a.m.builderDropped.Inc()
 	}

@@ -99,6 +99,39 @@ int main(int argc, char **argv) {
 }
 `
 
+// A signal handler that runs almost all the time: a profiling timer fires every
+// millisecond and its handler works for longer than that. The stack runs from the handler
+// through the signal trampoline (glibc's __restore_rt; on arm64 the vDSO's sigreturn) into
+// the interrupted chain, whose innermost frame is at the interrupted pc, not a return address.
+const signalC = `
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+static volatile unsigned long sink;
+#define N __attribute__((noinline))
+N void spin(void) {
+	unsigned long x = sink;
+	for (int i = 0; i < 40000000; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+	sink = x;
+}
+N void on_prof(int sig) { spin(); sink += sig; }
+N unsigned long g3(unsigned long x) { for (int i = 0; i < 1000; i++) x = x * 3 + 1; return x; }
+N unsigned long g2(unsigned long x) { return g3(x) ^ (x + 2); }
+N unsigned long g1(unsigned long x) { return g2(x) ^ (x + 1); }
+int main(int argc, char **argv) {
+	time_t end = time(NULL) + (argc > 1 ? atoi(argv[1]) : 30);
+	struct sigaction sa = {0};
+	sa.sa_handler = on_prof;
+	sigaction(SIGPROF, &sa, NULL);
+	struct itimerval it = {{0, 1000}, {0, 1000}};
+	setitimer(ITIMER_PROF, &it, NULL);
+	unsigned long i = argc;
+	while (time(NULL) < end) sink += g1(i++);
+	return 0;
+}
+`
+
 const chainRust = `
 use std::time::{Duration, Instant};
 #[inline(never)]
@@ -178,6 +211,7 @@ func TestCFIUnwinding(t *testing.T) {
 	}
 	bin := func(name string) string { return filepath.Join(dir, name) }
 	chain5, lib, libMain, qsortSrc, rs := write("chain5.c", chain5C), write("nofp.c", nofpLibC), write("nofpmain.c", nofpLibMainC), write("qsort.c", qsortC), write("chain.rs", chainRust)
+	sigSrc := write("signal.c", signalC)
 	write("main.go", chainGo)
 	py := write("loop.py", pythonLoop)
 	// No -fno-omit-frame-pointer: the x86-64 default leaves RBP to the register allocator.
@@ -188,6 +222,7 @@ func TestCFIUnwinding(t *testing.T) {
 		"-Wl,-Ttext-segment=0x20000000", "-o", bin("libnofp.so"), lib)
 	run("gcc", "-O2", "-g", "-o", bin("chain-lib"), libMain, "-L"+dir, "-lnofp", "-Wl,-rpath,"+dir)
 	run("gcc", "-O2", "-g", "-o", bin("qsort"), qsortSrc)
+	run("gcc", "-O2", "-g", "-o", bin("signal"), sigSrc)
 	run("rustc", "-C", "opt-level=3", "-C", "debuginfo=line-tables-only", "-o", bin("chain-rust"), rs)
 	run(filepath.Join(runtime_GOROOT(t.Context()), "bin", "go"), "build", "-o", bin("chain-go"), "main.go")
 	// sha256sum over a sparse file: hashing, not I/O, and a stripped distribution binary.
@@ -202,6 +237,7 @@ func TestCFIUnwinding(t *testing.T) {
 		{name: "shared library", argv: []string{bin("chain-lib"), secs}, chain: append([]string{"lib_leaf", "lib_f2", "lib_f1", "caller"}, libcTail...), minShare: 0.95},
 		{name: "rust --release", argv: []string{bin("chain-rust"), secs}, chain: []string{"leaf", "f4", "f3", "f2", "f1", "main", "__libc_start_call_main"}, minShare: 0.95},
 		{name: "qsort callback", argv: []string{bin("qsort"), secs}, chain: []string{"cmp", "msort_with_tmp", "main", "__libc_start_call_main"}, minShare: 0.90},
+		{name: "signal handler", argv: []string{bin("signal"), secs}, chain: append([]string{"spin", "on_prof", "g1"}, libcTail...), minShare: 0.90},
 		{name: "stripped sha256sum", argv: []string{"sha256sum", big}, chain: []string{"__libc_start_call_main"}, minShare: 0.95},
 		// Python's start-up imports run deeper than 127 frames; its loop does not.
 		{name: "python3", argv: []string{debianPython, py, secs}, chain: []string{"__libc_start_call_main"}, minShare: 0.90, allMapped: true},

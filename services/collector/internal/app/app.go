@@ -62,7 +62,7 @@ type CLI struct {
 	K8sNamespace string `name:"k8s-namespace" env:"K8S_NAMESPACE" help:"k8s.namespace.name resource attribute, with --k8s-pod-name."`
 
 	Unwinder           string `default:"cfi" enum:"cfi,frame-pointers" env:"PROFSYM_UNWINDER" help:"How user stacks are walked: cfi (unwind tables from each binary's .eh_frame, frame pointers for Go; needs Linux 5.17) or frame-pointers (the kernel's walk only: stacks through code built without frame pointers come out short)."`
-	UnwindTableRows    uint32 `default:"4194304" env:"PROFSYM_UNWIND_TABLE_ROWS" help:"Unwind-table rows the kernel holds (12 bytes each; libc needs about 30000): when full, the least recently used tables are evicted (counted)."`
+	UnwindTableRows    uint32 `default:"4194304" env:"PROFSYM_UNWIND_TABLE_ROWS" help:"Unwind-table rows the kernel holds (16 bytes each; libc needs about 30000): when full, the least recently used tables are evicted (counted)."`
 	UnwindMaxFiles     uint32 `default:"4096" env:"PROFSYM_UNWIND_MAX_FILES" help:"Files with an unwind table in the kernel at once."`
 	UnwindMaxProcesses uint32 `default:"8192" env:"PROFSYM_UNWIND_MAX_PROCESSES" help:"Processes the kernel unwinder knows at once (about 10 KiB each, allocated on use)."`
 

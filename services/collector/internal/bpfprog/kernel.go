@@ -5,9 +5,11 @@ package bpfprog
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 )
@@ -15,6 +17,15 @@ import (
 // MinCFIKernel is the oldest kernel the CFI unwinder runs on: bpf_loop (5.17) walks the
 // frames, after bpf_task_pt_regs (5.15) gave the user registers and the ring buffer (5.8).
 const MinCFIKernel = "5.17"
+
+// CheckKernel says, naming the kernel, why the collector's programs cannot load here: they
+// are compiled once (CO-RE) and relocated against the running kernel's BTF.
+func CheckKernel() error {
+	if _, err := btf.LoadKernelSpec(); err != nil {
+		return fmt.Errorf("the collector needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF=y, /sys/kernel/btf/vmlinux), this kernel is %s on %s: %w", kernelRelease(), runtime.GOARCH, err)
+	}
+	return nil
+}
 
 // CheckCFISupport says, naming the kernel, why the CFI unwinder cannot run here.
 func CheckCFISupport() error {

@@ -47,19 +47,19 @@ const MaxStackDepth = 127
 
 // Offsets inside a stack record (struct psym_stack_event).
 const (
-	offTgid   = 4
-	offKtime  = 8
-	offTid    = 16
-	offCPU    = 20
-	offKLen   = 24
-	offULen   = 28
-	offSPWord = 32
-	offUnwind = 40
-	offEnd    = 44
-	offComm   = 48
-	offKstack = 64
-	offUstack = offKstack + 8*MaxStackDepth
-	stackRec  = offUstack + 8*MaxStackDepth
+	offTgid    = 4
+	offKtime   = 8
+	offTid     = 16
+	offCPU     = 20
+	offKLen    = 24
+	offULen    = 28
+	offLeafRet = 32
+	offUnwind  = 40
+	offEnd     = 44
+	offComm    = 48
+	offKstack  = 64
+	offUstack  = offKstack + 8*MaxStackDepth
+	stackRec   = offUstack + 8*MaxStackDepth
 )
 
 // The decoder reads records by offset; this fails the build if the C struct
@@ -127,7 +127,7 @@ type Options struct {
 	// Unwinder is UnwindFramePointers or UnwindCFI.
 	Unwinder Unwinder
 	// UnwindRows, UnwindFiles and UnwindProcs size the CFI unwinder's maps: table rows
-	// (12 bytes each), files with a table, and processes (zero: the defaults).
+	// (16 bytes each), files with a table, and processes (zero: the defaults).
 	UnwindRows, UnwindFiles, UnwindProcs uint32
 	// Paused leaves the perf events disabled until Start: the caller first fills the
 	// unwinder's maps for the processes already running.
@@ -153,10 +153,10 @@ type Sample struct {
 	// returns.
 	Kernel []uint64
 	User   []uint64
-	// UserSPWord is the word at the user stack pointer (0 if unreadable): the return
-	// address into the caller when the sampled function has no frame of its own. Set by
-	// the frame-pointer walk only.
-	UserSPWord uint64
+	// LeafReturn is where the sampled function keeps its return address if it has no
+	// frame of its own: the word at the user stack pointer on x86-64, the link register
+	// on arm64 (0 if unreadable). Set by the frame-pointer walks only.
+	LeafReturn uint64
 	// Unwinder is how User was walked; UnwindEnd why a CFI walk ended.
 	Unwinder  Unwinder
 	UnwindEnd UnwindEnd
@@ -268,6 +268,9 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 		log.Debug("memlock limit not raised", "err", err)
 	}
 
+	if err := CheckKernel(); err != nil {
+		return nil, err
+	}
 	spec, err := loadProfiler()
 	if err != nil {
 		return nil, fmt.Errorf("load eBPF spec: %w", err)
@@ -558,7 +561,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.Comm = string(comm)
 		sample.Kernel = decodeStack(sample.Kernel[:0], raw[offKstack:offUstack], int32(le.Uint32(raw[offKLen:])))
 		sample.User = decodeStack(sample.User[:0], raw[offUstack:stackRec], int32(le.Uint32(raw[offULen:])))
-		sample.UserSPWord = le.Uint64(raw[offSPWord:])
+		sample.LeafReturn = le.Uint64(raw[offLeafRet:])
 		sample.Unwinder = Unwinder(le.Uint32(raw[offUnwind:]))
 		sample.UnwindEnd = UnwindEnd(le.Uint32(raw[offEnd:]))
 		h.HandleSample(sample)

@@ -1,6 +1,7 @@
 package procmaps
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,15 +15,58 @@ type callSiteKey struct {
 	addr uint64 // ELF virtual address
 }
 
-// IsReturnAddress reports whether ret, a word read at pid's user stack pointer and lying in
-// mapping m, is a return address: the bytes before it in the process's code are an x86-64
-// near call. A frame-pointer walk skips the caller of a function that has not set up its
-// own frame (a frameless leaf, or a sample on a function's first or last instruction); the
-// word at the stack pointer then is that caller's return address. The answer is cached per
-// file and address, so the process's memory is read once per call site.
+// callSite is what precedes a return-address candidate in the code.
+type callSite struct {
+	call bool
+	// direct: a direct call (arm64 BL) whose target is the candidate plus delta.
+	direct bool
+	delta  int64
+}
+
+// maxLeafBytes bounds how far into a leaf function its sampled pc may lie from the
+// function's entry, for an arm64 link register to be taken as the leaf's return address.
+const maxLeafBytes = 64 << 10
+
+// IsReturnAddress reports whether ret, an address lying in mapping m of pid, is a return
+// address: the instruction before it in the process's code is a call (an x86-64 near call,
+// an arm64 branch with link).
 func (t *Table) IsReturnAddress(pid uint32, m *Mapping, ret uint64) bool {
-	if m == nil || ret < m.Start+8 || ret > m.End {
+	return t.callSiteOf(pid, m, ret, t.arch).call
+}
+
+// IsLeafReturn reports whether ret, the return-address candidate of a sample whose
+// frame-pointer walk may have skipped the leaf's caller, is that caller's return address.
+// pc is the sampled (leaf) address and m the mapping that holds ret.
+//
+// A frame-pointer walk skips the caller of a function that has not set up its own frame (a
+// frameless leaf, or a sample on a function's first or last instruction). On x86-64 ret is
+// the word at the stack pointer, the caller's return address when it follows a call. On arm64 it
+// is the link register, which also holds a return address, into the sampled function
+// itself, once that function has called out: a stale value. So on arm64 the call before
+// ret must be a direct BL to a function entry at most maxLeafBytes below pc (the leaf), and
+// ret must not lie between that entry and pc (the sampled function's own call site). A leaf
+// called through a pointer or a PLT stub keeps its caller unknown rather than risk a frame
+// that was never on the stack.
+func (t *Table) IsLeafReturn(pid uint32, m *Mapping, pc, ret uint64) bool {
+	cs := t.callSiteOf(pid, m, ret, t.arch)
+	if t.arch != "arm64" {
+		return cs.call
+	}
+	if !cs.direct {
 		return false
+	}
+	entry := uint64(int64(ret) + cs.delta)
+	if entry > pc || pc-entry >= maxLeafBytes {
+		return false
+	}
+	return ret < entry || ret > pc
+}
+
+// callSiteOf decodes the instruction before ret, in pid's memory, for arch. The answer is
+// cached per file and address, so the process's memory is read once per call site.
+func (t *Table) callSiteOf(pid uint32, m *Mapping, ret uint64, arch string) callSite {
+	if m == nil || ret < m.Start+8 || ret > m.End {
+		return callSite{}
 	}
 	key := callSiteKey{addr: m.ELFAddress(ret)}
 	cacheable := m.File != nil
@@ -38,14 +82,19 @@ func (t *Table) IsReturnAddress(pid uint32, m *Mapping, ret uint64) bool {
 	var code [8]byte
 	fh, err := os.Open(filepath.Join(t.procRoot, strconv.FormatUint(uint64(pid), 10), "mem"))
 	if err != nil {
-		return false
+		return callSite{}
 	}
 	n, _ := fh.ReadAt(code[:], int64(ret-8))
 	fh.Close()
 	if n != len(code) {
-		return false
+		return callSite{}
 	}
-	v := FollowsCall(code)
+	var v callSite
+	if arch == "arm64" {
+		v = decodeARM64Call(binary.LittleEndian.Uint32(code[4:]))
+	} else {
+		v.call = FollowsCall(code)
+	}
 	if cacheable {
 		t.mu.Lock()
 		if len(t.callSites) >= maxCallSites {
@@ -55,6 +104,22 @@ func (t *Table) IsReturnAddress(pid uint32, m *Mapping, ret uint64) bool {
 		t.mu.Unlock()
 	}
 	return v
+}
+
+// decodeARM64Call decodes insn, the instruction before a return address, as an AArch64
+// branch with link: BL (direct, its target insn's address + imm26*4), or BLR and the
+// pointer-authenticating BLRAA, BLRAB, BLRAAZ, BLRABZ (indirect).
+func decodeARM64Call(insn uint32) callSite {
+	switch {
+	case insn&0xfc000000 == 0x94000000: // BL imm26
+		imm := int64(int32(insn<<6) >> 6) // sign-extend 26 bits
+		return callSite{call: true, direct: true, delta: imm*4 - 4}
+	case insn&0xfffffc1f == 0xd63f0000, // BLR Xn
+		insn&0xfffff81f == 0xd63f081f, // BLRAAZ, BLRABZ Xn
+		insn&0xfffff800 == 0xd73f0800: // BLRAA, BLRAB Xn, Xm
+		return callSite{call: true}
+	}
+	return callSite{}
 }
 
 // FollowsCall reports whether the 8 bytes before an address end with an x86-64 near call:

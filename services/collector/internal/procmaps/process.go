@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,7 +151,9 @@ type Table struct {
 	mu        sync.Mutex
 	procs     map[uint32]*Process
 	reads     uint64
-	callSites map[callSiteKey]bool
+	callSites map[callSiteKey]callSite
+	// arch is the GOARCH of the processes' code: the collector's own.
+	arch string
 }
 
 // NewTable returns a table reading /proc below procRoot ("/proc" outside tests).
@@ -159,7 +162,7 @@ func NewTable(procRoot string, files *FileCache, log *slog.Logger) *Table {
 		log = slog.Default()
 	}
 	return &Table{procRoot: procRoot, files: files, log: log, minRefresh: time.Second,
-		procs: make(map[uint32]*Process), callSites: make(map[callSiteKey]bool)}
+		procs: make(map[uint32]*Process), callSites: make(map[callSiteKey]callSite), arch: runtime.GOARCH}
 }
 
 // MappedFile is an executable file mapping a maps read reached.

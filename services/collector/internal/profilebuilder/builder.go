@@ -27,9 +27,11 @@ type Sample struct {
 	// Kernel and User are innermost first; non-leaf entries are return addresses.
 	Kernel []uint64
 	User   []uint64
-	// UserSPWord is the word at the user stack pointer (0: unknown). When it is a return
-	// address the frame-pointer walk skipped, it is inserted as the leaf's caller.
-	UserSPWord uint64
+	// LeafReturn is where a function without a frame keeps its return address: the word at
+	// the user stack pointer on x86-64, the link register on arm64 (0: unknown). When it is
+	// the return address of a caller the frame-pointer walk skipped, it is inserted as the
+	// leaf's caller.
+	LeafReturn uint64
 }
 
 // Options are the fixed parts of every request.
@@ -153,7 +155,7 @@ func (b *Builder) Add(s *Sample) {
 		}
 		b.stackBuf = append(b.stackBuf, b.userLocation(s.PID, pc))
 		if i == 0 && b.skippedCaller(s) {
-			b.stackBuf = append(b.stackBuf, b.userLocation(s.PID, s.UserSPWord-1))
+			b.stackBuf = append(b.stackBuf, b.userLocation(s.PID, s.LeafReturn-1))
 		}
 	}
 	stack := b.stack(b.stackBuf)
@@ -349,17 +351,17 @@ func (b *Builder) kernelLocation(pc uint64) int32 {
 	return i
 }
 
-// skippedCaller reports whether the word at the user stack pointer is the return address
+// skippedCaller reports whether the leaf's return-address candidate is the return address
 // of a caller the frame-pointer walk missed: the leaf had no frame of its own, so the walk
 // went from the leaf straight to its caller's caller.
 func (b *Builder) skippedCaller(s *Sample) bool {
-	ret := s.UserSPWord
+	ret := s.LeafReturn
 	if ret == 0 || b.procs == nil || (len(s.User) > 1 && s.User[1] == ret) {
 		return false
 	}
 	// Find, not Resolve: a word that is no code address must not make the maps be re-read.
 	m := b.procs.Process(s.PID).Find(ret)
-	return m != nil && b.procs.IsReturnAddress(s.PID, m, ret)
+	return m != nil && b.procs.IsLeafReturn(s.PID, m, s.User[0], ret)
 }
 
 func (b *Builder) userLocation(pid uint32, pc uint64) int32 {

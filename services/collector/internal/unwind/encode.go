@@ -1,32 +1,40 @@
 package unwind
 
 import (
+	"debug/elf"
 	"math"
 
 	"github.com/profsym/profsym/pkg/debuginfo/cfi"
 )
 
-// Kernel rule values (enum psym_cfa_rule, enum psym_fp_rule in bpf/profiler.c).
+// Kernel rule values (enum psym_cfa_rule, psym_fp_rule and psym_ra_rule in bpf/profiler.c).
 const (
 	cfaUndefined   = 0
-	cfaRSP         = 1
-	cfaRBP         = 2
+	cfaSP          = 1
+	cfaFP          = 2
 	cfaPLT         = 3
 	cfaUnsupported = 4
 	cfaOutermost   = 5
+	cfaSignal      = 6
 
 	fpSame    = 0
 	fpOffset  = 1
 	fpUnknown = 2
+
+	raOffset = 0
+	raLink   = 1
 )
 
-// row is struct psym_row: 12 bytes, so a table costs 12 bytes per row in the kernel.
+// row is struct psym_row: 16 bytes, so a table costs 16 bytes per row in the kernel.
 type row struct {
 	PC        uint32
 	CFAOffset int32
 	CFARule   uint8
 	FPRule    uint8
+	RARule    uint8
+	_         uint8
 	FPOffset  int16
+	RAOffset  int16
 }
 
 // encoded is a table in the kernel's form: row PCs relative to base.
@@ -35,9 +43,9 @@ type encoded struct {
 	rows []row
 }
 
-// encode turns a CFI table into kernel rows. The kernel reads the return address at CFA-8
-// only, and relative PCs are 32 bits: rows it could not follow become unsupported, which
-// ends a stack there instead of reading a wrong word as the return address.
+// encode turns a CFI table into kernel rows. Relative PCs are 32 bits and the saved
+// registers' offsets 16: rows the kernel could not follow become unsupported, which ends a
+// stack there instead of reading a wrong word as the return address.
 func encode(t *cfi.Table) *encoded {
 	out := &encoded{}
 	if len(t.Rows) == 0 {
@@ -52,12 +60,14 @@ func encode(t *cfi.Table) *encoded {
 			out.rows = appendRow(out.rows, row{PC: math.MaxUint32, CFARule: cfaUndefined})
 			break
 		}
-		out.rows = appendRow(out.rows, encodeRow(uint32(rel), r))
+		out.rows = appendRow(out.rows, encodeRow(t.Arch, uint32(rel), r))
 	}
 	return out
 }
 
-func encodeRow(pc uint32, r cfi.Row) row {
+func fits16(v int32) bool { return v >= math.MinInt16 && v <= math.MaxInt16 }
+
+func encodeRow(arch elf.Machine, pc uint32, r cfi.Row) row {
 	k := row{PC: pc}
 	switch r.CFA {
 	case cfi.CFAUndefined:
@@ -66,13 +76,16 @@ func encodeRow(pc uint32, r cfi.Row) row {
 	case cfi.CFAEndOfStack:
 		k.CFARule = cfaOutermost
 		return k
+	case cfi.CFASignalFrame:
+		k.CFARule = cfaSignal
+		return k
 	case cfi.CFAExpression:
 		k.CFARule = cfaUnsupported
 		return k
 	case cfi.CFASP:
-		k.CFARule = cfaRSP
+		k.CFARule = cfaSP
 	case cfi.CFAFP:
-		k.CFARule = cfaRBP
+		k.CFARule = cfaFP
 	case cfi.CFAPLT:
 		k.CFARule = cfaPLT
 	default:
@@ -83,14 +96,19 @@ func encodeRow(pc uint32, r cfi.Row) row {
 	switch {
 	case r.RA == cfi.RegUndefined:
 		return row{PC: pc, CFARule: cfaOutermost}
-	case r.RA != cfi.RegOffset || r.RAOffset != -8:
+	case r.RA == cfi.RegOffset && fits16(r.RAOffset):
+		k.RARule, k.RAOffset = raOffset, int16(r.RAOffset)
+	case r.RA == cfi.RegSame && arch == elf.EM_AARCH64:
+		// Still in x30: a leaf, or a prologue before x30 is stored.
+		k.RARule = raLink
+	default:
 		return row{PC: pc, CFARule: cfaUnsupported}
 	}
 	switch r.FP {
 	case cfi.RegSame:
 		k.FPRule = fpSame
 	case cfi.RegOffset:
-		if r.FPOffset >= math.MinInt16 && r.FPOffset <= math.MaxInt16 {
+		if fits16(r.FPOffset) {
 			k.FPRule, k.FPOffset = fpOffset, int16(r.FPOffset)
 		} else {
 			k.FPRule = fpUnknown

@@ -9,6 +9,7 @@ package unwind
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"errors"
@@ -16,9 +17,11 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,6 +105,7 @@ type Manager struct {
 	vdso      *fileEntry
 	vdsoZero  uint64 // the [vdso] image's address of file offset 0
 	buf       procEntry
+	mapsBuf   []pendingMap // apply's list of a process's mappings, reused
 
 	m metrics
 }
@@ -175,7 +179,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 		procTruncated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "process_mappings_truncated_total",
 			Help: "Process updates that had more executable mappings than the kernel entry holds (256)."}),
 		rowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_rows",
-			Help: "Rows of the kernel's unwind-row array in use (12 bytes each)."}),
+			Help: "Rows of the kernel's unwind-row array in use (16 bytes each)."}),
 		filesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "tables_loaded",
 			Help: "Files whose unwind table is in the kernel."}),
 		processes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "processes",
@@ -184,7 +188,7 @@ func (m *Manager) registerMetrics(reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
-	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * 12 }
+	rowBytes := func() float64 { return float64(m.maps.Rows.MaxEntries()) * float64(unsafe.Sizeof(row{})) }
 	reg.MustRegister(m.m.builds, m.m.buildSeconds, m.m.ehFrameBytes, m.m.evictions, m.m.compactions, m.m.procUpdates, m.m.procTruncated,
 		m.m.rowsUsed, m.m.filesLoaded, m.m.processes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "table_capacity_bytes",
@@ -274,49 +278,56 @@ func (m *Manager) Stats() Stats {
 	return Stats{FilesLoaded: n, RowsUsed: m.rows.used, Processes: len(m.procFiles)}
 }
 
+// pendingMap is a process mapping before it is written: file is the mapped file's mapping,
+// nil for anonymous memory and the [vdso].
+type pendingMap struct {
+	procMap
+	file *procmaps.Mapping
+}
+
 func (m *Manager) apply(p *procmaps.Process) {
 	m.clock++
 	e := &m.buf
 	*e = procEntry{StartStack: p.StartStack}
 	var keys []procmaps.FileKey
 	n := 0
-	add := func(pm procMap) bool {
-		if n == maxProcMaps {
-			return false
-		}
-		e.Maps[n] = pm
-		n++
-		return true
-	}
-	truncated := false
-	vdsoDone := p.Vdso.End == 0 || m.vdso == nil
-	addVdso := func() {
-		m.vdso.lastUsed = m.clock
-		if !add(procMap{Start: p.Vdso.Start, End: p.Vdso.End, Bias: p.Vdso.Start - m.vdsoZero, File: m.vdso.slot, Gen: m.vdso.gen, Kind: mapCFI}) {
-			truncated = true
-		}
-		vdsoDone = true
-	}
+	// The file mappings, the [vdso] and the other anonymous executable mappings (JIT code,
+	// walked by frame pointers), in address order; a process with more than the entry holds
+	// keeps its lowest, and no table is built for a file past them.
+	all := m.mapsBuf[:0]
 	for i := range p.Mappings {
 		mp := &p.Mappings[i]
-		if !vdsoDone && p.Vdso.Start < mp.Start {
-			addVdso()
+		all = append(all, pendingMap{procMap: procMap{Start: mp.Start, End: mp.End, Bias: mp.Bias, Kind: mapNone}, file: mp})
+	}
+	for _, r := range p.Anonymous {
+		if r == p.Vdso {
+			continue
 		}
-		pm := procMap{Start: mp.Start, End: mp.End, Bias: mp.Bias, Kind: mapNone}
-		if f := m.fileFor(mp); f != nil {
-			pm.Kind = f.kind
-			if f.kind == mapCFI {
-				pm.File, pm.Gen = f.slot, f.gen
-			}
-			keys = append(keys, f.key)
-		}
-		if !add(pm) {
+		all = append(all, pendingMap{procMap: procMap{Start: r.Start, End: r.End, Kind: mapFP}})
+	}
+	if p.Vdso.End != 0 && m.vdso != nil {
+		m.vdso.lastUsed = m.clock
+		all = append(all, pendingMap{procMap: procMap{Start: p.Vdso.Start, End: p.Vdso.End, Bias: p.Vdso.Start - m.vdsoZero, File: m.vdso.slot, Gen: m.vdso.gen, Kind: mapCFI}})
+	}
+	slices.SortFunc(all, func(a, b pendingMap) int { return cmp.Compare(a.Start, b.Start) })
+	m.mapsBuf = all
+	truncated := false
+	for _, pm := range all {
+		if n == maxProcMaps {
 			truncated = true
 			break
 		}
-	}
-	if !vdsoDone {
-		addVdso()
+		if pm.file != nil {
+			if f := m.fileFor(pm.file); f != nil {
+				pm.Kind = f.kind
+				if f.kind == mapCFI {
+					pm.File, pm.Gen = f.slot, f.gen
+				}
+				keys = append(keys, f.key)
+			}
+		}
+		e.Maps[n] = pm.procMap
+		n++
 	}
 	if truncated {
 		m.m.procTruncated.Inc()
@@ -608,6 +619,11 @@ func build(f *elf.File, mt *metrics) (*encoded, error) {
 	began := time.Now()
 	t, err := cfi.Build(f)
 	if err != nil {
+		return nil, err
+	}
+	// Rows of another architecture's file (a foreign binary mapped as code) would name
+	// the wrong registers.
+	if err := t.CheckArch(hostMachine); err != nil {
 		return nil, err
 	}
 	mt.buildSeconds.Add(time.Since(began).Seconds())

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
@@ -37,7 +38,7 @@ func testMaps(t *testing.T, rows uint32) bpfprog.UnwindMaps {
 		return m
 	}
 	return bpfprog.UnwindMaps{
-		Rows:  mk(&ebpf.MapSpec{Name: "rows", Type: ebpf.Array, KeySize: 4, ValueSize: 12, MaxEntries: rows}),
+		Rows:  mk(&ebpf.MapSpec{Name: "rows", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(row{})), MaxEntries: rows}),
 		Files: mk(&ebpf.MapSpec{Name: "files", Type: ebpf.Array, KeySize: 4, ValueSize: 24, MaxEntries: 8}),
 		Procs: mk(&ebpf.MapSpec{Name: "procs", Type: ebpf.Hash, KeySize: 4, ValueSize: 16 + maxProcMaps*40, MaxEntries: 64, Flags: 1 /* BPF_F_NO_PREALLOC */}),
 	}

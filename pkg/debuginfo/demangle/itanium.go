@@ -1,0 +1,338 @@
+package demangle
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+)
+
+// itaniumString demangles an Itanium encoding (a clone suffix already cut off) with the
+// module's parser and printer, correcting where the module reads or prints the name otherwise
+// than LLVM 14 and GNU c++filt do:
+//
+//   - unresolvedQualifiers: the module counts the template name of an "sr" qualifier as a
+//     substitution candidate, which renumbers every later substitution;
+//   - parenthesizeFunctionAddress: LLVM prints "&(f(int))" for the address of a function with
+//     its parameters, the module "&f(int)";
+//   - onceFlagCallable: the module binds a repeated template parameter of libstdc++'s
+//     std::call_once to std::once_flag::_Prepare_execution's own parameter.
+func itaniumString(name string) (string, bool) {
+	fixed, ok := unresolvedQualifiers(name)
+	if !ok {
+		return "", false
+	}
+	a, err := demangle.ToAST(fixed, opts...)
+	if err != nil {
+		return "", false
+	}
+	// The module's printer takes time quadratic in the nesting of types ("PPPP...i": about a
+	// second for 8,000 levels); only a long name can nest deep enough for that to matter.
+	if len(name) > shortName && astDepth(a, map[demangle.AST]int{}, maxDepth+1) > maxDepth {
+		return "", false
+	}
+	if strings.Contains(name, "adL_Z") {
+		parenthesizeFunctionAddress(a)
+	}
+	if strings.HasPrefix(name, onceFlagPrepare) {
+		onceFlagCallable(a, name)
+	}
+	return demangle.ASTToString(a, opts...), true
+}
+
+// A name up to shortName bytes is printed whatever its nesting; a longer one only when its
+// syntax tree is at most maxDepth deep. Real names nest a few dozen levels.
+const (
+	shortName = 1 << 10
+	maxDepth  = 256
+)
+
+// astDepth returns the depth of a's tree up to maxDepth+1, each shared subtree measured once.
+// A subtree met where less depth than its own is left is counted as too deep; that happens
+// only when the tree is too deep anyway.
+func astDepth(a demangle.AST, memo map[demangle.AST]int, left int) int {
+	if d, ok := memo[a]; ok {
+		return d
+	}
+	if left == 0 {
+		return maxDepth + 1
+	}
+	d := 0
+	a.Traverse(func(n demangle.AST) bool {
+		if n == a {
+			return true
+		}
+		if d <= maxDepth {
+			d = max(d, astDepth(n, memo, left-1))
+		}
+		return false
+	})
+	d = min(d+1, maxDepth+1)
+	memo[a] = d
+	return d
+}
+
+// unresolvedQualifiers rewrites the substitutions of a name with "sr <source-name>
+// <template-args>" qualifiers (GCC's enable_if<has_ScalarTraits<T>::value> signatures) so
+// that the module resolves them as the ABI numbers them.
+//
+// The ABI, LLVM and libiberty make no substitution candidate of an <unresolved-qualifier-level>;
+// the module adds its source name as one before reading its template arguments, so every later
+// substitution S<n>_ that refers to a candidate from there on points one too early. The module
+// itself tells where: a name cut at the qualifier and ended with an out-of-range substitution
+// fails with the number of candidates at that point (p), and a name cut at a later "S<seq>_"
+// fails the same way exactly when that is a substitution (and not, say, the inside of a
+// source name). Each such substitution whose index is p or more is moved up by one.
+//
+// Only the first templated qualifier of an "sr" is corrected (the qualifiers before it, plain
+// source names, add nothing); a second one ("sr 1A IiE 1B IiE E ...") and those of "srN" are
+// left as the module reads them.
+//
+// Each probe parses the name up to a point; the probes of one name parse at most
+// maxProbeBytes in all, and a name that needs more (no compiler's does) is not demangled.
+func unresolvedQualifiers(name string) (string, bool) {
+	pr := prober{left: maxProbeBytes}
+	from := 0
+	for {
+		i := nextQualifier(name, from)
+		if i < 0 {
+			return name, true
+		}
+		from = i + 2
+		p, ok := pr.substitutionsAt(name[:i] + "sr")
+		if !ok {
+			if pr.left < 0 {
+				return "", false
+			}
+			continue // not an "sr" the parser reaches, or an error before it
+		}
+		name = pr.shiftSubstitutions(name, i+2, p)
+		if pr.left < 0 {
+			return "", false
+		}
+	}
+}
+
+// maxProbeBytes bounds the bytes the partial parses of unresolvedQualifiers read for one
+// name: GCC's names have one "sr" and a few substitutions after it, a few kilobytes in all.
+const maxProbeBytes = 1 << 20
+
+type prober struct{ left int }
+
+// nextQualifier returns the offset of the next "sr" at or after from whose qualifiers
+// ("sr" {<source-name>} <source-name> "I") include one with template arguments.
+func nextQualifier(name string, from int) int {
+	for {
+		j := strings.Index(name[from:], "sr")
+		if j < 0 {
+			return -1
+		}
+		i := from + j
+		from = i + 1
+		for k := i + 2; k < len(name) && isDigit(name[k]); {
+			n := 0
+			for k < len(name) && isDigit(name[k]) && n <= len(name) {
+				n = n*10 + int(name[k]-'0')
+				k++
+			}
+			if n == 0 || k+n >= len(name) {
+				break
+			}
+			k += n
+			if name[k] == 'I' {
+				return i
+			}
+		}
+	}
+}
+
+// probeSeq is a substitution index no name reaches (base 36, 1,679,616).
+const probeSeq = "SZZZZ_"
+
+var outOfRange = regexp.MustCompile(`^substitution index out of range \(\d+ >= (\d+)\) at (\d+)$`)
+
+// substitutionsAt returns the number of substitution candidates the module has when it reads
+// a substitution at the end of prefix, or false when it does not read one there.
+func (pr *prober) substitutionsAt(prefix string) (int, bool) {
+	if pr.left -= len(prefix); pr.left < 0 {
+		return 0, false
+	}
+	_, err := demangle.ToAST(prefix+probeSeq, opts...)
+	if err == nil {
+		return 0, false
+	}
+	m := outOfRange.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, false
+	}
+	if off, err := strconv.Atoi(m[2]); err != nil || off != len(prefix)+1 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n, err == nil
+}
+
+// shiftSubstitutions moves every substitution S<seq>_ after from whose index is p or more
+// up by one.
+func (pr *prober) shiftSubstitutions(name string, from, p int) string {
+	var b strings.Builder
+	b.Grow(len(name) + 4)
+	b.WriteString(name[:from])
+	for x := from; x < len(name); {
+		if name[x] == 'S' {
+			j := x + 1
+			for j < len(name) && (name[j] >= '0' && name[j] <= '9' || name[j] >= 'A' && name[j] <= 'Z') {
+				j++
+			}
+			if j < len(name) && name[j] == '_' {
+				if _, ok := pr.substitutionsAt(b.String()); ok {
+					if k, ok := seqIndex(name[x+1 : j]); ok {
+						if k >= p {
+							k++
+						}
+						b.WriteString(seqString(k))
+						x = j + 1
+						continue
+					}
+				}
+			}
+		}
+		b.WriteByte(name[x])
+		x++
+	}
+	return b.String()
+}
+
+// seqIndex decodes the <seq-id> of S<seq-id>_: empty is 0, base-36 n is n+1.
+func seqIndex(s string) (int, bool) {
+	if s == "" {
+		return 0, true
+	}
+	if len(s) > 6 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 36, 64)
+	return int(n) + 1, err == nil
+}
+
+// seqString encodes substitution index k as S<seq-id>_.
+func seqString(k int) string {
+	if k == 0 {
+		return "S_"
+	}
+	return "S" + strings.ToUpper(strconv.FormatInt(int64(k-1), 36)) + "_"
+}
+
+// parenthesizeFunctionAddress makes the module print the address of a function with its
+// parameters as LLVM 14 does, "&(f(int))": LLVM parenthesizes the operand of a prefix
+// operator, and GNU c++filt does too where the operand is a function with its parameters,
+// which is where the two agree. The module prints "&f(int)".
+func parenthesizeFunctionAddress(a demangle.AST) {
+	walk(a, func(n demangle.AST) {
+		u, ok := n.(*demangle.Unary)
+		if !ok || u.Suffix {
+			return
+		}
+		if op, ok := u.Op.(*demangle.Operator); !ok || op.Name != "&" {
+			return
+		}
+		t, ok := u.Expr.(*demangle.Typed)
+		if !ok {
+			return
+		}
+		switch t.Type.(type) {
+		case *demangle.FunctionType, *demangle.MethodWithQualifiers:
+			u.Expr = &demangle.Name{Name: "(" + demangle.ASTToString(t, opts...) + ")"}
+		}
+	})
+}
+
+// onceFlagPrepare starts the names of libstdc++'s std::once_flag::_Prepare_execution
+// constructors, instantiated by every std::call_once with a local callable.
+const onceFlagPrepare = "_ZZNSt9once_flag18_Prepare_executionC"
+
+// onceFlagParam matches the constructor's parameter spelled as a substitution, "R S<seq>_",
+// after its template arguments and before the local entity.
+var onceFlagParam = regexp.MustCompile(`EERS[0-9A-Z]*_EN[^R]*$`)
+
+// onceFlagCallable corrects the parameter of std::once_flag::_Prepare_execution's constructor
+// in the local names of std::call_once: "_Prepare_execution<call_once<F>(...)::lambda>(S&)"
+// where S repeats call_once's template parameter F. LLVM and libiberty resolve S to F, bound to
+// call_once, whose encoding is complete, and print F&; the module resolves it to the
+// constructor's own template argument, the lambda.
+func onceFlagCallable(a demangle.AST, name string) {
+	if !onceFlagParam.MatchString(name) {
+		return
+	}
+	top, ok := a.(*demangle.Typed)
+	if !ok {
+		return
+	}
+	local, ok := top.Name.(*demangle.Qualified)
+	if !ok || !local.LocalName {
+		return
+	}
+	ctor, ok := local.Scope.(*demangle.Typed)
+	if !ok {
+		return
+	}
+	prep, ok := ctor.Name.(*demangle.Template)
+	fn, ok2 := ctor.Type.(*demangle.FunctionType)
+	if !ok || !ok2 || len(fn.Args) != 1 || len(prep.Args) != 1 {
+		return
+	}
+	ref, ok := fn.Args[0].(*demangle.ReferenceType)
+	if !ok {
+		return
+	}
+	callable, ok := prep.Args[0].(*demangle.Qualified)
+	if !ok || !callable.LocalName {
+		return
+	}
+	callOnce, ok := callable.Scope.(*demangle.Typed)
+	if !ok {
+		return
+	}
+	tmpl, ok := callOnce.Name.(*demangle.Template)
+	if !ok || len(tmpl.Args) == 0 || !isStdName(tmpl.Name, "call_once") {
+		return
+	}
+	// The module's parameter is the constructor's template argument, the local callable.
+	if demangle.ASTToString(ref.Base, opts...) != demangle.ASTToString(callable, opts...) {
+		return
+	}
+	// F& with F a reference collapses to an lvalue reference, as LLVM prints it.
+	switch f := tmpl.Args[0].(type) {
+	case *demangle.ReferenceType:
+		fn.Args[0] = f
+	case *demangle.RvalueReferenceType:
+		fn.Args[0] = &demangle.ReferenceType{Base: f.Base}
+	default:
+		fn.Args[0] = &demangle.ReferenceType{Base: f}
+	}
+}
+
+func isStdName(a demangle.AST, name string) bool {
+	q, ok := a.(*demangle.Qualified)
+	if !ok {
+		return false
+	}
+	scope, ok := q.Scope.(*demangle.Name)
+	n, ok2 := q.Name.(*demangle.Name)
+	return ok && ok2 && scope.Name == "std" && n.Name == name
+}
+
+// walk calls fn on every node of a once: substitutions share subtrees, and a hostile name
+// can repeat one exponentially often.
+func walk(a demangle.AST, fn func(demangle.AST)) {
+	seen := map[demangle.AST]bool{}
+	a.Traverse(func(n demangle.AST) bool {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		fn(n)
+		return true
+	})
+}
