@@ -22,6 +22,8 @@ const linePrefix = "@@e2e "
 type Guest struct {
 	Kernel string           // "6.1.0-56-arm64 aarch64 cpus 2"
 	PIDs   map[string]int64 // workload name -> process ID
+	// VDSO is each workload's [vdso] mapping: code outside every file mapping.
+	VDSO map[string]AddrRange
 	// Ready: the collector attached its eBPF programs.
 	Ready bool
 	// CollectorExit is the collector's exit status; -1 until reported.
@@ -33,13 +35,19 @@ type Guest struct {
 	Done bool // /init reached its end
 }
 
+// AddrRange is the half-open address range [Start, End).
+type AddrRange struct{ Start, End uint64 }
+
+// Contains reports whether a lies in r.
+func (r AddrRange) Contains(a uint64) bool { return a >= r.Start && a < r.End }
+
 // maxOTLP bounds the output file the host accepts from the console.
 const maxOTLP = 64 << 20
 
 // ParseConsole reads the serial console of a guest run. It fails when a tagged line is
 // malformed or the output file does not match the size and SHA-256 the guest announced.
 func ParseConsole(r io.Reader) (*Guest, error) {
-	g := &Guest{PIDs: map[string]int64{}, CollectorExit: -1}
+	g := &Guest{PIDs: map[string]int64{}, VDSO: map[string]AddrRange{}, CollectorExit: -1}
 	var b64 strings.Builder
 	wantSize, wantSum := -1, ""
 	sc := bufio.NewScanner(r)
@@ -64,6 +72,17 @@ func ParseConsole(r io.Reader) (*Guest, error) {
 				return g, fmt.Errorf("console line %d: bad pid line %q", n, line)
 			}
 			g.PIDs[name] = v
+		case "vdso":
+			f := strings.Fields(rest)
+			if len(f) != 3 {
+				return g, fmt.Errorf("console line %d: bad vdso line %q", n, line)
+			}
+			start, err1 := strconv.ParseUint(f[1], 16, 64)
+			end, err2 := strconv.ParseUint(f[2], 16, 64)
+			if err1 != nil || err2 != nil || start >= end {
+				return g, fmt.Errorf("console line %d: bad vdso line %q", n, line)
+			}
+			g.VDSO[f[0]] = AddrRange{start, end}
 		case "collector-ready":
 			g.Ready = true
 		case "collector-exit":

@@ -5,6 +5,7 @@ package arm64
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
 	"github.com/profsym/profsym/pkg/debuginfo"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/otlpattr"
 )
@@ -35,6 +37,10 @@ type workload struct {
 	// sit between), each matched by nameMatches.
 	chain    []string
 	minShare float64
+	// from, when set, limits the share to the samples whose innermost user frame is a
+	// function of the program's own (a Go runtime's samples outside the program's code, such
+	// as preemption and its futex calls, stop where the runtime switches stacks).
+	from string
 }
 
 var workloads = []workload{
@@ -45,7 +51,9 @@ var workloads = []workload{
 	// The C++ program also runs in libstdc++ and libc (string growth): the whole chain is
 	// from wherever it is up to main.
 	{name: "chain-cxx", chain: append([]string{"wl::Hash::run"}, libcTail...), minShare: 0.90},
-	{name: "chain-go", chain: []string{"main.leaf", "main.middle", "main.main"}, minShare: 0.90},
+	// Under emulation the Go runtime's own work (preemption signals, futex wake-ups) takes a
+	// large part of the process's time; the chain is checked on the program's own samples.
+	{name: "chain-go", chain: []string{"main.leaf", "main.middle", "main.main"}, minShare: 0.95, from: "main."},
 	// Mostly in the kernel: the user part of its stacks comes from the registers saved at
 	// the system call.
 	{name: "reader", chain: append([]string{"reader"}, libcTail...), minShare: 0.90},
@@ -60,7 +68,9 @@ type frame struct {
 }
 
 type tally struct {
-	total, whole, leafOnly, unmapped int
+	// considered counts the samples the share is over (all, or those from the program's own
+	// code).
+	total, considered, whole, leafOnly, unmapped int
 	// withKernel counts samples with kernel frames; kernelWhole those whose kernel frames
 	// show the read path.
 	withKernel, kernelWhole int
@@ -110,8 +120,9 @@ func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotl
 				}
 				user++
 				if f.file == "" {
-					if user > 1 {
+					if user > 1 && !g.VDSO[w.name].Contains(f.addr) {
 						tl.unmapped += count
+						t.Logf("%s: unwound frame %d at %#x outside every mapping", w.name, user, f.addr)
 					}
 					names = append(names, "?")
 					continue
@@ -131,6 +142,10 @@ func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotl
 					tl.kernelWhole += count
 				}
 			}
+			if w.from != "" && (len(names) == 0 || !strings.HasPrefix(names[0], w.from)) {
+				return
+			}
+			tl.considered += count
 			if containsChain(names, w.chain) {
 				tl.whole += count
 			} else if tl.example == "" || len(names) > strings.Count(tl.example, ";")+1 {
@@ -146,11 +161,15 @@ func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotl
 			t.Errorf("%s: too few samples (%+v)", w.name, tl)
 			continue
 		}
-		share := float64(tl.whole) / float64(tl.total)
-		t.Logf("%-12s %5d samples, %5.1f%% whole, %d leaf-only, %d unwound frames outside mappings, %d with kernel frames",
-			w.name, tl.total, 100*share, tl.leafOnly, tl.unmapped, tl.withKernel)
-		if share < w.minShare {
-			t.Errorf("%s: %.1f%% of %d samples show %v, want at least %.0f%%; e.g. %s", w.name, 100*share, tl.total, w.chain, 100*w.minShare, tl.example)
+		share := float64(tl.whole) / float64(max(tl.considered, 1))
+		from := ""
+		if w.from != "" {
+			from = fmt.Sprintf(" (%d with their innermost frame in %s*)", tl.considered, w.from)
+		}
+		t.Logf("%-12s %5d samples%s, %5.1f%% whole, %d leaf-only, %d unwound frames outside mappings, %d with kernel frames",
+			w.name, tl.total, from, 100*share, tl.leafOnly, tl.unmapped, tl.withKernel)
+		if tl.considered < 50 || share < w.minShare {
+			t.Errorf("%s: %.1f%% of %d samples show %v, want at least %.0f%%; e.g. %s", w.name, 100*share, tl.considered, w.chain, 100*w.minShare, tl.example)
 		}
 		if tl.unmapped > 0 {
 			t.Errorf("%s: %d unwound user frames lie outside every mapping", w.name, tl.unmapped)
@@ -207,13 +226,21 @@ func compareWithLLVM(t *testing.T, ctx context.Context, sym *symbolizer, seen ma
 			t.Errorf("%s: %v", file, err)
 			continue
 		}
+		aliases := symbolAddrs(sym.hostPath(file), sym.debugDir)
 		funcs, known, lines := 0, 0, 0
-		var diffs []string
+		var diffs, realDiffs []string
 		for _, a := range addrs {
 			ours := ix.Lookup(a)
 			theirs := ref[a]
 			same, spelled, lineOK := len(ours) == len(theirs), len(ours) == len(theirs), len(ours) == len(theirs)
 			var reasons []string
+			// llvm-symbolizer 14 does not read the symbol table of a separate debug file: a
+			// local symbol only it holds (libgcc's outline atomics linked into libc) names the
+			// address for the engine alone.
+			if len(theirs) == 0 && len(ours) == 1 && ours[0].Line == 0 && !isMappingSymbol(ours[0].Function) && aliases[ours[0].Function] != nil {
+				spelled, lineOK = true, true
+				reasons = append(reasons, "named from the debug file's symbol table")
+			}
 			for i := 0; spelled && i < len(ours); i++ {
 				if ours[i].File != theirs[i].FileName || int(ours[i].Line) != theirs[i].Line {
 					lineOK = false
@@ -222,7 +249,7 @@ func compareWithLLVM(t *testing.T, ctx context.Context, sym *symbolizer, seen ma
 					continue
 				}
 				same = false
-				reason, ok := knownSpelling(ours[i].Function, theirs[i].FunctionName)
+				reason, ok := knownSpelling(ours[i].Function, theirs[i].FunctionName, aliases)
 				if !ok {
 					spelled = false
 				}
@@ -237,16 +264,16 @@ func compareWithLLVM(t *testing.T, ctx context.Context, sym *symbolizer, seen ma
 			if lineOK {
 				lines++
 			}
-			if (!same || !lineOK) && len(diffs) < 5 {
-				why := "differ"
-				if spelled {
-					why = strings.Join(slices.Compact(reasons), ", ")
-				}
+			switch {
+			case (!spelled || !lineOK) && len(realDiffs) < 10:
+				realDiffs = append(realDiffs, fmt.Sprintf("%#x (differ): engine %s, llvm-symbolizer %s", a, describeOurs(ours), describeTheirs(theirs)))
+			case !same && len(diffs) < 3:
+				why := strings.Join(slices.Compact(reasons), ", ")
 				diffs = append(diffs, fmt.Sprintf("%#x (%s): engine %s, llvm-symbolizer %s", a, why, describeOurs(ours), describeTheirs(theirs)))
 			}
 		}
 		t.Logf("%-40s %3d addresses: functions the same at %d, spelled differently at %d, file:line the same at %d", file, len(addrs), funcs, known, lines)
-		for _, d := range diffs {
+		for _, d := range append(realDiffs, diffs...) {
 			t.Logf("  %s", d)
 		}
 		totalAddrs += len(addrs)
@@ -273,11 +300,21 @@ var cloneSuffix = regexp.MustCompile(`(\.((part|constprop|isra|lto_priv)\.[0-9]+
 
 // knownSpelling says why two names of the same function differ when the difference is a
 // matter of spelling, not a different function: the engine's symbol version
-// (__libc_start_main@GLIBC_2.17), a clone suffix, or how LLVM 14's demangler writes template
-// arguments (parenthesized types, a parameter pack's "...").
-func knownSpelling(ours, theirs string) (string, bool) {
+// (__libc_start_main@GLIBC_2.17), a clone suffix, two symbols at the same address (malloc and
+// __libc_malloc: the tools pick different ones; symbols maps each name to its addresses), or
+// how LLVM 14's demangler writes template arguments (parenthesized types, a parameter pack's
+// "...").
+func knownSpelling(ours, theirs string, symbols map[string][]uint64) (string, bool) {
+	if isMappingSymbol(ours) {
+		return "", false
+	}
 	if i := strings.Index(ours, "@"); i > 0 && ours[:i] == theirs {
 		return "symbol version", true
+	}
+	for _, a := range symbols[ours] {
+		if slices.Contains(symbols[theirs], a) {
+			return "symbol alias", true
+		}
 	}
 	if cloneSuffix.ReplaceAllString(ours, "") == cloneSuffix.ReplaceAllString(theirs, "") {
 		return "clone suffix", true
@@ -289,6 +326,44 @@ func knownSpelling(ours, theirs string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// isMappingSymbol reports whether name is one of the ELF mapping symbols AArch64 and Arm
+// objects mark code and data with ($x, $d, $x.12): markers, never a function's name.
+func isMappingSymbol(name string) bool {
+	return name == "$x" || name == "$d" || name == "$a" || name == "$t" ||
+		strings.HasPrefix(name, "$x.") || strings.HasPrefix(name, "$d.")
+}
+
+// symbolAddrs maps each function symbol of a file and of its separate debug file (by build
+// ID under debugDir) to its addresses; nil when neither reads.
+func symbolAddrs(path, debugDir string) map[string][]uint64 {
+	files := []string{path}
+	if ids, err := buildid.FromFile(path); err == nil && len(ids.GNU) > 2 {
+		files = append(files, filepath.Join(debugDir, ".build-id", ids.GNU[:2], ids.GNU[2:]+".debug"))
+	}
+	var m map[string][]uint64
+	for _, p := range files {
+		f, err := elf.Open(p)
+		if err != nil {
+			continue
+		}
+		syms, _ := f.Symbols()
+		dyn, _ := f.DynamicSymbols()
+		f.Close()
+		for _, s := range append(syms, dyn...) {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
+				continue
+			}
+			if m == nil {
+				m = map[string][]uint64{}
+			}
+			if !slices.Contains(m[s.Name], s.Value) {
+				m[s.Name] = append(m[s.Name], s.Value)
+			}
+		}
+	}
+	return m
 }
 
 func describeOurs(fs []index.Frame) string {
@@ -472,9 +547,14 @@ func (s *symbolizer) functions(t *testing.T, guest string, addr uint64) []string
 }
 
 func TestKnownSpelling(t *testing.T) {
+	symbols := map[string][]uint64{"malloc": {0x92240}, "__libc_malloc": {0x92240}, "free": {0x929c4}, "$x": {0x650}, "_init": {0x650}}
 	tests := []struct {
 		ours, theirs, reason string
 	}{
+		{"malloc", "__libc_malloc", "symbol alias"},
+		{"malloc", "free", ""},
+		{"$x", "_init", ""}, // a mapping symbol is never an alias
+		{"free", "unknown", ""},
 		{"__libc_start_main@GLIBC_2.17", "__libc_start_main", "symbol version"},
 		{"__libc_start_main@@GLIBC_2.34", "__libc_start_main", "symbol version"},
 		{"msort_with_tmp.part.0", "msort_with_tmp", "clone suffix"},
@@ -487,7 +567,7 @@ func TestKnownSpelling(t *testing.T) {
 		{"f(int)", "f(long)", ""},
 	}
 	for _, tt := range tests {
-		reason, ok := knownSpelling(tt.ours, tt.theirs)
+		reason, ok := knownSpelling(tt.ours, tt.theirs, symbols)
 		if reason != tt.reason || ok != (tt.reason != "") {
 			t.Errorf("knownSpelling(%q, %q) = %q, %v; want %q", tt.ours, tt.theirs, reason, ok, tt.reason)
 		}
