@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build generate check-generated lint test test-short test-arm64 test-arm64-emulated bench testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -19,6 +19,24 @@ build: ## Build the three service binaries into bin/ (symbolizer, gateway, colle
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./services/,$(SERVICES))
 	cd services/gateway && $(GO) build -o $(CURDIR)/$(BIN)/gateway .
+
+# `make images`: the three service images, each for every platform in PLATFORMS, built by docker
+# buildx from deploy/docker (the build stage cross-compiles on the builder's own platform, no
+# emulation). IMAGES_PUSH=1 pushes them to IMAGE_REGISTRY; otherwise buildx keeps the result in
+# its build cache (a multi-platform image cannot be loaded into a local Docker image store).
+DOCKER ?= docker
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_REGISTRY ?= ghcr.io/profsym
+IMAGE_TAG ?= dev
+IMAGE_SERVICES := symbolizer gateway collector
+images: ## Build the service images for linux/amd64 and linux/arm64 with docker buildx (PLATFORMS, IMAGE_REGISTRY, IMAGE_TAG; IMAGES_PUSH=1 pushes).
+	@command -v $(DOCKER) >/dev/null 2>&1 && $(DOCKER) buildx inspect >/dev/null 2>&1 || \
+		{ echo "make images: no docker buildx builder here ('$(DOCKER) buildx inspect' fails): install Docker with buildx, or run 'docker buildx create --use'" >&2; exit 1; }
+	@for s in $(IMAGE_SERVICES); do \
+		echo "== $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) ($(PLATFORMS))"; \
+		$(DOCKER) buildx build --platform $(PLATFORMS) -f deploy/docker/$$s.Dockerfile \
+			--build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) $(if $(IMAGES_PUSH),--push) . || exit 1; \
+	done
 
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
 	$(GO) tool -modfile=tools/go.mod buf generate
@@ -55,7 +73,12 @@ fuzz-seeds: ## Regenerate the fuzz seeds of the index decoder (after an index fo
 testdata: ## Build the engine's corpus of test binaries into testdata/build/.
 	./testdata/build.sh
 
-test: ## Run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
+deps: ## Install what the tests need (.ci/install-deps: apt packages, MinIO, kube-apiserver...; idempotent, about a second when all is present). Needs root or sudo.
+	@if [ "$$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then \
+		echo "make: the tests need packages that only root can install: run 'su -c \"bash .ci/install-deps\"' (or make test as root), then make test again" >&2; exit 1; fi
+	@bash .ci/install-deps
+
+test: deps ## Install what the tests need (make deps), then run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
 	$(GO) test -count=1 -timeout 40m ./...
 	@for m in $(MODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
 	@# `go test ./...` above ran the arm64 kernel test (e2e/arm64); the arm64 unit tests remain.

@@ -10,6 +10,10 @@
 // its own timestamp, and there is no stack-trace map whose hash collisions
 // silently replace stacks.
 //
+// With off-CPU profiling on, a BTF tracepoint on sched_switch records the stacks of a
+// sampled share of the tasks that block, in the blocking task's own context, and when such a
+// task runs again sends them, weighted by the time it was off the CPU.
+//
 // Two raw tracepoints tell user space when a process execs (its mappings are
 // stale) or exits (its cached knowledge can be dropped after the next report).
 // User space reads the ring every quarter second; the kernel wakes it sooner
@@ -59,6 +63,8 @@ struct psym_stack_event {
 	__u8 comm[TASK_COMM_LEN];
 	__u64 kstack[MAX_STACK_DEPTH];
 	__u64 ustack[MAX_STACK_DEPTH];
+	// PSYM_EVENT_OFF_CPU: nanoseconds from the switch-out (ktime_ns) to the switch-in.
+	__u64 off_cpu_ns;
 };
 
 // Samples and process notifications share one ring buffer so that user space
@@ -67,6 +73,7 @@ enum psym_event_kind {
 	PSYM_EVENT_STACK = 1,
 	PSYM_EVENT_EXEC = 2,
 	PSYM_EVENT_EXIT = 3,
+	PSYM_EVENT_OFF_CPU = 4, // a struct psym_stack_event of a task that blocked
 };
 
 // How a stack record's user frames were found.
@@ -177,12 +184,24 @@ enum psym_counter {
 	PSYM_COUNTER_END_BASE = 4,
 	// Stacks whose process the unwinder did not know: the leaf only.
 	PSYM_COUNTER_LEAF_ONLY = PSYM_COUNTER_END_BASE + PSYM_END_MAX,
+	// Off-CPU: blocking switch-outs whose stacks were recorded, stacks sent when their
+	// task ran again, blockings shorter than the minimum, and those lost (no task storage
+	// could be had, or the ring buffer was full).
+	PSYM_COUNTER_OFF_CPU_RECORDED,
+	PSYM_COUNTER_OFF_CPU_SENT,
+	PSYM_COUNTER_OFF_CPU_SHORT,
+	PSYM_COUNTER_OFF_CPU_LOST,
 	PSYM_COUNTER_MAX,
 };
 
 // Set by the loader before the program is loaded.
 volatile const __u32 filter_pids = 0;
 volatile const __u32 filter_cgroups = 0;
+// Off-CPU: a switch-out is recorded when a random u32 is at most off_cpu_threshold (the
+// sampling probability scaled to 2^32-1), and sent when the task was off the CPU for at
+// least off_cpu_min_ns.
+volatile const __u32 off_cpu_threshold = 0;
+volatile const __u64 off_cpu_min_ns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -311,6 +330,16 @@ static __always_inline __u64 code_addr(__u64 ra)
 #error "the profiler is built for x86-64 (__TARGET_ARCH_x86) or arm64 (__TARGET_ARCH_arm64)"
 #endif
 
+// Off-CPU: the stacks of each sampled blocked task, kept with the task (freed when it runs
+// again or exits), so the check at every switch-in is a pointer in the task and the memory
+// is held only for tasks that are blocked.
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct psym_stack_event);
+} off_cpu_pending SEC(".maps");
+
 // The CFI walk's per-CPU working state: the record being built (too large for the BPF
 // stack) and the registers of the frame being unwound.
 struct psym_unwind_scratch {
@@ -391,7 +420,7 @@ static __always_inline bool sampled(__u32 tgid)
 }
 
 // fill_header writes what every stack record carries besides its user stack.
-static __always_inline void fill_header(struct bpf_perf_event_data *ctx, struct psym_stack_event *e,
+static __always_inline void fill_header(void *ctx, struct psym_stack_event *e,
 					__u64 id, __u32 unwinder)
 {
 	e->kind = PSYM_EVENT_STACK;
@@ -404,6 +433,7 @@ static __always_inline void fill_header(struct bpf_perf_event_data *ctx, struct 
 	e->leaf_ret = 0;
 	e->unwinder = unwinder;
 	e->unwind_end = PSYM_END_NONE;
+	e->off_cpu_ns = 0;
 }
 
 // leaf_ret returns where a function without a frame keeps its return address: the word
@@ -420,6 +450,19 @@ static __always_inline __u64 leaf_ret(__u64 sp, __u64 lr)
 #endif
 }
 
+// fp_user_stack records the current task's user stack as the kernel's frame-pointer walk
+// finds it, with the leaf's return-address candidate.
+static __always_inline void fp_user_stack(void *ctx, struct psym_stack_event *e)
+{
+	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	if (e->ustack_len > 0) {
+		// The user registers, also when the sample interrupted the kernel.
+		__u64 pc, sp, fp, lr;
+		user_regs(bpf_get_current_task_btf(), &pc, &sp, &fp, &lr);
+		e->leaf_ret = leaf_ret(sp, lr);
+	}
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -433,13 +476,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
-	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-	if (e->ustack_len > 0) {
-		// The user registers, also when the sample interrupted the kernel.
-		__u64 pc, sp, fp, lr;
-		user_regs(bpf_get_current_task_btf(), &pc, &sp, &fp, &lr);
-		e->leaf_ret = leaf_ret(sp, lr);
-	}
+	fp_user_stack(ctx, e);
 	bpf_ringbuf_submit(e, wakeup_flag());
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;
@@ -679,6 +716,47 @@ static long unwind_step(__u64 index, void *ctx)
 	return 0;
 }
 
+// cfi_user_stack walks the current task's user stack with the CFI unwinder into s->event.
+static __always_inline void cfi_user_stack(struct psym_unwind_scratch *s, __u32 tgid)
+{
+	struct psym_stack_event *e = &s->event;
+	e->ustack_len = 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mm_struct *mm = task->mm;
+	if (!mm)
+		return;
+	// The user registers, also when the sample interrupted the kernel.
+	__u64 pc, sp, fp, lr;
+	user_regs(task, &pc, &sp, &fp, &lr);
+	s->pc = pc;
+	s->sp = sp;
+	s->fp = fp;
+	s->lr = code_addr(lr);
+	s->fp_known = 1;
+	s->lr_known = LEAF_RET_IN_LINK;
+	s->exact_pc = 0;
+	s->n = 0;
+	s->end = PSYM_END_NONE;
+	struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (proc && proc->start_stack == BPF_CORE_READ(mm, start_stack)) {
+		bpf_loop(MAX_STACK_DEPTH, unwind_step, NULL, 0);
+		e->unwind_end = s->end;
+		__u32 idx = PSYM_COUNTER_END_BASE + (s->end < PSYM_END_MAX ? s->end : 0);
+		count(idx);
+	} else {
+		// Not known yet (user space learns of a process from its first samples), or
+		// known for the image before an exec: the leaf is certain, the rest is not.
+		s->event.ustack[0] = s->pc;
+		s->n = 1;
+		e->unwinder = PSYM_UNWINDER_LEAF;
+		count(PSYM_COUNTER_LEAF_ONLY);
+	}
+	__u32 n = s->n;
+	if (n > MAX_STACK_DEPTH)
+		n = MAX_STACK_DEPTH;
+	e->ustack_len = n * 8;
+}
+
 // The same sampling as profile_cpu, with user stacks walked by the CFI unwinder.
 SEC("perf_event")
 int profile_cpu_cfi(struct bpf_perf_event_data *ctx)
@@ -693,47 +771,110 @@ int profile_cpu_cfi(struct bpf_perf_event_data *ctx)
 		return 0;
 	struct psym_stack_event *e = &s->event;
 	fill_header(ctx, e, id, PSYM_UNWINDER_CFI);
-	e->ustack_len = 0;
-
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct mm_struct *mm = task->mm;
-	if (mm) {
-		// The user registers, also when the sample interrupted the kernel.
-		__u64 pc, sp, fp, lr;
-		user_regs(task, &pc, &sp, &fp, &lr);
-		s->pc = pc;
-		s->sp = sp;
-		s->fp = fp;
-		s->lr = code_addr(lr);
-		s->fp_known = 1;
-		s->lr_known = LEAF_RET_IN_LINK;
-		s->exact_pc = 0;
-		s->n = 0;
-		s->end = PSYM_END_NONE;
-		struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
-		if (proc && proc->start_stack == BPF_CORE_READ(mm, start_stack)) {
-			bpf_loop(MAX_STACK_DEPTH, unwind_step, NULL, 0);
-			e->unwind_end = s->end;
-			__u32 idx = PSYM_COUNTER_END_BASE + (s->end < PSYM_END_MAX ? s->end : 0);
-			count(idx);
-		} else {
-			// Not known yet (user space learns of a process from its first samples), or
-			// known for the image before an exec: the leaf is certain, the rest is not.
-			s->event.ustack[0] = s->pc;
-			s->n = 1;
-			e->unwinder = PSYM_UNWINDER_LEAF;
-			count(PSYM_COUNTER_LEAF_ONLY);
-		}
-		__u32 n = s->n;
-		if (n > MAX_STACK_DEPTH)
-			n = MAX_STACK_DEPTH;
-		e->ustack_len = n * 8;
-	}
+	cfi_user_stack(s, tgid);
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), wakeup_flag()) < 0) {
 		count(PSYM_COUNTER_LOST);
 		return 0;
 	}
 	count(PSYM_COUNTER_SAMPLES);
+	return 0;
+}
+
+// Kernels before 5.14 call the task's state "state".
+struct task_struct___pre_5_14 {
+	long state;
+} __attribute__((preserve_access_index));
+
+#define TASK_RUNNING 0
+#define TASK_DEAD 0x80
+
+// off_cpu_wanted reports whether the switch-out of prev, the current task, is recorded: one
+// within the sampling probability (tested first: it rejects most switches at the cost of a
+// random number), of a user task that blocks (not one preempted while runnable, nor one
+// exiting), within the filters.
+static __always_inline bool off_cpu_wanted(struct task_struct *prev, __u32 tgid)
+{
+	if (off_cpu_threshold != 0xffffffff && bpf_get_prandom_u32() > off_cpu_threshold)
+		return false;
+	if (tgid == 0 || !prev->mm)
+		return false;
+	long state;
+	if (bpf_core_field_exists(prev->__state))
+		state = prev->__state;
+	else
+		state = BPF_CORE_READ((struct task_struct___pre_5_14 *)prev, state);
+	if (state == TASK_RUNNING || (state & TASK_DEAD))
+		return false;
+	return wanted(tgid);
+}
+
+// off_cpu_in sends the stacks recorded when next blocked, now that it runs again, weighted
+// by the time it was off the CPU, if that was long enough.
+static __always_inline void off_cpu_in(struct task_struct *next)
+{
+	struct psym_stack_event *e = bpf_task_storage_get(&off_cpu_pending, next, 0, 0);
+	if (!e)
+		return;
+	__u64 off = bpf_ktime_get_ns() - e->ktime_ns;
+	if (off < off_cpu_min_ns) {
+		count(PSYM_COUNTER_OFF_CPU_SHORT);
+	} else {
+		e->kind = PSYM_EVENT_OFF_CPU;
+		e->off_cpu_ns = off;
+		if (bpf_ringbuf_output(&events, e, sizeof(*e), wakeup_flag()) < 0)
+			count(PSYM_COUNTER_OFF_CPU_LOST);
+		else
+			count(PSYM_COUNTER_OFF_CPU_SENT);
+	}
+	bpf_task_storage_delete(&off_cpu_pending, next);
+}
+
+// off_cpu_keep files the stacks of prev, which blocks, with the task until it runs again.
+static __always_inline void off_cpu_keep(struct task_struct *prev, struct psym_stack_event *e)
+{
+	if (!bpf_task_storage_get(&off_cpu_pending, prev, e, BPF_LOCAL_STORAGE_GET_F_CREATE))
+		count(PSYM_COUNTER_OFF_CPU_LOST);
+	else
+		count(PSYM_COUNTER_OFF_CPU_RECORDED);
+}
+
+// Off-CPU with user stacks by frame pointers. Every context switch runs this: for the task
+// that gets the CPU, a check of its task storage; for the task that blocks, when sampled, a
+// walk of its stacks. sched_switch runs as prev, so the helpers about the current task (its
+// stacks, comm and cgroup) describe the task that blocks.
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	off_cpu_in(next);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!off_cpu_wanted(prev, id >> 32))
+		return 0;
+	__u32 zero = 0;
+	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s)
+		return 0;
+	fill_header(ctx, &s->event, id, PSYM_UNWINDER_FP);
+	fp_user_stack(ctx, &s->event);
+	off_cpu_keep(prev, &s->event);
+	return 0;
+}
+
+// Off-CPU with user stacks walked by the CFI unwinder.
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch_cfi, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	off_cpu_in(next);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!off_cpu_wanted(prev, tgid))
+		return 0;
+	__u32 zero = 0;
+	struct psym_unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s)
+		return 0;
+	fill_header(ctx, &s->event, id, PSYM_UNWINDER_CFI);
+	cfi_user_stack(s, tgid);
+	off_cpu_keep(prev, &s->event);
 	return 0;
 }
 

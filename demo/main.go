@@ -5,7 +5,8 @@
 // copy runs, the debug copy is uploaded as CI would), starts the symbolizer on its embedded
 // defaults, the gateway and the eBPF collector on loopback ports, samples every process for
 // --duration, stops everything in order and prints the top functions with file:line and
-// inline frames, the sample totals, and where the OTLP and pprof files are.
+// inline frames, the sample totals, two flame graphs (the workload, the whole machine: one
+// self-contained HTML file each) and where the OTLP and pprof files are.
 //
 //	sudo make demo            # or: sudo go run ./demo --duration 30s
 package main
@@ -492,7 +493,27 @@ func report(u *ui, c cli, dir, otlpFile, pprofDir, collectorOut string, wl pipel
 	} else {
 		mergedOK = true
 	}
+	// Flame graphs: one HTML file each, everything inside, for a browser.
+	wlFlame, machineFlame := filepath.Join(dir, "flamegraph-workload.html"), filepath.Join(dir, "flamegraph-machine.html")
+	if len(wlStacks) > 0 {
+		if err := pipeline.FlameGraph(wlStacks, wlFlame, fmt.Sprintf("The demo workload (pid %d), symbolized by profsym", wlPID), false); err != nil {
+			u.Warn("could not write the workload's flame graph: %v", err)
+			wlFlame = ""
+		}
+	} else {
+		wlFlame = ""
+	}
+	if err := pipeline.FlameGraph(stacks, machineFlame, "The whole machine, symbolized by profsym", true); err != nil {
+		u.Warn("could not write the machine's flame graph: %v", err)
+		machineFlame = ""
+	}
 	u.Heading("Files")
+	if wlFlame != "" {
+		fmt.Fprintf(u.out, "  flame graph of the workload (open in a browser; self-contained, no network): %s\n", wlFlame)
+	}
+	if machineFlame != "" {
+		fmt.Fprintf(u.out, "  flame graph of the whole machine, by process: %s\n", machineFlame)
+	}
 	fmt.Fprintf(u.out, "  OTLP (symbolized, full fidelity): %s (%s, each a 4-byte length and the protobuf)\n", otlpFile, plural(len(out), "request"))
 	fmt.Fprintf(u.out, "  pprof, one per process and interval: %s (%s)\n", pprofDir, plural(len(pprofFiles), "file"))
 	fmt.Fprintf(u.out, "  what the collector sent (unsymbolized): %s\n", collectorOut)

@@ -8,7 +8,9 @@
 #
 # Needs: gcc/g++, clang/clang++, ld.lld and llvm-dwp (LLVM 14), binutils objcopy/nm/dwp, xz, dwz, go, rustc,
 # apt-get + dpkg-source (dpkg-dev) and network access to Debian's apt mirror for the Debian
-# package (fetched once, then reused from testdata/build/debian).
+# package (fetched once, then reused from testdata/build/debian). The arm64 variants need the
+# cross toolchain (Debian's gcc-aarch64-linux-gnu and g++-aarch64-linux-gnu): without it they
+# are left out with a note, unless CI is set, where that fails the build.
 #
 # Usage: testdata/build.sh [-j N]   (N is capped at 2; default 2)
 set -euo pipefail
@@ -159,16 +161,38 @@ spawn split_compile c-gcc-O3-dw5-split c gcc llvm-dwp -O3 -gdwarf-5 -fno-pie -no
 spawn split_compile cxx-gcc-O2-dw4-split cxx g++ dwp -O2 -gdwarf-4 -fno-pie -no-pie
 spawn split_compile c-gcc-O3-dw4-split c gcc dwp -O3 -gdwarf-4 -fPIE -pie
 
+# build_go NAME GOARCH FLAGS... (GOARCH empty: the host's)
 build_go() {
-	local target=$out/bin/$1
-	shift
+	local target=$out/bin/$1 arch=$2
+	shift 2
 	uptodate "$target" "$src/go/"*.go "$src/go/go.mod" && return 0
 	log "go build $(basename "$target")"
-	(cd "$src/go" && GOWORK=off GOFLAGS=-mod=mod go build "$@" -o "$target.tmp" .)
+	(cd "$src/go" && env GOWORK=off GOFLAGS=-mod=mod ${arch:+GOARCH=$arch} go build "$@" -o "$target.tmp" .)
 	mv -f "$target.tmp" "$target"
 }
-spawn build_go go
-spawn build_go go-stripped -ldflags='-s -w'
+spawn build_go go ""
+spawn build_go go-stripped "" -ldflags='-s -w'
+
+# arm64 (AArch64) builds of the same sources, cross-compiled: GNU's cross gcc and g++, clang
+# for the aarch64-linux-gnu target linked by lld against the cross toolchain's sysroot, and Go.
+# PIE, as each toolchain makes by default.
+if command -v aarch64-linux-gnu-gcc >/dev/null && command -v aarch64-linux-gnu-g++ >/dev/null &&
+	command -v aarch64-linux-gnu-objcopy >/dev/null; then
+	arm64=1
+	spawn compile c-gcc-O2-arm64 c aarch64-linux-gnu-gcc -O2 -g
+	spawn compile cxx-gcc-O2-arm64 cxx aarch64-linux-gnu-g++ -O2 -g
+	spawn compile cxx-clang-O2-arm64 cxx clang++ --target=aarch64-linux-gnu -fuse-ld=lld -O2 -g
+	spawn build_go go-arm64 arm64
+	# A stripped PIE: pclntab alone, its moduledata found through R_AARCH64_RELATIVE relocations.
+	spawn build_go go-arm64-pie arm64 -buildmode=pie
+	spawn build_go go-arm64-pie-stripped arm64 -buildmode=pie -ldflags='-s -w'
+elif [[ -n ${CI:-} ]]; then
+	log "the arm64 variants need aarch64-linux-gnu-gcc, aarch64-linux-gnu-g++ and aarch64-linux-gnu-objcopy (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu)"
+	exit 1
+else
+	arm64=0
+	log "no aarch64-linux-gnu cross toolchain: arm64 variants left out (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu)"
+fi
 
 # Rust 1.95 mangles with v0 by default; legacy mangling is still an unstable option, which a
 # stable rustc accepts only with RUSTC_BOOTSTRAP=1 (second argument non-empty).
@@ -261,8 +285,9 @@ buildid_variant() {
 # llvm-symbolizer look for one: with "local", in .debug/ beside the executable; otherwise under
 # debug-link/<absolute directory of the executable>/ (found with debug-link as a debug dir).
 # The second layout names the checkout's path, so a moved checkout rebuilds it.
+# The objcopy that knows the file's architecture is the third argument (default: the host's).
 debuglink_variant() {
-	local base=$out/bin/$1 target=$out/bin/$1.stripped-link dbg
+	local base=$out/bin/$1 target=$out/bin/$1.stripped-link dbg objcopy=${3:-objcopy}
 	if [[ $2 == local ]]; then
 		dbg=$out/bin/.debug/$1.debug
 	else
@@ -271,8 +296,8 @@ debuglink_variant() {
 	uptodate "$target" "$base" && [[ -e $dbg ]] && return 0
 	log "split debug (debuglink, $2) $1"
 	mkdir -p "$(dirname "$dbg")"
-	objcopy --only-keep-debug "$base" "$dbg"
-	objcopy --strip-all --add-gnu-debuglink="$dbg" "$base" "$target.tmp"
+	"$objcopy" --only-keep-debug "$base" "$dbg"
+	"$objcopy" --strip-all --add-gnu-debuglink="$dbg" "$base" "$target.tmp"
 	mv -f "$target.tmp" "$target"
 }
 
@@ -339,6 +364,9 @@ spawn buildid_variant cxx-clang-O2-dw5-pie
 spawn buildid_variant c-gcc-O3-dw4-pie
 spawn debuglink_variant cxx-gcc-O3-dw4-pie dirs
 spawn debuglink_variant c-clang-O2-dw5-pie local
+if ((arm64)); then
+	spawn debuglink_variant cxx-gcc-O2-arm64 local aarch64-linux-gnu-objcopy
+fi
 spawn minidebug_variant cxx-gcc-O2-dw5-pie
 spawn minidebug_variant c-clang-O2-dw4-nopie
 drain

@@ -2,8 +2,8 @@ package debuginfo_test
 
 // The corpus test holds the engine to llvm-symbolizer on real binaries: every variant that
 // testdata/build.sh makes (gcc and clang, -O2 and -O3, DWARF 4 and 5, PIE or not, zlib and
-// zstd sections, split debug files, symbol tables only, MiniDebugInfo, LTO, Go, Rust, and the
-// zstd CLI from Debian's source package). Thousands of addresses per binary, sampled inside
+// zstd sections, split debug files, symbol tables only, MiniDebugInfo, LTO, Go, Rust, the
+// zstd CLI from Debian's source package, and arm64 builds of the C, C++ and Go programs). Thousands of addresses per binary, sampled inside
 // function symbols with a fixed seed, are resolved by both; the function chain must agree on
 // at least 99.9% of them and file:line on at least 99.5% wherever llvm-symbolizer reads DWARF.
 //
@@ -29,6 +29,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/internal/llvmcompare"
+	"github.com/profsym/profsym/pkg/testsupport"
 )
 
 const (
@@ -49,6 +50,9 @@ type corpusCase struct {
 	// debugDirs (under testdata/build) hold the separate debug file.
 	debugDirs []string
 	mode      llvmcompare.Mode
+	// arm64: cross-compiled for AArch64 (the file's machine is checked), built only where the
+	// cross toolchain is installed.
+	arm64 bool
 	// check says what Info must report, so that a variant is answered from the source it
 	// exists to test (a debuglink case found by build ID would prove nothing).
 	check func(debuginfo.Info) error
@@ -94,6 +98,14 @@ func supplementary(section string) func(debuginfo.Info) error {
 func dwarfPackage(i debuginfo.Info) error {
 	if i.DWARFPackage == "" || i.DWARFError != "" {
 		return fmt.Errorf("DWARF package %q, DWARF error %q, warnings %q", i.DWARFPackage, i.DWARFError, i.Warnings)
+	}
+	return nil
+}
+
+// pclntabOnly requires the functions to have come from Go's pclntab, with no DWARF to read.
+func pclntabOnly(i debuginfo.Info) error {
+	if !i.GoPclntab || i.DWARF {
+		return fmt.Errorf("go pclntab %v, dwarf %v: want pclntab and no DWARF", i.GoPclntab, i.DWARF)
 	}
 	return nil
 }
@@ -160,6 +172,17 @@ func corpusCases() []corpusCase {
 	for _, b := range []string{"cxx-gcc-O2-dw5-pie", "c-clang-O2-dw4-nopie"} {
 		cs = append(cs, corpusCase{name: b + ".minidebug", ref: b + ".symtab-ref", refWhy: miniWhy, mode: llvmcompare.ModeSymbols, check: miniDebugInfo})
 	}
+	// arm64 builds of the same sources: GNU's cross gcc and g++, clang for aarch64-linux-gnu
+	// linked by lld, Go with GOARCH=arm64, and a stripped executable with its debug file found
+	// by .gnu_debuglink (split by the cross binutils' objcopy).
+	for _, b := range []string{"c-gcc-O2-arm64", "cxx-gcc-O2-arm64", "cxx-clang-O2-arm64", "go-arm64"} {
+		cs = append(cs, corpusCase{name: b, arm64: true})
+	}
+	cs = append(cs,
+		corpusCase{name: "cxx-gcc-O2-arm64.stripped-link", ref: "cxx-gcc-O2-arm64", refWhy: splitWhy, arm64: true, check: foundBy("debuglink")},
+		corpusCase{name: "go-arm64-pie", arm64: true},
+		corpusCase{name: "go-arm64-pie-stripped", ref: "go-arm64-pie", arm64: true, check: pclntabOnly,
+			refWhy: "stripped Go PIE: llvm-symbolizer reads no pclntab, so it answers on the DWARF twin"})
 	const dwzWhy = "dwz'ed debug file: llvm-symbolizer 14 does not read supplementary files (it prints ?? for the functions dwz moved); it answers on the twin before strip and dwz"
 	for _, d := range []struct{ bin, section string }{
 		{"cxx-gcc-O2-dw4-nopie", ".gnu_debugaltlink"}, {"cxx-gcc-O3-dw4-pie", ".gnu_debugaltlink"},
@@ -233,6 +256,13 @@ func runCorpusCase(t *testing.T, build string, c corpusCase) (llvmcompare.Report
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	obj := filepath.Join(build, "bin", c.name)
+	if c.arm64 {
+		// build.sh leaves the arm64 variants out without the cross toolchain.
+		testsupport.NeedTools(t, testsupport.ARM64Tools...)
+		if m := machine(t, obj); m != elf.EM_AARCH64 {
+			t.Fatalf("%s: machine %v, want %v", c.name, m, elf.EM_AARCH64)
+		}
+	}
 	ref := obj
 	if c.ref != "" {
 		ref = filepath.Join(build, "bin", c.ref)
@@ -363,6 +393,15 @@ func logDiffs(t *testing.T, ctx context.Context, ref string, rep llvmcompare.Rep
 	if err != nil {
 		t.Logf("addr2line: %v", err)
 	}
+}
+
+func machine(t *testing.T, path string) elf.Machine {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return f.Machine
 }
 
 func hasDWARF(t *testing.T, path string) bool {

@@ -138,3 +138,21 @@ func Get(t testing.TB, url string) (int, []byte) {
 	}
 	return resp.StatusCode, body
 }
+
+// NeedTools skips the test unless every tool is in PATH, and fails it instead when CI is set:
+// a pipeline, which installs them all (.ci/install-deps), must not pass by skipping.
+func NeedTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is required (bash .ci/install-deps installs it): %v", tool, err)
+			}
+			t.Skipf("%s not in PATH (bash .ci/install-deps installs it): %v", tool, err)
+		}
+	}
+}
+
+// ARM64Tools are the cross toolchain that builds arm64 test binaries on another machine
+// (Debian's gcc-aarch64-linux-gnu and g++-aarch64-linux-gnu).
+var ARM64Tools = []string{"aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++", "aarch64-linux-gnu-objcopy", "aarch64-linux-gnu-strip"}

@@ -3,6 +3,7 @@ package symbolizeprocessor
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -56,9 +57,38 @@ type Config struct {
 	// FrameTypes lists the frame types to symbolize: native, go, kernel (only worth it when the
 	// symbolizer holds kernel images by build ID) and none (no frame type).
 	FrameTypes []string `mapstructure:"frame_types"`
+	// Affinity sends each binary's lookups to the symbolizer replica that owns its build ID,
+	// rather than to whichever replica the endpoint's connection reached.
+	Affinity AffinityConfig `mapstructure:"affinity"`
 
 	// prevent unkeyed literals
 	_ struct{}
+}
+
+// AffinityConfig places lookups on symbolizer replicas by build ID: one replica loads (or
+// builds) each index and answers it from memory, instead of every replica a gateway's
+// long-lived connection happens to reach.
+type AffinityConfig struct {
+	// Enabled turns affinity on. Off, every call goes to endpoint.
+	Enabled bool `mapstructure:"enabled"`
+	// DNS is host:port of a name that resolves to every replica: a headless Service, such as
+	// symbolizer-headless.profsym.svc:7070. The scheme, TLS settings and token are endpoint's;
+	// with https the certificate is checked against endpoint's host name.
+	DNS string `mapstructure:"dns"`
+	// Endpoints lists the replicas' host:port instead of DNS (for setups without it).
+	Endpoints []string `mapstructure:"endpoints"`
+	// RefreshInterval is how often DNS is asked again.
+	RefreshInterval time.Duration `mapstructure:"refresh_interval"`
+	// AttemptTimeout bounds the call to one replica, so that the next owner can still answer
+	// within timeout when one hangs.
+	AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
+	// BalanceFactor bounds a replica's calls in flight to this multiple of the mean over the
+	// replicas (bounded-load consistent hashing); past it, a binary goes to its next owner.
+	// 0 turns the bound off.
+	BalanceFactor float64 `mapstructure:"balance_factor"`
+	// EjectFor is how long a replica that refused, timed out or could not be reached is
+	// passed over.
+	EjectFor time.Duration `mapstructure:"eject_for"`
 }
 
 func createDefaultConfig() *Config {
@@ -69,6 +99,12 @@ func createDefaultConfig() *Config {
 		Concurrency:    4,
 		CacheEntries:   1 << 18,
 		FrameTypes:     []string{FrameTypeNative, FrameTypeGo, FrameTypeNone},
+		Affinity: AffinityConfig{
+			RefreshInterval: 10 * time.Second,
+			AttemptTimeout:  time.Second,
+			BalanceFactor:   1.25,
+			EjectFor:        10 * time.Second,
+		},
 	}
 }
 
@@ -118,7 +154,41 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("frame_types: unknown %q (want native, go, kernel or none)", t))
 		}
 	}
+	errs = append(errs, c.Affinity.validate(c.Timeout)...)
 	return errors.Join(errs...)
+}
+
+func (a *AffinityConfig) validate(timeout time.Duration) []error {
+	if !a.Enabled {
+		return nil
+	}
+	var errs []error
+	if (a.DNS == "") == (len(a.Endpoints) == 0) {
+		errs = append(errs, errors.New("affinity: set dns (a headless Service's host:port) or endpoints, not both"))
+	}
+	if a.DNS != "" {
+		if _, _, err := net.SplitHostPort(a.DNS); err != nil {
+			errs = append(errs, fmt.Errorf("affinity.dns %q: want host:port: %w", a.DNS, err))
+		}
+	}
+	for _, e := range a.Endpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			errs = append(errs, fmt.Errorf("affinity.endpoints: %q: want host:port: %w", e, err))
+		}
+	}
+	if a.RefreshInterval <= 0 {
+		errs = append(errs, fmt.Errorf("affinity.refresh_interval %v: must be positive", a.RefreshInterval))
+	}
+	if a.AttemptTimeout <= 0 || a.AttemptTimeout > timeout {
+		errs = append(errs, fmt.Errorf("affinity.attempt_timeout %v: must be positive and at most timeout (%v), so the next owner has time to answer", a.AttemptTimeout, timeout))
+	}
+	if a.BalanceFactor != 0 && a.BalanceFactor <= 1 {
+		errs = append(errs, fmt.Errorf("affinity.balance_factor %v: must be above 1, or 0 for no bound", a.BalanceFactor))
+	}
+	if a.EjectFor <= 0 {
+		errs = append(errs, fmt.Errorf("affinity.eject_for %v: must be positive", a.EjectFor))
+	}
+	return errs
 }
 
 // tlsConfigured reports whether any TLS setting was made that only an https endpoint uses.

@@ -41,6 +41,13 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("config not read: %+v", c)
 			}
 		}},
+		{component.NewIDWithName(Type, "affinity"), func(t *testing.T, c *Config) {
+			a := c.Affinity
+			if !a.Enabled || a.DNS != "symbolizer-headless.profsym.svc:7070" || a.AttemptTimeout != 500*time.Millisecond ||
+				a.BalanceFactor != 1.5 || a.RefreshInterval != 10*time.Second || a.EjectFor != 10*time.Second {
+				t.Fatalf("affinity not read, or its defaults lost: %+v", a)
+			}
+		}},
 	} {
 		t.Run(tc.id.String(), func(t *testing.T) {
 			sub, err := cm.Sub(tc.id.String())
@@ -89,6 +96,22 @@ func TestConfigValidate(t *testing.T) {
 		{name: "frame types", edit: func(c *Config) { c.FrameTypes = []string{"native", "python"} },
 			want: []string{`unknown "python"`}},
 		{name: "no frame types", edit: func(c *Config) { c.FrameTypes = nil }, want: []string{"frame_types: list at least one"}},
+		{name: "affinity by dns", edit: func(c *Config) { c.Affinity.Enabled = true; c.Affinity.DNS = "symbolizer-headless:7070" }},
+		{name: "affinity by list", edit: func(c *Config) {
+			c.Affinity.Enabled = true
+			c.Affinity.Endpoints = []string{"10.0.0.1:7070", "10.0.0.2:7070"}
+		}},
+		{name: "affinity off ignores its settings", edit: func(c *Config) { c.Affinity.BalanceFactor = 0.5 }},
+		{name: "affinity without replicas", edit: func(c *Config) { c.Affinity.Enabled = true },
+			want: []string{"affinity: set dns"}},
+		{name: "affinity both", edit: func(c *Config) {
+			c.Affinity.Enabled = true
+			c.Affinity.DNS = "a:1"
+			c.Affinity.Endpoints = []string{"b:1"}
+		}, want: []string{"not both"}},
+		{name: "affinity bad values", edit: func(c *Config) {
+			c.Affinity = AffinityConfig{Enabled: true, DNS: "no-port", Endpoints: nil, AttemptTimeout: time.Hour, BalanceFactor: 1}
+		}, want: []string{"affinity.dns \"no-port\"", "affinity.refresh_interval 0s", "affinity.attempt_timeout 1h0m0s", "affinity.balance_factor 1", "affinity.eject_for 0s"}},
 		// Every problem is reported at once, not only the first.
 		{name: "all at once", edit: func(c *Config) { c.Endpoint = ""; c.Timeout = 0; c.FrameTypes = []string{"jvm"} },
 			want: []string{"endpoint: required", "timeout 0s", `unknown "jvm"`}},

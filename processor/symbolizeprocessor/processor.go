@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 
+	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/affinity"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
 )
@@ -23,6 +26,7 @@ type symbolizeProcessor struct {
 	tel    *telemetry
 	sym    *symbolize.Symbolizer
 	hc     *http.Client
+	router *affinity.Router
 }
 
 func newProcessor(cfg *Config, set component.TelemetrySettings) (*symbolizeProcessor, error) {
@@ -55,12 +59,36 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 		return fmt.Errorf("symbolize processor: %w", err)
 	}
 	p.hc = &http.Client{Transport: tr}
+	client := symbolize.NewClient(p.hc, p.cfg.Endpoint, token)
+	if a := p.cfg.Affinity; a.Enabled {
+		u, err := url.Parse(p.cfg.Endpoint)
+		if err != nil {
+			return fmt.Errorf("symbolize processor endpoint: %w", err)
+		}
+		if tr.TLSClientConfig != nil && tr.TLSClientConfig.ServerName == "" {
+			// Replicas are dialed by address; their certificate names the Service.
+			tr.TLSClientConfig.ServerName = u.Hostname()
+		}
+		p.router, err = affinity.New(affinity.Config{
+			Scheme: u.Scheme, DNS: a.DNS, Static: a.Endpoints, Refresh: a.RefreshInterval,
+			AttemptTimeout: a.AttemptTimeout, BalanceFactor: a.BalanceFactor, EjectFor: a.EjectFor,
+			NewClient: func(base string) symbolizerv1connect.SymbolizerServiceClient {
+				return symbolize.NewClient(p.hc, base, token)
+			},
+			Logger: slog.New(zapslog.NewHandler(p.logger.Core())),
+		})
+		if err != nil {
+			return fmt.Errorf("symbolize processor: %w", err)
+		}
+		p.router.Start()
+		client = p.router
+	}
 	cacheEntries := p.cfg.CacheEntries
 	if cacheEntries == 0 {
 		cacheEntries = -1 // symbolize.Config reads 0 as "default"; here 0 turns the cache off
 	}
 	p.sym = symbolize.New(symbolize.Config{
-		Client:         symbolize.NewClient(p.hc, p.cfg.Endpoint, token),
+		Client:         client,
 		Timeout:        p.cfg.Deadline,
 		CallTimeout:    p.cfg.Timeout,
 		BatchAddresses: p.cfg.BatchAddresses,
@@ -74,6 +102,9 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 }
 
 func (p *symbolizeProcessor) shutdown(context.Context) error {
+	if p.router != nil {
+		p.router.Close()
+	}
 	if p.hc != nil {
 		p.hc.CloseIdleConnections()
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/profsym/profsym/services/symbolizer/internal/flamegraphcmd"
+	"github.com/profsym/profsym/services/symbolizer/internal/pprofcmd"
 	"github.com/profsym/profsym/services/symbolizer/internal/server"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizecmd"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
@@ -24,6 +26,10 @@ type cli struct {
 		Delete  uploadcli.DeleteCmd     `cmd:"" help:"Delete a stored file and its record from a server."`
 		Missing uploadcli.MissingCmd    `cmd:"" help:"List the binaries whose frames a server could not resolve or whose companions (dwz supplementary file, DWARF package) are missing, the most unresolved first, and why: what to upload next."`
 	} `cmd:"" help:"Work with debuginfo files."`
+
+	// Profiles: pprof files symbolized from a server, any profile file as a flame graph.
+	Pprof      pprofcmd.Cmd      `cmd:"" help:"Symbolize a pprof profile's addresses from a symbolizer (mappings by build ID, inline frames as pprof lines), as pprof -symbolize does from local files."`
+	Flamegraph flamegraphcmd.Cmd `cmd:"" help:"Write a self-contained interactive flame graph (one HTML file) of pprof or OTLP profile files."`
 }
 
 func main() {

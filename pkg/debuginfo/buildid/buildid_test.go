@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -81,70 +82,82 @@ func readelfGNU(t *testing.T, path string) string {
 	return ""
 }
 
+// TestGNUBuildIDAgainstReadelf: the GNU build ID of executables and shared libraries made by
+// the host's toolchain and by the arm64 cross toolchain is readelf's, and survives strip.
 func TestGNUBuildIDAgainstReadelf(t *testing.T) {
 	elfxtest.Need(t, "gcc", "readelf", "strip")
-	dir := t.TempDir()
-	cases := []struct {
-		name   string
-		args   []string
-		wantID bool
-	}{
-		{"sha1", []string{"-Wl,--build-id=sha1"}, true},
-		{"md5", []string{"-Wl,--build-id=md5"}, true},
-		{"hex", []string{"-Wl,--build-id=0xdeadbeef00112233"}, true},
-		{"none", []string{"-Wl,--build-id=none"}, false},
-		{"shared", []string{"-shared", "-fPIC", "-Wl,--build-id"}, true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p := elfxtest.CC(t, dir, c.name, elfxtest.Hello, c.args...)
-			want := readelfGNU(t, p)
-			if (want != "") != c.wantID {
-				t.Fatalf("readelf build ID %q, want one: %v", want, c.wantID)
+	for _, tc := range elfxtest.Toolchains(t) {
+		t.Run(tc.Arch, func(t *testing.T) {
+			dir := t.TempDir()
+			cases := []struct {
+				name   string
+				args   []string
+				wantID bool
+			}{
+				{"sha1", []string{"-Wl,--build-id=sha1"}, true},
+				{"md5", []string{"-Wl,--build-id=md5"}, true},
+				{"hex", []string{"-Wl,--build-id=0xdeadbeef00112233"}, true},
+				{"none", []string{"-Wl,--build-id=none"}, false},
+				{"shared", []string{"-shared", "-fPIC", "-Wl,--build-id"}, true},
 			}
-			ids, err := FromFile(p)
-			if err != nil {
-				t.Fatal(err)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					p := tc.CC(t, dir, c.name, elfxtest.Hello, c.args...)
+					if m := elfxtest.Machine(t, p); m != tc.Machine {
+						t.Fatalf("%s made a %v file, want %v", tc.Tool("gcc"), m, tc.Machine)
+					}
+					want := readelfGNU(t, p)
+					if (want != "") != c.wantID {
+						t.Fatalf("readelf build ID %q, want one: %v", want, c.wantID)
+					}
+					ids, err := FromFile(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ids.GNU != want {
+						t.Errorf("GNU = %q, readelf %q", ids.GNU, want)
+					}
+					if ids.Go != "" {
+						t.Errorf("Go = %q in a C binary", ids.Go)
+					}
+					h, _ := HTLHash(bytes.NewReader(elfxtest.Read(t, p)), int64(len(elfxtest.Read(t, p))))
+					if ids.HTLHash != h {
+						t.Errorf("HTLHash = %q, want %q", ids.HTLHash, h)
+					}
+					// strip keeps the note; the ID must survive.
+					s := p + ".stripped"
+					tc.Run(t, "strip", "-o", s, p)
+					if sid, _ := FromFile(s); sid.GNU != want {
+						t.Errorf("stripped: GNU = %q, want %q", sid.GNU, want)
+					}
+				})
 			}
-			if ids.GNU != want {
-				t.Errorf("GNU = %q, readelf %q", ids.GNU, want)
-			}
-			if ids.Go != "" {
-				t.Errorf("Go = %q in a C binary", ids.Go)
-			}
-			h, _ := HTLHash(bytes.NewReader(elfxtest.Read(t, p)), int64(len(elfxtest.Read(t, p))))
-			if ids.HTLHash != h {
-				t.Errorf("HTLHash = %q, want %q", ids.HTLHash, h)
-			}
-			// strip keeps the note; the ID must survive.
-			s := p + ".stripped"
-			elfxtest.Run(t, "strip", "-o", s, p)
-			if sid, _ := FromFile(s); sid.GNU != want {
-				t.Errorf("stripped: GNU = %q, want %q", sid.GNU, want)
+			if got := readelfGNU(t, filepath.Join(dir, "hex")); got != "deadbeef00112233" {
+				t.Errorf("readelf saw %q for the explicit ID", got)
 			}
 		})
-	}
-	if got := readelfGNU(t, filepath.Join(dir, "hex")); got != "deadbeef00112233" {
-		t.Errorf("readelf saw %q for the explicit ID", got)
 	}
 }
 
 // TestNotesFromProgramHeaders drops the section header table, as sstrip does: the IDs
-// must still be found through PT_NOTE.
+// must still be found through PT_NOTE, on every architecture's layout.
 func TestNotesFromProgramHeaders(t *testing.T) {
-	dir := t.TempDir()
-	p := elfxtest.CC(t, dir, "prog", elfxtest.Hello, "-Wl,--build-id=sha1")
-	want := readelfGNU(t, p)
-	b := elfxtest.Read(t, p)
-	binary.LittleEndian.PutUint64(b[40:], 0) // e_shoff
-	binary.LittleEndian.PutUint16(b[60:], 0) // e_shnum
-	binary.LittleEndian.PutUint16(b[62:], 0) // e_shstrndx
-	ids, err := Compute(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids.GNU != want || want == "" {
-		t.Errorf("GNU = %q, want %q", ids.GNU, want)
+	for _, tc := range elfxtest.Toolchains(t) {
+		t.Run(tc.Arch, func(t *testing.T) {
+			p := tc.CC(t, t.TempDir(), "prog", elfxtest.Hello, "-Wl,--build-id=sha1")
+			want := readelfGNU(t, p)
+			b := elfxtest.Read(t, p)
+			binary.LittleEndian.PutUint64(b[40:], 0) // e_shoff
+			binary.LittleEndian.PutUint16(b[60:], 0) // e_shnum
+			binary.LittleEndian.PutUint16(b[62:], 0) // e_shstrndx
+			ids, err := Compute(bytes.NewReader(b), int64(len(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ids.GNU != want || want == "" {
+				t.Errorf("GNU = %q, want %q", ids.GNU, want)
+			}
+		})
 	}
 }
 
@@ -160,19 +173,30 @@ func TestGoBuildID(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println(\"hi\") }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name  string
-		flags []string
-	}{
-		{"default", nil},
-		{"stripped", []string{"-ldflags=-s -w"}},
-		{"gnu note", []string{"-ldflags=-B gobuildid"}},
-	} {
+	type goCase struct {
+		name, arch string
+		flags      []string
+	}
+	var cases []goCase
+	for _, arch := range []string{runtime.GOARCH, "arm64"} {
+		for _, c := range []goCase{
+			{"default", arch, nil},
+			{"stripped", arch, []string{"-ldflags=-s -w"}},
+			{"gnu note", arch, []string{"-ldflags=-B gobuildid"}},
+		} {
+			c.name = arch + "/" + c.name
+			cases = append(cases, c)
+		}
+		if runtime.GOARCH == "arm64" {
+			break
+		}
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+			out := filepath.Join(dir, strings.NewReplacer(" ", "_", "/", "-").Replace(c.name))
 			cmd := exec.CommandContext(t.Context(), goBin, append(append([]string{"build", "-o", out}, c.flags...), ".")...)
 			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off", "GOARCH="+c.arch)
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("go build: %v\n%s", err, b)
 			}
@@ -187,7 +211,7 @@ func TestGoBuildID(t *testing.T) {
 			if gnu := readelfGNU(t, out); ids.GNU != gnu {
 				t.Errorf("GNU = %q, readelf %q", ids.GNU, gnu)
 			}
-			if c.name == "gnu note" && ids.GNU == "" {
+			if strings.HasSuffix(c.name, "gnu note") && ids.GNU == "" {
 				t.Error("-B gobuildid: no GNU build ID")
 			}
 			typ, id := ids.Primary()

@@ -11,17 +11,21 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 )
 
-// split builds prog with DWARF, splits it with objcopy --only-keep-debug, strips the binary
-// and links it to the debug file with --add-gnu-debuglink. Returns binary and debug paths.
-func split(t *testing.T, dir, name string, gccArgs ...string) (bin, dbg string) {
+// split builds prog with DWARF using tc, splits it with objcopy --only-keep-debug, strips the
+// binary and links it to the debug file with --add-gnu-debuglink (tc's binutils, which know
+// its architecture). Returns binary and debug paths.
+func split(t *testing.T, tc elfxtest.Toolchain, dir, name string, gccArgs ...string) (bin, dbg string) {
 	t.Helper()
-	elfxtest.Need(t, "gcc", "objcopy", "strip")
-	full := elfxtest.CC(t, dir, name+".full", elfxtest.Hello, append([]string{"-g"}, gccArgs...)...)
+	elfxtest.Need(t, tc.Tool("gcc"), tc.Tool("objcopy"), tc.Tool("strip"))
+	full := tc.CC(t, dir, name+".full", elfxtest.Hello, append([]string{"-g"}, gccArgs...)...)
+	if m := elfxtest.Machine(t, full); m != tc.Machine {
+		t.Fatalf("%s made a %v file, want %v", tc.Tool("gcc"), m, tc.Machine)
+	}
 	dbg = filepath.Join(dir, name+".debug")
 	bin = filepath.Join(dir, name)
-	elfxtest.Run(t, "objcopy", "--only-keep-debug", full, dbg)
-	elfxtest.Run(t, "strip", "--strip-debug", "--strip-unneeded", "-o", bin, full)
-	elfxtest.Run(t, "objcopy", "--add-gnu-debuglink="+dbg, bin)
+	tc.Run(t, "objcopy", "--only-keep-debug", full, dbg)
+	tc.Run(t, "strip", "--strip-debug", "--strip-unneeded", "-o", bin, full)
+	tc.Run(t, "objcopy", "--add-gnu-debuglink="+dbg, bin)
 	if err := os.Remove(full); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +56,15 @@ func place(t *testing.T, src, dst string) {
 	}
 }
 
+// TestFind finds separate debug files by build ID and by .gnu_debuglink, for binaries of the
+// host's architecture and for arm64 binaries split by the cross binutils.
 func TestFind(t *testing.T) {
+	for _, tc := range elfxtest.Toolchains(t) {
+		t.Run(tc.Arch, func(t *testing.T) { testFind(t, tc) })
+	}
+}
+
+func testFind(t *testing.T, tc elfxtest.Toolchain) {
 	root := t.TempDir()
 	global := filepath.Join(root, "usr", "lib", "debug")
 
@@ -61,7 +73,7 @@ func TestFind(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=sha1")
+		bin, dbg := split(t, tc, dir, "prog", "-Wl,--build-id=sha1")
 		f, ids := open(t, bin)
 		if ids.GNU == "" {
 			t.Fatal("no build ID")
@@ -86,8 +98,8 @@ func TestFind(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		bin, _ := split(t, dir, "prog", "-Wl,--build-id=sha1")
-		_, other := split(t, dir, "other", "-Wl,--build-id=md5")
+		bin, _ := split(t, tc, dir, "prog", "-Wl,--build-id=sha1")
+		_, other := split(t, tc, dir, "other", "-Wl,--build-id=md5")
 		if err := os.Remove(filepath.Join(dir, "prog.debug")); err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +125,7 @@ func TestFind(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
+			bin, dbg := split(t, tc, dir, "prog", "-Wl,--build-id=none")
 			want := c.where(dir)
 			if want != dbg {
 				place(t, dbg, want)
@@ -137,12 +149,12 @@ func TestFind(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		bin, dbg := split(t, dir, "prog", "-Wl,--build-id=none")
+		bin, dbg := split(t, tc, dir, "prog", "-Wl,--build-id=none")
 		// A rebuilt debug file with the same name but different content sits beside the
 		// binary; the right one sits in .debug/.
 		right := filepath.Join(dir, ".debug", "prog.debug")
 		place(t, dbg, right)
-		_, other := split(t, filepath.Join(root, "crc"), "prog2", "-Wl,--build-id=none", "-O2")
+		_, other := split(t, tc, filepath.Join(root, "crc"), "prog2", "-Wl,--build-id=none", "-O2")
 		place(t, other, dbg)
 		f, ids := open(t, bin)
 		link, ok := ReadDebuglink(f)
@@ -169,7 +181,7 @@ func TestFind(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := elfxtest.CC(t, dir, "plain", elfxtest.Hello, "-Wl,--build-id=none")
+		p := tc.CC(t, dir, "plain", elfxtest.Hello, "-Wl,--build-id=none")
 		f, ids := open(t, p)
 		if _, _, err := Find(f, ids, p, []string{global}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("err = %v", err)

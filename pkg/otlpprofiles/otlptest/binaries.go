@@ -83,10 +83,7 @@ var (
 func Binaries(t testing.TB) []Binary {
 	t.Helper()
 	binsOnce.Do(func() {
-		var err error
-		if binsDir, err = os.MkdirTemp("", "otlptest-bins-"); err != nil {
-			t.Fatal(err)
-		}
+		fixturesDir(t)
 		bins = []Binary{
 			{Name: "nonpie-exe", Path: compile(t, filepath.Join(binsDir, "exe"), CSource+CMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id"), Fn: "outer"},
 			{Name: "pie-lib", Path: compile(t, filepath.Join(binsDir, "lib"), CSource, "-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id"), Fn: "outer", PIE: true},
@@ -97,6 +94,49 @@ func Binaries(t testing.TB) []Binary {
 		t.Fatal("test binaries failed to build earlier")
 	}
 	return bins
+}
+
+var (
+	// binsDirMu guards binsDir, which Binaries and ARM64Binaries share.
+	binsDirMu sync.Mutex
+	arm64Once sync.Once
+	arm64Bins []Binary
+)
+
+// ARM64Binaries compiles arm64 builds of the test programs once per test binary, in the
+// directory RemoveFixtures deletes: PIE executables from C with inlining (-O2 -g) by the cross
+// gcc (aarch64-linux-gnu-gcc) and by clang for aarch64-linux-gnu linked with lld, and the Go
+// program (GOARCH=arm64).
+func ARM64Binaries(t testing.TB) []Binary {
+	t.Helper()
+	arm64Once.Do(func() {
+		fixturesDir(t)
+		arm64Bins = []Binary{
+			{Name: "arm64-pie-exe", Path: compileWith(t, "aarch64-linux-gnu-gcc", filepath.Join(binsDir, "arm64-exe"), CSource+CMain, "-O2", "-g", "-fPIE", "-pie", "-Wl,--build-id"), Fn: "outer", PIE: true},
+			// lld places the code at a virtual address 64 KiB beyond its file offset: addresses are
+			// normalized with the segment's p_vaddr and p_offset, not by assuming they match.
+			{Name: "arm64-clang-lld-exe", Path: compileWith(t, "clang", filepath.Join(binsDir, "arm64-clang-exe"), CSource+CMain, "--target=aarch64-linux-gnu", "-fuse-ld=lld", "-O2", "-g", "-fPIE", "-pie", "-Wl,--build-id"), Fn: "outer", PIE: true},
+			{Name: "arm64-go", Path: testsupport.BuildGo(t, filepath.Join(binsDir, "arm64-go"), goSource, "CGO_ENABLED=0", "GOARCH=arm64"), Fn: "main.work"},
+		}
+	})
+	if len(arm64Bins) == 0 {
+		t.Fatal("arm64 test binaries failed to build earlier")
+	}
+	return arm64Bins
+}
+
+// fixturesDir makes the directory the test programs are built in, once.
+func fixturesDir(t testing.TB) {
+	t.Helper()
+	binsDirMu.Lock()
+	defer binsDirMu.Unlock()
+	if binsDir != "" {
+		return
+	}
+	var err error
+	if binsDir, err = os.MkdirTemp("", "otlptest-bins-"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Shape is how a producer lays out mappings and addresses.
@@ -363,6 +403,11 @@ func BinaryIDs(t testing.TB, path string) buildid.IDs {
 
 func compile(t testing.TB, dir, src string, args ...string) string {
 	t.Helper()
+	return compileWith(t, "gcc", dir, src, args...)
+}
+
+func compileWith(t testing.TB, cc, dir, src string, args ...string) string {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -371,14 +416,14 @@ func compile(t testing.TB, dir, src string, args ...string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "prog")
-	cmd := exec.CommandContext(t.Context(), "gcc", append([]string{"-o", out, srcPath}, args...)...)
+	cmd := exec.CommandContext(t.Context(), cc, append([]string{"-o", out, srcPath}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
+		t.Fatalf("%s: %v\n%s", cc, err, b)
 	}
 	return out
 }
 
-// RemoveFixtures removes the binaries Binaries built; a TestMain calls it after m.Run.
+// RemoveFixtures removes the binaries Binaries and ARM64Binaries built; a TestMain calls it after m.Run.
 func RemoveFixtures() error {
 	if binsDir == "" {
 		return nil

@@ -319,13 +319,20 @@ func Generate(r *rand.Rand) pprofile.Profiles {
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName("profsym-test")
 		sp.Scope().SetVersion("1")
-		for range 1 + r.IntN(2) {
+		for k := range 1 + r.IntN(2) {
 			p := sp.Profiles().AppendEmpty()
-			p.SampleType().SetTypeStrindex(str("samples"))
-			p.SampleType().SetUnitStrindex(str("count"))
-			p.PeriodType().SetTypeStrindex(str("cpu"))
-			p.PeriodType().SetUnitStrindex(str("nanoseconds"))
-			p.SetPeriod(52631578)
+			if k == 0 {
+				p.SampleType().SetTypeStrindex(str("samples"))
+				p.SampleType().SetUnitStrindex(str("count"))
+				p.PeriodType().SetTypeStrindex(str("cpu"))
+				p.PeriodType().SetUnitStrindex(str("nanoseconds"))
+				p.SetPeriod(52631578)
+			} else {
+				// An off-CPU profile beside the CPU one, as the collector and the OTel eBPF
+				// profiler send it: nanoseconds off the CPU per blocking, no period.
+				p.SampleType().SetTypeStrindex(str("events"))
+				p.SampleType().SetUnitStrindex(str("nanoseconds"))
+			}
 			p.SetTime(pcommon.Timestamp(1_700_000_000_000_000_000 + r.Int64N(1e12)))
 			p.SetDurationNano(uint64(r.Int64N(1e10)))
 			var id [16]byte

@@ -68,6 +68,14 @@ processors:
     bearer_token_file: /etc/profsym/read-token/token
     timeout: 2s
     deadline: {{ $g.symbolizeTimeout }}
+    # Each binary's lookups go to the replica owning its build ID (docs/design/0006-fleet-scale.md).
+    affinity:
+      enabled: {{ $g.symbolizeAffinity }}
+      dns: symbolizer-headless:7070
+      refresh_interval: 10s
+      attempt_timeout: 1s
+      balance_factor: 1.25
+      eject_for: 10s
 exporters:
   {{- if $g.otlpGrpcEndpoint }}
   otlp_grpc:

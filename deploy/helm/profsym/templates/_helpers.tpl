@@ -36,3 +36,26 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{- /* Node affinity to the architectures in .Values.architectures (kubernetes.io/arch): the
+images are built for amd64 and arm64, and a node of another architecture is never tried, where
+the pod could only crash-loop. */ -}}
+{{- define "profsym.affinity" -}}
+{{- $archs := .Values.architectures -}}
+{{- if not $archs }}
+{{- fail "architectures must list the node architectures to run on (kubernetes.io/arch): amd64, arm64 or both" }}
+{{- end }}
+{{- range $archs }}
+{{- if not (has . (list "amd64" "arm64")) }}
+{{- fail (printf "architectures: %q has no image: profsym's images are built for amd64 and arm64" .) }}
+{{- end }}
+{{- end -}}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - key: kubernetes.io/arch
+              operator: In
+              values: {{ toJson $archs }}
+{{- end -}}

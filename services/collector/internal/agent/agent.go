@@ -20,6 +20,7 @@ import (
 
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
+	"github.com/profsym/profsym/services/collector/internal/perfmap"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
 	"github.com/profsym/profsym/services/collector/internal/unwind"
@@ -48,6 +49,14 @@ type Config struct {
 	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
 	Unwinder                             bpfprog.Unwinder
 	UnwindRows, UnwindFiles, UnwindProcs uint32
+	// PerfMaps names frames in JIT code from the perf-PID.map files runtimes write (see
+	// package perfmap), within PerfMapMaxBytesPerProcess and PerfMapMaxBytes (zero:
+	// defaults).
+	PerfMaps                                   bool
+	PerfMapMaxBytesPerProcess, PerfMapMaxBytes int64
+	// OffCPU, when set, adds an off-CPU profile per process: where tasks blocked, weighted
+	// by how long.
+	OffCPU *bpfprog.OffCPUOptions
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -62,6 +71,7 @@ type Agent struct {
 	procs   *procmaps.Table
 	files   *procmaps.FileCache
 	kernel  *kallsyms.Table
+	jit     *perfmap.Table // nil without PerfMaps
 
 	mu         sync.Mutex
 	builder    *profilebuilder.Builder
@@ -102,6 +112,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, files: procmaps.NewFileCache(cfg.MaxFiles)}
 	a.procs = procmaps.NewTable(cfg.ProcRoot, a.files, log)
+	if cfg.PerfMaps {
+		a.jit = perfmap.NewTable(perfmap.Options{ProcRoot: cfg.ProcRoot, MaxBytesPerProcess: cfg.PerfMapMaxBytesPerProcess,
+			MaxBytes: cfg.PerfMapMaxBytes, MinRefresh: time.Second, Log: log})
+	}
 	if cfg.OnMappedFile != nil {
 		a.procs.SetFileHook(cfg.OnMappedFile)
 	}
@@ -117,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.intervalAt = time.Now()
 	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs,
 		Unwinder: cfg.Unwinder, UnwindRows: cfg.UnwindRows, UnwindFiles: cfg.UnwindFiles, UnwindProcs: cfg.UnwindProcs,
-		Paused: cfg.Unwinder == bpfprog.UnwindCFI}, log)
+		Paused: cfg.Unwinder == bpfprog.UnwindCFI, OffCPU: cfg.OffCPU}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -146,13 +160,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 }
 
 func (a *Agent) newBuilder() *profilebuilder.Builder {
-	return profilebuilder.New(profilebuilder.Options{
+	opts := profilebuilder.Options{
 		FrequencyHz:    a.cfg.FrequencyHz,
 		HostAttributes: a.cfg.HostAttributes,
 		MaxSamples:     a.cfg.MaxSamplesPerInterval,
 		ScopeName:      "profsym-collector",
 		ScopeVersion:   a.cfg.Version,
-	}, a.procs, a.kernel)
+	}
+	if a.jit != nil {
+		opts.JIT = a.jit
+	}
+	return profilebuilder.New(opts, a.procs, a.kernel)
 }
 
 func (a *Agent) registerMetrics() {
@@ -184,6 +202,9 @@ func (a *Agent) registerMetrics() {
 			ConstLabels: prometheus.Labels{"end": end.String()}},
 			func() float64 { return float64(a.kernelCounters().UnwindEnds[end]) }))
 	}
+	if a.jit != nil {
+		a.registerPerfMapMetrics(reg)
+	}
 	reg.MustRegister(a.m.samples, a.m.builderDropped, a.m.requests, a.m.requestBytes, a.m.procEvents,
 		kernelCounter("kernel_samples_total", "Samples the eBPF program wrote to the ring buffer.",
 			func(c bpfprog.Counters) uint64 { return c.Samples }),
@@ -196,6 +217,14 @@ func (a *Agent) registerMetrics() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "unwind_leaf_only_total",
 			Help: "Samples of processes whose mappings the CFI unwinder did not know yet: their user stack is the sampled address only."},
 			func() float64 { return float64(a.kernelCounters().LeafOnly) }),
+		kernelCounter("off_cpu_recorded_total", "Blocking context switches whose stack was recorded (a sampled share of them, --off-cpu-probability).",
+			func(c bpfprog.Counters) uint64 { return c.OffCPURecorded }),
+		kernelCounter("off_cpu_samples_total", "Off-CPU stacks sent when their task ran again.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPUSent }),
+		kernelCounter("off_cpu_short_total", "Recorded off-CPU stacks dropped because the task ran again sooner than --off-cpu-min-blocked.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPUShort }),
+		kernelCounter("off_cpu_lost_total", "Off-CPU blockings lost: no task storage could be had, or the ring buffer was full.",
+			func(c bpfprog.Counters) uint64 { return c.OffCPULost }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "processes_tracked",
 			Help: "Processes whose mappings are cached."}, func() float64 { return float64(a.procs.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "files_cached",
@@ -232,7 +261,7 @@ func (a *Agent) HandleSample(s *bpfprog.Sample) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before := a.builder.Dropped()
-	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, LeafReturn: s.LeafReturn})
+	a.builder.Add(&profilebuilder.Sample{Time: s.Time, PID: s.TGID, TID: s.TID, Comm: s.Comm, Kernel: s.Kernel, User: s.User, LeafReturn: s.LeafReturn, OffCPU: s.OffCPU})
 	if a.builder.Dropped() > before {
 		a.m.builderDropped.Inc()
 	}
@@ -244,9 +273,15 @@ func (a *Agent) HandleProcEvent(e bpfprog.ProcEvent) {
 	case bpfprog.ProcExec:
 		a.m.procEvents.WithLabelValues("exec").Inc()
 		a.procs.MarkExec(e.TGID)
+		if a.jit != nil {
+			a.jit.MarkExec(e.TGID)
+		}
 	case bpfprog.ProcExit:
 		a.m.procEvents.WithLabelValues("exit").Inc()
 		a.procs.MarkExit(e.TGID)
+		if a.jit != nil {
+			a.jit.MarkExit(e.TGID)
+		}
 		if a.unwind != nil {
 			a.unwind.Forget(e.TGID)
 		}
@@ -344,4 +379,7 @@ func (a *Agent) Flush() {
 	}
 	// Exited processes are forgotten only now, so their last samples had their mappings.
 	a.procs.Sweep()
+	if a.jit != nil {
+		a.jit.Sweep()
+	}
 }

@@ -66,9 +66,22 @@ type CLI struct {
 	UnwindMaxFiles     uint32 `default:"4096" env:"PROFSYM_UNWIND_MAX_FILES" help:"Files with an unwind table in the kernel at once."`
 	UnwindMaxProcesses uint32 `default:"8192" env:"PROFSYM_UNWIND_MAX_PROCESSES" help:"Processes the kernel unwinder knows at once (about 10 KiB each, allocated on use)."`
 
+	PerfMaps                  bool  `default:"true" negatable:"" env:"PROFSYM_PERF_MAPS" help:"Name frames in JIT code (Node.js with --perf-basic-prof, Java after jcmd PID Compiler.perfmap, Python 3.12+ with -X perf) from the /tmp/perf-PID.map file each process writes in its own file system (--no-perf-maps: such frames stay addresses)."`
+	PerfMapMaxBytesPerProcess int64 `default:"16777216" env:"PROFSYM_PERF_MAP_MAX_BYTES_PER_PROCESS" help:"Memory for one process's perf-map symbols; beyond it its earliest symbols are dropped (counted)."`
+	PerfMapMaxBytes           int64 `default:"67108864" env:"PROFSYM_PERF_MAP_MAX_BYTES" help:"Memory for all processes' perf-map symbols; beyond it the growing process's earliest symbols are dropped (counted)."`
+
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
 
+	OffCPU OffCPU `embed:"" group:"Off-CPU profiling"`
+
 	Upload DebuginfoUpload `embed:"" group:"Node-side debuginfo upload"`
+}
+
+// OffCPU are the flags of the opt-in off-CPU profile.
+type OffCPU struct {
+	OffCPU            bool          `name:"off-cpu" env:"PROFSYM_OFF_CPU" help:"Also profile where tasks block (locks, I/O, sleeps, page faults): each process gets an off-CPU profile beside its CPU profile, its samples weighted by the nanoseconds the task was off the CPU (sample type events/nanoseconds, as the OpenTelemetry eBPF profiler sends). Hooks every context switch (the sched_switch BTF tracepoint: Linux 5.15, 5.17 with the CFI unwinder)."`
+	OffCPUProbability float64       `name:"off-cpu-probability" default:"0.01" env:"PROFSYM_OFF_CPU_PROBABILITY" help:"Share of blocking context switches whose stack is recorded, in (0, 1]: the cost grows with it. Values are not scaled: divide the totals by it to estimate all blocked time."`
+	OffCPUMinBlocked  time.Duration `name:"off-cpu-min-blocked" default:"1ms" env:"PROFSYM_OFF_CPU_MIN_BLOCKED" help:"Blockings shorter than this are not sent."`
 }
 
 // DebuginfoUpload are the flags of the opt-in node-side debuginfo upload.
@@ -101,8 +114,20 @@ func (c *CLI) Validate() error {
 		}
 		return nil
 	}
+	// Zero (a CLI built in code) means the defaults.
+	if per, all := c.PerfMapMaxBytesPerProcess, c.PerfMapMaxBytes; per < 0 || all < 0 || (per > 0 && per < 1<<10) || (per > 0 && all > 0 && all < per) {
+		return fmt.Errorf("--perf-map-max-bytes-per-process %d must be at least 1024 and at most --perf-map-max-bytes %d", per, all)
+	}
 	if c.Gateway == "" && c.OutputFile == "" {
 		return errors.New("nowhere to send profiles: set --gateway, --output-file or both")
+	}
+	if c.OffCPU.OffCPU {
+		if p := c.OffCPU.OffCPUProbability; !(p > 0 && p <= 1) {
+			return fmt.Errorf("--off-cpu-probability %v out of range (0, 1]", p)
+		}
+		if c.OffCPU.OffCPUMinBlocked < 0 {
+			return fmt.Errorf("--off-cpu-min-blocked %v is negative", c.OffCPU.OffCPUMinBlocked)
+		}
 	}
 	if c.Upload.UploadDebuginfo && c.Upload.SymbolizerURL == "" {
 		return errors.New("--upload-debuginfo needs --symbolizer-url")
@@ -200,6 +225,10 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	if c.Unwinder == "frame-pointers" {
 		unwinder = bpfprog.UnwindFramePointers
 	}
+	var offCPU *bpfprog.OffCPUOptions
+	if c.OffCPU.OffCPU {
+		offCPU = &bpfprog.OffCPUOptions{Probability: c.OffCPU.OffCPUProbability, MinBlocked: c.OffCPU.OffCPUMinBlocked}
+	}
 	a, err := agent.New(agent.Config{
 		FrequencyHz: c.Frequency, Interval: c.Interval, PIDs: c.PID, CgroupIDs: cgroupIDs,
 		HostAttributes: map[string]string{
@@ -208,7 +237,9 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
 		Unwinder:              unwinder, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
-		Sinks: sinks, Registerer: reg, Version: version,
+		PerfMaps: c.PerfMaps, PerfMapMaxBytesPerProcess: c.PerfMapMaxBytesPerProcess, PerfMapMaxBytes: c.PerfMapMaxBytes,
+		OffCPU: offCPU,
+		Sinks:  sinks, Registerer: reg, Version: version,
 		OnMappedFile: onMappedFile,
 	}, log)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"reflect"
 	"strconv"
@@ -25,20 +26,25 @@ import (
 
 // Event kinds, as bpf/profiler.c writes them in the first word of a record.
 const (
-	eventStack = 1
-	eventExec  = 2
-	eventExit  = 3
+	eventStack  = 1
+	eventExec   = 2
+	eventExit   = 3
+	eventOffCPU = 4
 )
 
 // Counter indices of the per-CPU counters map (enum psym_counter).
 const (
-	counterSamples  = 0
-	counterLost     = 1
-	counterFiltered = 2
-	counterProcLost = 3
-	counterEndBase  = uint32(4)
-	counterLeafOnly = counterEndBase + uint32(numUnwindEnds)
-	numCounters     = counterLeafOnly + 1
+	counterSamples        = 0
+	counterLost           = 1
+	counterFiltered       = 2
+	counterProcLost       = 3
+	counterEndBase        = uint32(4)
+	counterLeafOnly       = counterEndBase + uint32(numUnwindEnds)
+	counterOffCPURecorded = counterLeafOnly + 1
+	counterOffCPUSent     = counterLeafOnly + 2
+	counterOffCPUShort    = counterLeafOnly + 3
+	counterOffCPULost     = counterLeafOnly + 4
+	numCounters           = counterLeafOnly + 5
 )
 
 // MaxStackDepth is the deepest stack the program records (the kernel's
@@ -59,7 +65,8 @@ const (
 	offComm    = 48
 	offKstack  = 64
 	offUstack  = offKstack + 8*MaxStackDepth
-	stackRec   = offUstack + 8*MaxStackDepth
+	offOffCPU  = offUstack + 8*MaxStackDepth
+	stackRec   = offOffCPU + 8
 )
 
 // The decoder reads records by offset; this fails the build if the C struct
@@ -138,6 +145,29 @@ type Options struct {
 	// cgroup v2 cgroups or their descendants (a cgroup's ID is the inode
 	// number of its directory).
 	CgroupIDs []uint64
+	// OffCPU, when set, also records the stacks of tasks that block, weighted by the time
+	// until they run again.
+	OffCPU *OffCPUOptions
+}
+
+// OffCPUOptions bound the cost of off-CPU profiling.
+type OffCPUOptions struct {
+	// Probability is the share of blocking switches whose stack is recorded, in (0, 1].
+	Probability float64
+	// MinBlocked drops the blockings of tasks that ran again sooner, before their stacks are
+	// walked.
+	MinBlocked time.Duration
+}
+
+// threshold is Probability scaled to the u32 the kernel compares a random number with.
+func (o *OffCPUOptions) threshold() uint32 {
+	switch {
+	case o.Probability >= 1:
+		return math.MaxUint32
+	case o.Probability <= 0:
+		return 0
+	}
+	return uint32(o.Probability * math.MaxUint32)
 }
 
 // Sample is one stack sample.
@@ -160,6 +190,9 @@ type Sample struct {
 	// Unwinder is how User was walked; UnwindEnd why a CFI walk ended.
 	Unwinder  Unwinder
 	UnwindEnd UnwindEnd
+	// OffCPU is zero for a CPU sample. For an off-CPU sample it is how long the task was
+	// off the CPU; Time is when it blocked and the stacks are where it blocked.
+	OffCPU time.Duration
 }
 
 // ProcEventKind says what happened to a process.
@@ -194,6 +227,10 @@ type Counters struct {
 	// processes the unwinder did not know yet.
 	UnwindEnds [numUnwindEnds]uint64
 	LeafOnly   uint64
+	// Off-CPU: blocking switches recorded, stacks sent when their task ran again,
+	// blockings shorter than the minimum (not unwound), and blockings lost (no task
+	// storage, or the ring buffer full).
+	OffCPURecorded, OffCPUSent, OffCPUShort, OffCPULost uint64
 }
 
 // samplerMaps are the kernel objects both sampling programs share.
@@ -222,6 +259,17 @@ type cfiObjects struct {
 	UnwindScratch *ebpf.Map     `ebpf:"unwind_scratch"`
 }
 
+// With off-CPU profiling, the sched_switch program of the same unwinder is loaded too.
+type fpOffCPUObjects struct {
+	fpObjects
+	OffCPU *ebpf.Program `ebpf:"off_cpu_switch"`
+}
+
+type cfiOffCPUObjects struct {
+	cfiObjects
+	OffCPU *ebpf.Program `ebpf:"off_cpu_switch_cfi"`
+}
+
 // Default sizes of the unwinder's maps: 4 Mi rows (48 MiB of kernel memory) hold the
 // tables of a few hundred typical binaries (libc has about 30 Ki rows).
 const (
@@ -241,12 +289,15 @@ type Sampler struct {
 	profile *ebpf.Program
 	unwind  UnwindMaps
 	scratch *ebpf.Map
-	cfi     bool
-	events  []int
-	links   []link.Link
-	reader  *ringbuf.Reader
-	monoOff time.Duration // wall clock minus CLOCK_MONOTONIC
-	log     *slog.Logger
+	// offCPUProg is the off-CPU program until it is attached (at Open, or at Start when
+	// paused).
+	offCPUProg *ebpf.Program
+	cfi        bool
+	events     []int
+	links      []link.Link
+	reader     *ringbuf.Reader
+	monoOff    time.Duration // wall clock minus CLOCK_MONOTONIC
+	log        *slog.Logger
 }
 
 // ErrPrivileges marks a failure caused by missing privileges.
@@ -286,11 +337,27 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 		}
 	}
 
+	if o := opts.OffCPU; o != nil {
+		if err := spec.Variables["off_cpu_threshold"].Set(o.threshold()); err != nil {
+			return nil, fmt.Errorf("set off-CPU probability: %w", err)
+		}
+		if err := spec.Variables["off_cpu_min_ns"].Set(uint64(max(o.MinBlocked, 0))); err != nil {
+			return nil, fmt.Errorf("set off-CPU minimum: %w", err)
+		}
+	}
+
 	s := &Sampler{log: log}
+	var offCPU *ebpf.Program
 	switch opts.Unwinder {
 	case UnwindFramePointers:
 		var objs fpObjects
-		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		if opts.OffCPU != nil {
+			var all fpOffCPUObjects
+			if err := spec.LoadAndAssign(&all, nil); err != nil {
+				return nil, privilegeError("load eBPF programs", err)
+			}
+			objs, offCPU = all.fpObjects, all.OffCPU
+		} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
 			return nil, privilegeError("load eBPF programs", err)
 		}
 		s.objs, s.profile = objs.samplerMaps, objs.Profile
@@ -309,7 +376,13 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 			spec.Maps[sz.name].MaxEntries = sz.n
 		}
 		var objs cfiObjects
-		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		if opts.OffCPU != nil {
+			var all cfiOffCPUObjects
+			if err := spec.LoadAndAssign(&all, nil); err != nil {
+				return nil, privilegeError("load eBPF programs", err)
+			}
+			objs, offCPU = all.cfiObjects, all.OffCPU
+		} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
 			return nil, privilegeError("load eBPF programs", err)
 		}
 		s.objs, s.profile, s.scratch = objs.samplerMaps, objs.Profile, objs.UnwindScratch
@@ -351,6 +424,14 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 			return nil, privilegeError("attach raw tracepoint "+tp.name, err)
 		}
 		s.links = append(s.links, l)
+	}
+	if offCPU != nil {
+		s.offCPUProg = offCPU
+		if !opts.Paused {
+			if err := s.attachOffCPU(); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	cpus, err := onlineCPUs()
@@ -410,8 +491,24 @@ func openCPUClock(cpu, freq, progFD int, enable bool) (int, error) {
 	return fd, nil
 }
 
+// attachOffCPU attaches the sched_switch program: from then on, blocking tasks are recorded.
+func (s *Sampler) attachOffCPU() error {
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.offCPUProg})
+	if err != nil {
+		return privilegeError("attach the off-CPU program to the sched_switch BTF tracepoint (tp_btf)", err)
+	}
+	s.links = append(s.links, l)
+	s.offCPUProg = nil
+	return nil
+}
+
 // Start enables sampling of a sampler opened with Options.Paused.
 func (s *Sampler) Start() error {
+	if s.offCPUProg != nil {
+		if err := s.attachOffCPU(); err != nil {
+			return err
+		}
+	}
 	for i, fd := range s.events {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			return fmt.Errorf("enable perf event %d: %w", i, err)
@@ -545,7 +642,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		h.HandleProcEvent(ProcEvent{Kind: ProcExec, TGID: tgid})
 	case eventExit:
 		h.HandleProcEvent(ProcEvent{Kind: ProcExit, TGID: tgid})
-	case eventStack:
+	case eventStack, eventOffCPU:
 		if len(raw) < stackRec {
 			s.log.Warn("short stack record", "bytes", len(raw))
 			return
@@ -560,10 +657,15 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		}
 		sample.Comm = string(comm)
 		sample.Kernel = decodeStack(sample.Kernel[:0], raw[offKstack:offUstack], int32(le.Uint32(raw[offKLen:])))
-		sample.User = decodeStack(sample.User[:0], raw[offUstack:stackRec], int32(le.Uint32(raw[offULen:])))
+		sample.User = decodeStack(sample.User[:0], raw[offUstack:offOffCPU], int32(le.Uint32(raw[offULen:])))
 		sample.LeafReturn = le.Uint64(raw[offLeafRet:])
 		sample.Unwinder = Unwinder(le.Uint32(raw[offUnwind:]))
 		sample.UnwindEnd = UnwindEnd(le.Uint32(raw[offEnd:]))
+		sample.OffCPU = 0
+		if kind == eventOffCPU {
+			// At least a nanosecond: zero means a CPU sample.
+			sample.OffCPU = time.Duration(max(le.Uint64(raw[offOffCPU:]), 1))
+		}
 		h.HandleSample(sample)
 	default:
 		s.log.Warn("unknown ring buffer record", "kind", kind)
@@ -602,7 +704,9 @@ func (s *Sampler) Counters() (Counters, error) {
 	dsts := map[uint32]*uint64{
 		counterSamples: &c.Samples, counterLost: &c.Lost,
 		counterFiltered: &c.Filtered, counterProcLost: &c.ProcLost,
-		counterLeafOnly: &c.LeafOnly,
+		counterLeafOnly:       &c.LeafOnly,
+		counterOffCPURecorded: &c.OffCPURecorded, counterOffCPUSent: &c.OffCPUSent,
+		counterOffCPUShort: &c.OffCPUShort, counterOffCPULost: &c.OffCPULost,
 	}
 	for e := range c.UnwindEnds {
 		dsts[counterEndBase+uint32(e)] = &c.UnwindEnds[e]

@@ -72,6 +72,7 @@ type profilerPsymStackEvent struct {
 	Comm      [16]uint8
 	Kstack    [127]uint64
 	Ustack    [127]uint64
+	OffCpuNs  uint64
 }
 
 type profilerPsymUnwindScratch struct {
@@ -96,17 +97,22 @@ const (
 	profilerMapCgroupFilter     = "cgroup_filter"
 	profilerMapCounters         = "counters"
 	profilerMapEvents           = "events"
+	profilerMapOffCpuPending    = "off_cpu_pending"
 	profilerMapPidFilter        = "pid_filter"
 	profilerMapUnwindFiles      = "unwind_files"
 	profilerMapUnwindProcs      = "unwind_procs"
 	profilerMapUnwindRows       = "unwind_rows"
 	profilerMapUnwindScratch    = "unwind_scratch"
+	profilerProgOffCpuSwitch    = "off_cpu_switch"
+	profilerProgOffCpuSwitchCfi = "off_cpu_switch_cfi"
 	profilerProgOnExec          = "on_exec"
 	profilerProgOnExit          = "on_exit"
 	profilerProgProfileCpu      = "profile_cpu"
 	profilerProgProfileCpuCfi   = "profile_cpu_cfi"
 	profilerVarFilterCgroups    = "filter_cgroups"
 	profilerVarFilterPids       = "filter_pids"
+	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
+	profilerVarOffCpuThreshold  = "off_cpu_threshold"
 	profilerVarUnusedFile       = "unused_file"
 	profilerVarUnusedProc       = "unused_proc"
 	profilerVarUnusedProcEvent  = "unused_proc_event"
@@ -156,10 +162,12 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	OnExec        *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit        *ebpf.ProgramSpec `ebpf:"on_exit"`
-	ProfileCpu    *ebpf.ProgramSpec `ebpf:"profile_cpu"`
-	ProfileCpuCfi *ebpf.ProgramSpec `ebpf:"profile_cpu_cfi"`
+	OffCpuSwitch    *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
+	OffCpuSwitchCfi *ebpf.ProgramSpec `ebpf:"off_cpu_switch_cfi"`
+	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
+	ProfileCpu      *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	ProfileCpuCfi   *ebpf.ProgramSpec `ebpf:"profile_cpu_cfi"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
@@ -169,6 +177,7 @@ type profilerMapSpecs struct {
 	CgroupFilter  *ebpf.MapSpec `ebpf:"cgroup_filter"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	OffCpuPending *ebpf.MapSpec `ebpf:"off_cpu_pending"`
 	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
 	UnwindFiles   *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
@@ -182,6 +191,8 @@ type profilerMapSpecs struct {
 type profilerVariableSpecs struct {
 	FilterCgroups    *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids       *ebpf.VariableSpec `ebpf:"filter_pids"`
+	OffCpuMinNs      *ebpf.VariableSpec `ebpf:"off_cpu_min_ns"`
+	OffCpuThreshold  *ebpf.VariableSpec `ebpf:"off_cpu_threshold"`
 	UnusedFile       *ebpf.VariableSpec `ebpf:"unused_file"`
 	UnusedProc       *ebpf.VariableSpec `ebpf:"unused_proc"`
 	UnusedProcEvent  *ebpf.VariableSpec `ebpf:"unused_proc_event"`
@@ -212,6 +223,7 @@ type profilerMaps struct {
 	CgroupFilter  *ebpf.Map `ebpf:"cgroup_filter"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Events        *ebpf.Map `ebpf:"events"`
+	OffCpuPending *ebpf.Map `ebpf:"off_cpu_pending"`
 	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
 	UnwindFiles   *ebpf.Map `ebpf:"unwind_files"`
 	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
@@ -224,6 +236,7 @@ func (m *profilerMaps) Close() error {
 		m.CgroupFilter,
 		m.Counters,
 		m.Events,
+		m.OffCpuPending,
 		m.PidFilter,
 		m.UnwindFiles,
 		m.UnwindProcs,
@@ -238,6 +251,8 @@ func (m *profilerMaps) Close() error {
 type profilerVariables struct {
 	FilterCgroups    *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids       *ebpf.Variable `ebpf:"filter_pids"`
+	OffCpuMinNs      *ebpf.Variable `ebpf:"off_cpu_min_ns"`
+	OffCpuThreshold  *ebpf.Variable `ebpf:"off_cpu_threshold"`
 	UnusedFile       *ebpf.Variable `ebpf:"unused_file"`
 	UnusedProc       *ebpf.Variable `ebpf:"unused_proc"`
 	UnusedProcEvent  *ebpf.Variable `ebpf:"unused_proc_event"`
@@ -249,14 +264,18 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	OnExec        *ebpf.Program `ebpf:"on_exec"`
-	OnExit        *ebpf.Program `ebpf:"on_exit"`
-	ProfileCpu    *ebpf.Program `ebpf:"profile_cpu"`
-	ProfileCpuCfi *ebpf.Program `ebpf:"profile_cpu_cfi"`
+	OffCpuSwitch    *ebpf.Program `ebpf:"off_cpu_switch"`
+	OffCpuSwitchCfi *ebpf.Program `ebpf:"off_cpu_switch_cfi"`
+	OnExec          *ebpf.Program `ebpf:"on_exec"`
+	OnExit          *ebpf.Program `ebpf:"on_exit"`
+	ProfileCpu      *ebpf.Program `ebpf:"profile_cpu"`
+	ProfileCpuCfi   *ebpf.Program `ebpf:"profile_cpu_cfi"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.OffCpuSwitch,
+		p.OffCpuSwitchCfi,
 		p.OnExec,
 		p.OnExit,
 		p.ProfileCpu,

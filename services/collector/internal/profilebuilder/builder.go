@@ -32,6 +32,9 @@ type Sample struct {
 	// the return address of a caller the frame-pointer walk skipped, it is inserted as the
 	// leaf's caller.
 	LeafReturn uint64
+	// OffCPU is zero for a CPU sample; for an off-CPU sample, the time the task was off
+	// the CPU, which is the sample's value in the process's off-CPU profile.
+	OffCPU time.Duration
 }
 
 // Options are the fixed parts of every request.
@@ -44,6 +47,9 @@ type Options struct {
 	MaxSamples int
 	// ScopeName and ScopeVersion name the producer.
 	ScopeName, ScopeVersion string
+
+	// JIT, when set, names code in a process's anonymous executable memory (see jit.go).
+	JIT JITSymbols
 }
 
 // Builder accumulates one interval. It is not safe for concurrent use.
@@ -64,6 +70,10 @@ type Builder struct {
 	perPID    map[uint32]*processProfile
 
 	kernelMappings map[string]int32
+
+	// jitLocations and jitMappings are created at the first JIT frame (see jit.go).
+	jitLocations map[jitLocationKey]int32
+	jitMappings  map[string]int32
 
 	stackBuf []int32
 	keyBuf   []byte
@@ -95,9 +105,16 @@ type sampleKey struct {
 	comm  string
 }
 
+// processProfile holds a process's profiles of the interval: CPU samples, and the off-CPU
+// profile when a task of the process blocked (made on its first off-CPU sample).
 type processProfile struct {
+	scope   pprofile.ScopeProfiles
 	profile pprofile.Profile
 	samples map[sampleKey]int
+
+	offCPU        pprofile.Profile
+	offCPUSamples map[sampleKey]int
+	hasOffCPU     bool
 }
 
 // New returns an empty builder.
@@ -160,23 +177,27 @@ func (b *Builder) Add(s *Sample) {
 	}
 	stack := b.stack(b.stackBuf)
 	key := sampleKey{stack: stack, comm: s.Comm}
-	idx, ok := pp.samples[key]
+	prof, samples, value := pp.profile, pp.samples, int64(1)
+	if s.OffCPU > 0 {
+		prof, samples, value = b.offCPUProfile(pp), pp.offCPUSamples, int64(s.OffCPU)
+	}
+	idx, ok := samples[key]
 	if !ok {
 		if b.samples >= b.opts.MaxSamples {
 			b.dropped++
 			return
 		}
-		smp := pp.profile.Samples().AppendEmpty()
+		smp := prof.Samples().AppendEmpty()
 		smp.SetStackIndex(stack)
 		if s.Comm != "" {
 			smp.AttributeIndices().Append(b.attrStr(otlpattr.ThreadName, s.Comm))
 		}
-		idx = pp.profile.Samples().Len() - 1
-		pp.samples[key] = idx
+		idx = prof.Samples().Len() - 1
+		samples[key] = idx
 	}
-	smp := pp.profile.Samples().At(idx)
+	smp := prof.Samples().At(idx)
 	// One value per timestamp, so the sample's values and timestamps correspond.
-	smp.Values().Append(1)
+	smp.Values().Append(value)
 	smp.TimestampsUnixNano().Append(uint64(s.Time.UnixNano()))
 	b.samples++
 	if b.first.IsZero() || s.Time.Before(b.first) {
@@ -199,6 +220,10 @@ func (b *Builder) Finish(start, end time.Time) pprofile.Profiles {
 	for _, pp := range b.perPID {
 		pp.profile.SetTime(pcommon.NewTimestampFromTime(start))
 		pp.profile.SetDurationNano(uint64(end.Sub(start)))
+		if pp.hasOffCPU {
+			pp.offCPU.SetTime(pcommon.NewTimestampFromTime(start))
+			pp.offCPU.SetDurationNano(uint64(end.Sub(start)))
+		}
 	}
 	return b.profiles
 }
@@ -233,13 +258,7 @@ func (b *Builder) processProfile(pid uint32) *processProfile {
 	sp.Scope().SetName(b.opts.ScopeName)
 	sp.Scope().SetVersion(b.opts.ScopeVersion)
 	prof := sp.Profiles().AppendEmpty()
-	var id [16]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		// crypto/rand does not fail on Linux; a time-derived ID keeps IDs distinct anyway.
-		binary.LittleEndian.PutUint64(id[:], uint64(time.Now().UnixNano()))
-		binary.LittleEndian.PutUint32(id[8:], pid)
-	}
-	prof.SetProfileID(pprofile.ProfileID(id))
+	prof.SetProfileID(newProfileID(pid))
 	prof.SampleType().SetTypeStrindex(b.str("samples"))
 	prof.SampleType().SetUnitStrindex(b.str("count"))
 	prof.PeriodType().SetTypeStrindex(b.str("cpu"))
@@ -247,9 +266,37 @@ func (b *Builder) processProfile(pid uint32) *processProfile {
 	if b.opts.FrequencyHz > 0 {
 		prof.SetPeriod(int64(time.Second) / int64(b.opts.FrequencyHz))
 	}
-	pp := &processProfile{profile: prof, samples: map[sampleKey]int{}}
+	pp := &processProfile{scope: sp, profile: prof, samples: map[sampleKey]int{}}
 	b.perPID[pid] = pp
 	return pp
+}
+
+// offCPUProfile returns the process's off-CPU profile, made beside its CPU profile in the
+// same scope (so with the same resource attributes) on first use. Its sample type is the
+// one the OpenTelemetry eBPF profiler gives off-CPU time: "events" in "nanoseconds", one
+// value per blocking, the time the task was off the CPU.
+func (b *Builder) offCPUProfile(pp *processProfile) pprofile.Profile {
+	if pp.hasOffCPU {
+		return pp.offCPU
+	}
+	prof := pp.scope.Profiles().AppendEmpty()
+	prof.SetProfileID(newProfileID(0))
+	prof.SampleType().SetTypeStrindex(b.str("events"))
+	prof.SampleType().SetUnitStrindex(b.str("nanoseconds"))
+	pp.offCPU, pp.offCPUSamples, pp.hasOffCPU = prof, map[sampleKey]int{}, true
+	// AppendEmpty may move the profiles: the CPU profile is looked up again.
+	pp.profile = pp.scope.Profiles().At(0)
+	return prof
+}
+
+func newProfileID(salt uint32) pprofile.ProfileID {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		// crypto/rand does not fail on Linux; a time-derived ID keeps IDs distinct anyway.
+		binary.LittleEndian.PutUint64(id[:], uint64(time.Now().UnixNano()))
+		binary.LittleEndian.PutUint32(id[8:], salt)
+	}
+	return pprofile.ProfileID(id)
 }
 
 func (b *Builder) str(s string) int32 {
@@ -365,13 +412,18 @@ func (b *Builder) skippedCaller(s *Sample) bool {
 }
 
 func (b *Builder) userLocation(pid uint32, pc uint64) int32 {
+	var p *procmaps.Process
 	var m *procmaps.Mapping
 	if b.procs != nil {
-		_, m = b.procs.Resolve(pid, pc)
+		p, m = b.procs.Resolve(pid, pc)
 	}
 	if m == nil {
-		// Outside every file mapping (JIT code, [vdso], a vanished process): the address
-		// stays as sampled, with no mapping and so no binary to symbolize it against.
+		if i, ok := b.jitLocation(p, pc); ok {
+			return i
+		}
+		// Outside every file mapping (JIT code no perf map names, [vdso], a vanished
+		// process): the address stays as sampled, with no mapping and so no binary to
+		// symbolize it against.
 		k := locationKey{mapping: 0, addr: pc, kind: otlpattr.FrameTypeNative}
 		if i, ok := b.locations[k]; ok {
 			return i

@@ -2,6 +2,7 @@ package profilebuilder
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,60 @@ func TestStrictValidationRejects(t *testing.T) {
 		if err := otlpprofiles.ValidateStrict(p); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestBuilderOffCPU: off-CPU samples go to a second profile of their process, in the same
+// scope, typed events/nanoseconds, one value per blocking; CPU samples of the same stack stay
+// counts in the CPU profile.
+func TestBuilderOffCPU(t *testing.T) {
+	b := New(Options{FrequencyHz: 19, ScopeName: "profsym-collector"}, nil, nil)
+	t0 := time.Unix(1_700_000_000, 0)
+	stack := []uint64{0x1000, 0x2000}
+	b.Add(&Sample{Time: t0, PID: 7, TID: 8, Comm: "w", User: stack})
+	b.Add(&Sample{Time: t0.Add(time.Millisecond), PID: 7, TID: 8, Comm: "w", User: stack, OffCPU: 20 * time.Millisecond})
+	b.Add(&Sample{Time: t0.Add(2 * time.Millisecond), PID: 7, TID: 8, Comm: "w", User: stack, OffCPU: 30 * time.Millisecond})
+	b.Add(&Sample{Time: t0.Add(3 * time.Millisecond), PID: 7, TID: 8, Comm: "w", User: stack})
+	out := b.Finish(t0, t0.Add(time.Second))
+	if err := otlpprofiles.ValidateStrict(out); err != nil {
+		t.Fatalf("ValidateStrict: %v", err)
+	}
+	if n := out.ResourceProfiles().Len(); n != 1 {
+		t.Fatalf("%d resources, want 1", n)
+	}
+	d := out.Dictionary()
+	str := func(i int32) string { return d.StringTable().At(int(i)) }
+	profs := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles()
+	if profs.Len() != 2 {
+		t.Fatalf("%d profiles, want the CPU and the off-CPU one", profs.Len())
+	}
+	type want struct {
+		typ, unit string
+		values    []int64
+	}
+	for i, w := range []want{{"samples", "count", []int64{1, 1}}, {"events", "nanoseconds", []int64{20e6, 30e6}}} {
+		p := profs.At(i)
+		if got := str(p.SampleType().TypeStrindex()) + "/" + str(p.SampleType().UnitStrindex()); got != w.typ+"/"+w.unit {
+			t.Errorf("profile %d: sample type %s, want %s/%s", i, got, w.typ, w.unit)
+		}
+		if p.Samples().Len() != 1 {
+			t.Fatalf("profile %d: %d samples, want 1 (one stack)", i, p.Samples().Len())
+		}
+		s := p.Samples().At(0)
+		if got := s.Values().AsRaw(); !slices.Equal(got, w.values) {
+			t.Errorf("profile %d: values %v, want %v", i, got, w.values)
+		}
+		if s.TimestampsUnixNano().Len() != len(w.values) {
+			t.Errorf("profile %d: %d timestamps for %d values", i, s.TimestampsUnixNano().Len(), len(w.values))
+		}
+		if !p.Time().AsTime().Equal(t0) || p.DurationNano() != uint64(time.Second) {
+			t.Errorf("profile %d: time %v + %v, want %v + 1s", i, p.Time().AsTime(), p.DurationNano(), t0)
+		}
+	}
+	if profs.At(0).Samples().At(0).StackIndex() != profs.At(1).Samples().At(0).StackIndex() {
+		t.Error("the same stack has two entries in the stack table")
+	}
+	if profs.At(0).ProfileID() == profs.At(1).ProfileID() {
+		t.Error("the two profiles share an ID")
 	}
 }

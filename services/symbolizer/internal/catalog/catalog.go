@@ -155,11 +155,31 @@ type Options struct {
 	// OnIndex receives the index built while verifying a file, so the caller can keep it
 	// in memory; the serialized index is stored by Catalog.
 	OnIndex func(f *File, ins *Inspection)
+	// Locker, when set, locks a record across the replicas sharing the store, so that two
+	// replicas do not both reserve an upload of one build ID.
+	Locker Locker
+	// InitiateWait is how long InitiateUpload waits for a record another replica is changing
+	// before answering that an upload is in progress (default 2s).
+	InitiateWait time.Duration
+	// FinishWait is how long FinishUpload, Delete and MarkInvalid wait for such a record
+	// (default 2m: another replica may be verifying a large file).
+	FinishWait time.Duration
 }
 
+// Locker locks a key across replicas. Lock returns ErrLocked when another replica held the
+// key for the whole wait. A Locker that cannot reach its backend returns a no-op unlock and
+// no error: coordination is lost for that while (and logged), correctness is not, since
+// uploads are still matched by ID and verified content.
+type Locker interface {
+	Lock(ctx context.Context, key string, wait time.Duration) (unlock func(), err error)
+}
+
+// ErrLocked says another replica holds a record's lock.
+var ErrLocked = errors.New("another replica is changing this record")
+
 // Catalog manages records. Changes to one record are serialized by an in-process lock per
-// record key; replicas sharing one bucket rely on upload IDs and verified content, not on
-// locks, to stay correct.
+// record key and, with a Locker, by a lock shared with the other replicas; replicas rely on
+// upload IDs and verified content, not on locks, to stay correct.
 type Catalog struct {
 	s    store.Store
 	opt  Options
@@ -173,6 +193,12 @@ func New(s store.Store, opt Options) *Catalog {
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
+	}
+	if opt.InitiateWait <= 0 {
+		opt.InitiateWait = 2 * time.Second
+	}
+	if opt.FinishWait <= 0 {
+		opt.FinishWait = 2 * time.Minute
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -188,6 +214,20 @@ func (m *Catalog) MaxSize() uint64 { return m.opt.MaxSize }
 
 func (m *Catalog) locked(key string) func() { return m.lock.Lock(key) }
 
+// lockedShared takes the record's in-process lock, then its lock across replicas.
+func (m *Catalog) lockedShared(ctx context.Context, key string, wait time.Duration) (func(), error) {
+	unlock := m.lock.Lock(key)
+	if m.opt.Locker == nil {
+		return unlock, nil
+	}
+	shared, err := m.opt.Locker.Lock(ctx, "record/"+key, wait)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return func() { shared(); unlock() }, nil
+}
+
 func recordKey(id ID) string { return "records/" + id.pathPart() }
 func aliasKey(id ID) string  { return "ids/" + id.pathPart() }
 
@@ -195,7 +235,19 @@ type alias struct {
 	Record string `json:"record"`
 }
 
+// readJSON reads a JSON object. One replaced by another replica while it was read is read
+// again: records change under concurrent uploads of one build ID.
 func (m *Catalog) readJSON(ctx context.Context, key string, v any) error {
+	var err error
+	for range 5 {
+		if err = m.readJSONOnce(ctx, key, v); !errors.Is(err, store.ErrChanged) {
+			return err
+		}
+	}
+	return err
+}
+
+func (m *Catalog) readJSONOnce(ctx context.Context, key string, v any) error {
 	rc, size, err := m.s.Open(ctx, key)
 	if err != nil {
 		return err
@@ -368,7 +420,11 @@ func (m *Catalog) Delete(ctx context.Context, id ID) error {
 	if !exists {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
-	defer m.locked(key)()
+	unlock, err := m.lockedShared(ctx, key, m.opt.FinishWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	r, err := m.loadRecord(ctx, key)
 	if err != nil {
 		return err

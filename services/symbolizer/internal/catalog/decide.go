@@ -128,7 +128,16 @@ func (m *Catalog) Initiate(ctx context.Context, d Desc) (*Upload, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer m.locked(key)()
+	unlock, err := m.lockedShared(ctx, key, m.opt.InitiateWait)
+	if errors.Is(err, ErrLocked) {
+		// Another replica is reserving or verifying an upload of this binary right now.
+		return nil, &DecisionError{Decision{false, debuginfov1.ShouldUploadReason_SHOULD_UPLOAD_REASON_UPLOAD_IN_PROGRESS,
+			"another replica is reserving or verifying an upload of this binary"}}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	r, err := m.loadRecord(ctx, key)
 	if err != nil {
 		return nil, err

@@ -41,7 +41,10 @@ func (m *Catalog) Finish(ctx context.Context, id ID, uploadID string) (*Record, 
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.locked(key)
+	unlock, err := m.lockedShared(ctx, key, m.opt.FinishWait)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	r, err := m.loadRecord(ctx, key)
 	if err != nil {
@@ -258,7 +261,11 @@ func fileSHA256(path string) (string, error) {
 // MarkInvalid records that the stored file with this SHA-256 could not be used, so a new
 // upload replaces it.
 func (m *Catalog) MarkInvalid(ctx context.Context, key, sha, msg string) error {
-	defer m.locked(key)()
+	unlock, err := m.lockedShared(ctx, key, m.opt.FinishWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	r, err := m.loadRecord(ctx, key)
 	if err != nil {
 		return err

@@ -35,13 +35,15 @@ type Metrics struct {
 	IndexBuilds    *prometheus.CounterVec
 	IndexBuildTime prometheus.Histogram
 	IndexLoads     *prometheus.CounterVec
-	IndexCacheSize prometheus.Gauge
-	StoredBytes    prometheus.Counter
-	Uploads        *prometheus.CounterVec
-	RedisErrors    *prometheus.CounterVec
-	Debuginfod     *prometheus.CounterVec
-	StoreErrors    *prometheus.CounterVec
-	Degraded       *prometheus.GaugeVec
+	// IndexBuildWaits counts index builds left to another replica that held the build's lease.
+	IndexBuildWaits prometheus.Counter
+	IndexCacheSize  prometheus.Gauge
+	StoredBytes     prometheus.Counter
+	Uploads         *prometheus.CounterVec
+	RedisErrors     *prometheus.CounterVec
+	Debuginfod      *prometheus.CounterVec
+	StoreErrors     *prometheus.CounterVec
+	Degraded        *prometheus.GaugeVec
 }
 
 // New registers every metric on a fresh registry (with Go and process collectors).
@@ -64,6 +66,8 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 10)}),
 		IndexLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "symbolizer_index_loads_total", Help: "Serialized indexes loaded from the store."}, []string{"result"}),
+		IndexBuildWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "symbolizer_index_build_waits_total", Help: "Indexes this replica waited for while another replica built them (the build lease was held)."}),
 		IndexCacheSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "symbolizer_index_cache_bytes", Help: "Approximate bytes of indexes held in memory."}),
 		StoredBytes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -80,7 +84,7 @@ func New() *Metrics {
 			Name: "symbolizer_degraded", Help: "1 while a dependency is degraded (the logs say since when and why), else 0."}, []string{"dependency"}),
 	}
 	r.MustRegister(m.RPCRequests, m.RPCDuration, m.CacheLookups, m.IndexBuilds, m.IndexBuildTime,
-		m.IndexLoads, m.IndexCacheSize, m.StoredBytes, m.Uploads, m.RedisErrors, m.Debuginfod, m.StoreErrors, m.Degraded)
+		m.IndexLoads, m.IndexBuildWaits, m.IndexCacheSize, m.StoredBytes, m.Uploads, m.RedisErrors, m.Debuginfod, m.StoreErrors, m.Degraded)
 	return m
 }
 

@@ -28,11 +28,13 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/pkg/gctune"
+	"github.com/profsym/profsym/pkg/lease"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
@@ -79,7 +81,9 @@ type Config struct {
 	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none. Put no password here when others can read the command line: use --redis-password-file."`
 	RedisPassword   string        `name:"redis-password-file" env:"SYMBOLIZER_REDIS_PASSWORD_FILE" type:"path" help:"File holding the Redis password; it replaces any password in --redis-url (kept off the command line, which every process sharing the PID namespace can read)."`
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
+	LeaseTTL        time.Duration `name:"lease-ttl" default:"15s" env:"SYMBOLIZER_LEASE_TTL" help:"With --redis-url, replicas coordinate through leases in Redis: one builds an index the store lacks while the others wait for it, and one reserves an upload of a build ID while the others are told it is in progress. A dead holder's lease expires after this long (it is renewed every third of it). 0: no coordination across replicas."`
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
+	HoldUploaded    bool          `name:"hold-uploaded-indexes" default:"true" negatable:"" env:"SYMBOLIZER_HOLD_UPLOADED_INDEXES" help:"Keep the index built while verifying an upload in memory. With build-ID affinity in the gateways, the replica that verifies an upload is seldom the one asked for its lookups: --no-hold-uploaded-indexes leaves the index to its owner, which loads it from the store."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
 	StringsBytes    int64         `name:"strings-cache-bytes" default:"268435456" env:"SYMBOLIZER_STRINGS_CACHE_BYTES" help:"Memory for the string tables of indexes not in memory, with which results cached in Redis are read (about 6% of an index each)."`
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
@@ -249,19 +253,8 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			"listen", c.Listen)
 	}
 
-	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
-	ixCache := indexcache.New(c.IndexCacheBytes)
-	var sym *symbolizeapi.Service
-	s.Meta = catalog.New(s.Store, catalog.Options{
-		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
-		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
-			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
-		},
-	})
-
-	var rc *resultcache.Cache
-	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
-		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
+	var redisClient redis.UniversalClient
+	var locks *leaseLocks
 	if c.RedisURL != "" {
 		resultcache.SetRedisLogger(log)
 		redisURL, err := withRedisPassword(c.RedisURL, c.RedisPassword)
@@ -277,7 +270,33 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 				log.Warn("close redis client", "err", err)
 			}
 		})
-		rcOpt.Redis = client
+		redisClient = client
+		if c.LeaseTTL > 0 {
+			locks = newLeaseLocks(lease.New(client, lease.Options{TTL: c.LeaseTTL, Timeout: c.RedisTimeout * 4, Logger: log}),
+				degraded.New("redis leases", "replicas do not coordinate index builds and uploads: each builds what it lacks",
+					time.Minute, log).OnChange(s.Metrics.DegradedGauge("redis leases")))
+		}
+	}
+
+	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
+	ixCache := indexcache.New(c.IndexCacheBytes)
+	var sym *symbolizeapi.Service
+	s.Meta = catalog.New(s.Store, catalog.Options{
+		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
+		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
+			if !c.HoldUploaded {
+				return
+			}
+			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
+		},
+		Locker: locks.catalog(),
+	})
+
+	var rc *resultcache.Cache
+	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
+		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
+	if redisClient != nil {
+		rcOpt.Redis = redisClient
 		rcOpt.OnDegraded = s.Metrics.DegradedGauge("redis")
 	}
 	rc = resultcache.New(rcOpt)
@@ -309,7 +328,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	}
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
 		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
-		StringsCacheBytes: c.StringsBytes, Observe: s.Coverage.Record,
+		StringsCacheBytes: c.StringsBytes, Observe: s.Coverage.Record, BuildLocks: locks.builds(),
 	})
 	up := uploadapi.New(s.Meta, s.Metrics, log)
 	up.PublicURL = c.PublicURL

@@ -66,7 +66,7 @@ func (o *observed) report(ctx context.Context, op string, start time.Time, err e
 	switch {
 	case err == nil:
 		o.h.OK(start)
-	case errors.Is(err, ErrNotExist):
+	case errors.Is(err, ErrNotExist), errors.Is(err, ErrChanged):
 		// The backend answered: it is up.
 		o.h.OK(start)
 	case errors.Is(ctx.Err(), context.Canceled):

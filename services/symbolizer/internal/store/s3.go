@@ -108,8 +108,26 @@ func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, int64, error)
 		_ = obj.Close()
 		return nil, 0, s3Err(key, err)
 	}
-	return obj, st.Size, nil
+	return &s3Body{obj: obj, key: key}, st.Size, nil
 }
+
+// s3Body names a replacement of the object during the read as ErrChanged: minio-go asks for
+// the rest of an object with the ETag it first saw, and S3 answers a replaced one with
+// PreconditionFailed.
+type s3Body struct {
+	obj *minio.Object
+	key string
+}
+
+func (b *s3Body) Read(p []byte) (int, error) {
+	n, err := b.obj.Read(p)
+	if err != nil && minio.ToErrorResponse(err).Code == "PreconditionFailed" {
+		err = fmt.Errorf("s3 %s: %w (%w)", b.key, ErrChanged, err)
+	}
+	return n, err
+}
+
+func (b *s3Body) Close() error { return b.obj.Close() }
 
 // Size stats the object.
 func (s *S3) Size(ctx context.Context, key string) (int64, error) {

@@ -18,6 +18,10 @@ import (
 // ErrNotExist is wrapped when an object does not exist.
 var ErrNotExist = errors.New("object does not exist")
 
+// ErrChanged is wrapped when an object was replaced while it was read (S3 reads the rest of
+// an object only while its ETag is the one first seen): reading it again gives the new one.
+var ErrChanged = errors.New("object replaced while it was read")
+
 // Store is the storage interface the symbolizer consumes.
 type Store interface {
 	// Put writes an object of exactly size bytes from r. The object becomes visible only

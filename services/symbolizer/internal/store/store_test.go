@@ -218,3 +218,30 @@ func TestS3(t *testing.T) {
 		t.Fatal("ping of a missing bucket succeeded")
 	}
 }
+
+// TestS3ObjectReplacedWhileRead: an object another replica replaces between the open and the
+// read is reported as ErrChanged (read it again), not as a failing store.
+func TestS3ObjectReplacedWhileRead(t *testing.T) {
+	m := testsupport.StartMinIO(t)
+	m.NewBucket(t, "psym")
+	s, err := NewS3(S3Config{Endpoint: m.Endpoint(), Bucket: "psym", Region: m.Region(), AccessKey: m.AccessKey(), SecretKey: m.SecretKey(), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	old, next := strings.Repeat("a", 1<<20), strings.Repeat("b", 1<<20)
+	if err := s.Put(ctx, "records/x/record.json", strings.NewReader(old), int64(len(old))); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := s.Open(ctx, "records/x/record.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := s.Put(ctx, "records/x/record.json", strings.NewReader(next), int64(len(next))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(rc); !errors.Is(err, ErrChanged) {
+		t.Fatalf("read of a replaced object: %d bytes, %v; want ErrChanged", len(got), err)
+	}
+}

@@ -58,6 +58,19 @@ type Options struct {
 	Logger            *slog.Logger
 	// Observe, when set, is told every module's answer (the coverage tally).
 	Observe func(*symbolizerv1.Module, *symbolizerv1.ModuleResult)
+	// BuildLocks, when set, makes one of the replicas sharing the store build an index the
+	// store lacks, while the others wait for it to land there and load it.
+	BuildLocks BuildLocker
+	// BuildWait bounds how long a replica waits for another's build before building the index
+	// itself (default 10m); a builder that dies loses its lock sooner, when its lease expires.
+	BuildWait time.Duration
+}
+
+// BuildLocker locks an index build across replicas.
+type BuildLocker interface {
+	// TryLock takes key when no replica holds it; ok is false when another does. An error
+	// means the lock could not be asked, and the caller builds without it.
+	TryLock(ctx context.Context, key string) (unlock func(), ok bool, err error)
 }
 
 // Service is the SymbolizerService handler.
@@ -102,6 +115,9 @@ func New(md *catalog.Catalog, ix *indexcache.Cache, rc *resultcache.Cache, fetch
 	}
 	if opt.StringsCacheBytes == 0 {
 		opt.StringsCacheBytes = 256 << 20
+	}
+	if opt.BuildWait <= 0 {
+		opt.BuildWait = 10 * time.Minute
 	}
 	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}, comps: map[string]resolvedCompanions{}}
 }
@@ -605,10 +621,7 @@ func (s *Service) entry(ctx context.Context, rec *catalog.Record, comps catalog.
 	f := rec.Current
 	variant := comps.Variant()
 	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256+variant, func(ctx context.Context) (*indexcache.Entry, error) {
-		if ix, err := s.loadStored(ctx, f, variant); err == nil {
-			return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}, nil
-		}
-		return s.build(ctx, rec, comps)
+		return s.loadOrBuild(ctx, rec, comps)
 	})
 	s.countIndex(hit)
 	if s.m != nil {
@@ -616,6 +629,66 @@ func (s *Service) entry(ctx context.Context, rec *catalog.Record, comps catalog.
 		s.m.IndexCacheSize.Set(float64(used))
 	}
 	return e, err
+}
+
+// loadOrBuild loads the stored index, else builds it. With BuildLocks, one replica builds
+// while the others poll the store until the index lands; a builder that dies stops renewing
+// its lock, which then expires, and the next replica to look takes the build over.
+func (s *Service) loadOrBuild(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*indexcache.Entry, error) {
+	f := rec.Current
+	variant := comps.Variant()
+	stored := func() *indexcache.Entry {
+		if ix, err := s.loadStored(ctx, f, variant); err == nil {
+			return &indexcache.Entry{Index: ix, Loads: f.Loads, Bytes: ix.Stats().Bytes}
+		}
+		return nil
+	}
+	if e := stored(); e != nil {
+		return e, nil
+	}
+	if s.opt.BuildLocks == nil {
+		return s.build(ctx, rec, comps)
+	}
+	key := "index/" + f.SHA256 + variant
+	giveUp := time.Now().Add(s.opt.BuildWait)
+	pause := 50 * time.Millisecond
+	waited := false
+	for {
+		unlock, ok, err := s.opt.BuildLocks.TryLock(ctx, key)
+		if err != nil {
+			return s.build(ctx, rec, comps)
+		}
+		if ok {
+			defer unlock()
+			// The index may have landed between the last look and the lock.
+			if e := stored(); e != nil {
+				return e, nil
+			}
+			return s.build(ctx, rec, comps)
+		}
+		if !waited {
+			waited = true
+			if s.m != nil {
+				s.m.IndexBuildWaits.Inc()
+			}
+			s.opt.Logger.Debug("another replica builds the index; waiting for it", "build_id", f.BuildID.String(), "companions", variant)
+		}
+		if time.Now().After(giveUp) {
+			s.opt.Logger.Warn("another replica's index build outlasted the wait; building it here", "build_id", f.BuildID.String(), "waited", s.opt.BuildWait)
+			return s.build(ctx, rec, comps)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(pause*2, time.Second)
+		if e := stored(); e != nil {
+			return e, nil
+		}
+	}
 }
 
 func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant string) (*index.Index, error) {

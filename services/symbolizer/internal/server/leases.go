@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/profsym/profsym/pkg/degraded"
+	"github.com/profsym/profsym/pkg/lease"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
+	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
+)
+
+// leaseLocks coordinates replicas through leases in Redis: record changes (catalog.Locker)
+// and index builds (symbolizeapi.BuildLocker). While Redis does not answer, each replica goes
+// on alone, as it would without Redis, and the tracker says so in the logs.
+type leaseLocks struct {
+	m       *lease.Manager
+	tracker *degraded.Tracker
+}
+
+func newLeaseLocks(m *lease.Manager, tracker *degraded.Tracker) *leaseLocks {
+	return &leaseLocks{m: m, tracker: tracker}
+}
+
+// catalog returns the record locker, nil when there are no leases.
+func (l *leaseLocks) catalog() catalog.Locker {
+	if l == nil {
+		return nil
+	}
+	return recordLocks{l}
+}
+
+// builds returns the build locker, nil when there are no leases.
+func (l *leaseLocks) builds() symbolizeapi.BuildLocker {
+	if l == nil {
+		return nil
+	}
+	return buildLocks{l}
+}
+
+type recordLocks struct{ *leaseLocks }
+
+func (r recordLocks) Lock(ctx context.Context, key string, wait time.Duration) (func(), error) {
+	start := time.Now()
+	ls, err := r.m.Acquire(ctx, key, wait)
+	switch {
+	case errors.Is(err, lease.ErrHeld):
+		r.tracker.OKStarted(start)
+		return nil, catalog.ErrLocked
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		r.tracker.Fail(err)
+		return func() {}, nil
+	}
+	r.tracker.OKStarted(start)
+	return ls.Release, nil
+}
+
+type buildLocks struct{ *leaseLocks }
+
+func (b buildLocks) TryLock(ctx context.Context, key string) (func(), bool, error) {
+	start := time.Now()
+	ls, err := b.m.TryAcquire(ctx, key)
+	if err != nil {
+		b.tracker.Fail(err)
+		return nil, false, err
+	}
+	b.tracker.OKStarted(start)
+	if ls == nil {
+		return nil, false, nil
+	}
+	return ls.Release, true, nil
+}
