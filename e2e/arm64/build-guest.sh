@@ -32,6 +32,9 @@ cp -a "$deb"/root/usr/lib/aarch64-linux-gnu/libstdc++.so.6* "$root/usr/lib/aarch
 cflags=(-O2 -g -fomit-frame-pointer)
 aarch64-linux-gnu-gcc "${cflags[@]}" -o "$root/w/chain-gcc" "$src/chain6.c"
 clang --target=aarch64-linux-gnu "${cflags[@]}" -o "$root/w/chain-clang" "$src/chain6.c"
+# Return addresses signed with pointer authentication (the guest's CPU has it): the copies
+# saved on the stack carry a signature in their upper bits that the unwinder must strip.
+aarch64-linux-gnu-gcc "${cflags[@]}" -mbranch-protection=pac-ret -o "$root/w/chain-pac" "$src/chain6.c"
 aarch64-linux-gnu-gcc "${cflags[@]}" -o "$root/w/qsort" "$src/qsort.c"
 aarch64-linux-gnu-g++ "${cflags[@]}" -o "$root/w/chain-cxx" "$src/chain.cc"
 aarch64-linux-gnu-gcc -O2 -g -o "$root/w/reader" "$src/reader.c"

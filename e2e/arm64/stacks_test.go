@@ -47,6 +47,7 @@ var workloads = []workload{
 	// Issue thresholds: 95% whole through code without frame pointers, 90% through qsort.
 	{name: "chain-gcc", chain: append([]string{"leaf", "f6", "f5", "f4", "f3", "f2", "f1"}, libcTail...), minShare: 0.95},
 	{name: "chain-clang", chain: append([]string{"leaf", "f6", "f5", "f4", "f3", "f2", "f1"}, libcTail...), minShare: 0.95},
+	{name: "chain-pac", chain: append([]string{"leaf", "f6", "f5", "f4", "f3", "f2", "f1"}, libcTail...), minShare: 0.95},
 	{name: "qsort", chain: append([]string{"cmp", "msort_with_tmp"}, libcTail...), minShare: 0.90},
 	// The C++ program also runs in libstdc++ and libc (string growth): the whole chain is
 	// from wherever it is up to main.
