@@ -99,7 +99,7 @@ run() {
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
 	[ -n "$m" ] && echo "    $label: $m" >>"$WORK/counters"
-	awk -v l="$label" -v t="$(echo "$t1 - $t0" | bc)" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v b=$((b1 - b0)) -v tck="$TCK" 'BEGIN {
+	awk -v l="$label" -v t="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" -v c=$((c1 - c0)) -v s=$((s1 - s0)) -v b=$((b1 - b0)) -v tck="$TCK" 'BEGIN {
 		cpu = 100 * c / tck / t; bpf = 100 * b / 1e9 / t
 		printf "%-22s %14.0f %16.2f %16.2f %12.2f\n", l, s / t, cpu, bpf, cpu + bpf }'
 }
