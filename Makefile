@@ -10,10 +10,10 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate check-generated lint deps test test-short bench testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## Build the three service binaries into bin/ (symbolizer, gateway, collector).
 	@mkdir -p $(BIN)
@@ -81,6 +81,23 @@ deps: ## Install what the tests need (.ci/install-deps: apt packages, MinIO, kub
 test: deps ## Install what the tests need (make deps), then run the whole test suite (real Redis, MinIO, debuginfod and eBPF; run as root), then each module's (the processor's builds a Collector with ocb).
 	$(GO) test -count=1 -timeout 40m ./...
 	@for m in $(MODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
+	@# `go test ./...` above ran the arm64 kernel test (e2e/arm64); the arm64 unit tests remain.
+	$(MAKE) test-arm64-emulated
+
+# The packages whose tests run for arm64 under user emulation (in -short mode: the corpus
+# tests take tens of minutes emulated), and the tests skipped there: qemu-user passes no bpf(2)
+# through, so what loads eBPF programs or creates maps runs on a real arm64 kernel in e2e/arm64
+# instead. The test binary runs without GOARCH so that the programs tests build with the go
+# command (the symbolizer a test starts, cgo programs) are the host's.
+ARM64_EMULATED_PKGS ?= ./pkg/debuginfo/... ./services/collector/internal/debugupload ./services/collector/internal/exporter ./services/collector/internal/kallsyms ./services/collector/internal/nodescan ./services/collector/internal/procmaps ./services/collector/internal/profilebuilder ./services/collector/internal/unwind ./services/collector/internal/app
+ARM64_EMULATED_SKIP ?= ^(TestManager.*|TestRunWritesOutputFile)$$
+
+test-arm64: ## arm64: the collector on Debian's arm64 kernel under qemu-system-aarch64 (e2e/arm64), then the unit tests built for arm64 under user emulation.
+	$(GO) test -count=1 -timeout 15m -run TestCollectorOnArm64Kernel -v ./e2e/arm64
+	$(MAKE) test-arm64-emulated
+
+test-arm64-emulated: ## The unit tests of the engine and the collector's eBPF-free packages built for arm64, run under qemu-aarch64-static.
+	GOARCH=arm64 $(GO) test -short -count=1 -timeout 30m -exec 'env -u GOARCH qemu-aarch64-static' -skip '$(ARM64_EMULATED_SKIP)' $(ARM64_EMULATED_PKGS)
 
 test-short: ## Unit tests only: no servers, no eBPF, no corpus, no Collector build.
 	$(GO) test -short -count=1 ./...

@@ -1,0 +1,3 @@
+module chaingo
+
+go 1.22
