@@ -258,6 +258,9 @@ struct {
 
 // The word at the stack pointer holds the return address of a function without a frame.
 #define LEAF_RET_IN_LINK 0
+// A frame record sits right below the caller's stack pointer (push rbp after the call): a
+// frame-pointer step knows the caller's SP exactly.
+#define FP_STEP_SP_EXACT 1
 
 static __always_inline void user_regs(struct task_struct *task, __u64 *pc, __u64 *sp, __u64 *fp,
 				      __u64 *lr)
@@ -285,6 +288,9 @@ static __always_inline __u64 code_addr(__u64 ra)
 
 // A function without a frame record returns through the link register, x30.
 #define LEAF_RET_IN_LINK 1
+// A frame record may sit anywhere in its frame (Go's sits at the bottom): a frame-pointer
+// step does not know the caller's SP.
+#define FP_STEP_SP_EXACT 0
 
 // The uapi user_pt_regs at the start of arm64's struct pt_regs. vmlinux.h is generated
 // from an x86-64 kernel; the flavour suffix makes CO-RE match the running kernel's
@@ -352,7 +358,8 @@ struct psym_unwind_scratch {
 	__u8 fp_known; // fp holds the frame's frame pointer
 	__u8 lr_known; // lr holds the frame's link register (arm64: the first frame, or after a signal frame)
 	__u8 exact_pc; // pc is where the frame was interrupted (after a signal frame), not a return address
-	__u8 pad[5];
+	__u8 sp_exact; // sp is the frame's stack pointer, not an estimate from its frame record
+	__u8 pad[4];
 	struct psym_stack_event event;
 };
 
@@ -497,6 +504,7 @@ static __always_inline long fp_step(struct psym_unwind_scratch *s)
 		return 1;
 	}
 	s->sp = s->fp + 16;
+	s->sp_exact = FP_STEP_SP_EXACT;
 	s->fp = frame[0];
 	s->pc = code_addr(frame[1]);
 	s->lr_known = 0;
@@ -509,9 +517,14 @@ static __always_inline long fp_step(struct psym_unwind_scratch *s)
 }
 
 // signal_step restores the registers a signal interrupted from the kernel's signal frame at
-// SP: the next frame is the interrupted one, at its exact pc, with its link register.
+// SP: the next frame is the interrupted one, at its exact pc, with its link register. Only
+// where SP is known exactly: read at a wrong place, the frame would be garbage.
 static __always_inline long signal_step(struct psym_unwind_scratch *s)
 {
+	if (!s->sp_exact) {
+		s->end = PSYM_END_UNSUPPORTED;
+		return 1;
+	}
 	__u64 sp = s->sp;
 	__u64 pc, fp, nsp;
 	if (bpf_probe_read_user(&pc, sizeof(pc), (void *)(sp + SIGFRAME_PC)) < 0 ||
@@ -529,6 +542,7 @@ static __always_inline long signal_step(struct psym_unwind_scratch *s)
 	s->sp = nsp;
 	s->fp = fp;
 	s->fp_known = 1;
+	s->sp_exact = 1;
 	s->exact_pc = 1;
 	if (s->pc == 0) {
 		s->end = PSYM_END_ZERO;
@@ -706,6 +720,7 @@ static long unwind_step(__u64 index, void *ctx)
 		s->fp_known = 0;
 	}
 	s->sp = cfa;
+	s->sp_exact = 1;
 	s->pc = code_addr(ra);
 	s->lr_known = 0;
 	s->exact_pc = 0;
@@ -735,6 +750,7 @@ static __always_inline void cfi_user_stack(struct psym_unwind_scratch *s, __u32 
 	s->fp_known = 1;
 	s->lr_known = LEAF_RET_IN_LINK;
 	s->exact_pc = 0;
+	s->sp_exact = 1;
 	s->n = 0;
 	s->end = PSYM_END_NONE;
 	struct psym_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);

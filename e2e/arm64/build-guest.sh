@@ -38,6 +38,7 @@ aarch64-linux-gnu-gcc "${cflags[@]}" -mbranch-protection=pac-ret -o "$root/w/cha
 aarch64-linux-gnu-gcc "${cflags[@]}" -o "$root/w/qsort" "$src/qsort.c"
 aarch64-linux-gnu-g++ "${cflags[@]}" -o "$root/w/chain-cxx" "$src/chain.cc"
 aarch64-linux-gnu-gcc -O2 -g -o "$root/w/reader" "$src/reader.c"
+aarch64-linux-gnu-gcc "${cflags[@]}" -o "$root/w/signal" "$src/signal.c"
 (cd "$src/chaingo" && GOWORK=off GOFLAGS= GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o "$root/w/chain-go" .)
 (cd "$repo" && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o "$root/w/collector" ./services/collector)
 

@@ -58,6 +58,13 @@ var workloads = []workload{
 	// Mostly in the kernel: the user part of its stacks comes from the registers saved at
 	// the system call.
 	{name: "reader", chain: append([]string{"reader"}, libcTail...), minShare: 0.90},
+	// A signal handler, which runs most of the time: through the vDSO's
+	// __kernel_rt_sigreturn, whose registers come from the kernel's rt_sigframe, into the
+	// interrupted chain. Under emulation the rt_sigreturn system call itself takes a tenth of
+	// the samples: they stand in the trampoline, still above the interrupted chain, without
+	// the handler's frames; so the chain is the interrupted one, and handler frames are
+	// checked apart (signalHandlerShare).
+	{name: "signal", chain: append([]string{"g1"}, libcTail...), minShare: 0.90},
 }
 
 // frame is one location of a sample.
@@ -75,8 +82,19 @@ type tally struct {
 	// withKernel counts samples with kernel frames; kernelWhole those whose kernel frames
 	// show the read path.
 	withKernel, kernelWhole int
-	example                 string
+	// handler counts the samples whose stack holds a whole chain through a signal handler
+	// (the signal workload's signalChain).
+	handler int
+	example string
 }
+
+// signalChain is the signal workload's stack while its handler runs: the handler, the
+// trampoline (unnamed: the vDSO), the interrupted chain.
+var signalChain = append([]string{"spin", "on_prof", "g1"}, libcTail...)
+
+// signalHandlerShare is the least share of the signal workload's samples that must show the
+// whole chain through the handler.
+const signalHandlerShare = 0.5
 
 // checkStacks symbolizes every workload's samples with the engine from the very files the
 // guest ran (root is the guest's tree, debugDir holds libc's debug file) and checks the
@@ -151,6 +169,9 @@ func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotl
 				return
 			}
 			tl.considered += count
+			if w.name == "signal" && containsChain(names, signalChain) {
+				tl.handler += count
+			}
 			if containsChain(names, w.chain) {
 				tl.whole += count
 			} else if tl.example == "" || len(names) > strings.Count(tl.example, ";")+1 {
@@ -179,10 +200,17 @@ func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotl
 		if tl.unmapped > 0 {
 			t.Errorf("%s: %d unwound user frames lie outside every mapping", w.name, tl.unmapped)
 		}
+		if w.name == "signal" {
+			t.Logf("signal: %d of %d samples through the handler and the trampoline to main", tl.handler, tl.total)
+			if float64(tl.handler) < signalHandlerShare*float64(tl.total) {
+				t.Errorf("signal: %d of %d samples show %v, want at least %.0f%%", tl.handler, tl.total, signalChain, 100*signalHandlerShare)
+			}
+		}
 	}
 	// The reader spends its time clearing user memory for read(2): most of its samples are
 	// in the kernel, named by the collector from the guest's kallsyms.
-	if tl := tallies[&workloads[len(workloads)-1]]; tl != nil {
+	reader := slices.IndexFunc(workloads, func(w workload) bool { return w.name == "reader" })
+	if tl := tallies[&workloads[reader]]; tl != nil {
 		t.Logf("reader: %d of %d samples in the kernel, %d of them through vfs_read from el0_svc", tl.withKernel, tl.total, tl.kernelWhole)
 		if 2*tl.withKernel < tl.total {
 			t.Errorf("reader: %d of %d samples carry kernel frames, want most", tl.withKernel, tl.total)

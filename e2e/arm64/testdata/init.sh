@@ -34,13 +34,13 @@ start() {
 	pids="$pids${pids:+,}$!"
 }
 # The workloads outlive the collector; poweroff ends them.
-for w in chain-gcc chain-clang chain-pac qsort chain-cxx chain-go reader; do
+for w in chain-gcc chain-clang chain-pac qsort chain-cxx chain-go reader signal; do
 	start "$w" "/w/$w" 3600
 done
 sleep 1
 # The kernel's [vdso] is code outside every file mapping (clock_gettime runs there): frames
 # in it are not garbage.
-for w in chain-gcc chain-clang chain-pac qsort chain-cxx chain-go reader; do
+for w in chain-gcc chain-clang chain-pac qsort chain-cxx chain-go reader signal; do
 	pid=$(pidof "$w")
 	sed -n "s/^\([0-9a-f]*\)-\([0-9a-f]*\) .*\[vdso\]\$/@@e2e vdso $w \1 \2/p" "/proc/$pid/maps"
 done

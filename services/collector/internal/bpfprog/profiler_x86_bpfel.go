@@ -86,7 +86,8 @@ type profilerPsymUnwindScratch struct {
 	FpKnown uint8
 	LrKnown uint8
 	ExactPc uint8
-	Pad     [5]uint8
+	SpExact uint8
+	Pad     [4]uint8
 	Event   profilerPsymStackEvent
 }
 

@@ -648,6 +648,11 @@ func (m *Manager) loadVdso() error {
 		return fmt.Errorf("parse [vdso]: %w", err)
 	}
 	t, err := build(f, &m.m)
+	if errors.Is(err, cfi.ErrNoCFI) && hostMachine == elf.EM_AARCH64 {
+		// arm64 kernels link their vDSO without .eh_frame: only the signal trampoline needs
+		// a rule, and its symbol says where it is.
+		t, err = aarch64VdsoTable(f)
+	}
 	if err != nil {
 		return fmt.Errorf("[vdso] CFI: %w", err)
 	}

@@ -3,6 +3,7 @@ package unwind
 import (
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/profsym/profsym/pkg/debuginfo/cfi"
@@ -98,4 +99,34 @@ func insert(t *cfi.Table, lo, hi uint64, rows []cfi.Row) {
 	out = append(out, after)
 	out = append(out, t.Rows[j:]...)
 	t.Rows = out
+}
+
+// aarch64SigreturnSymbol is the arm64 vDSO's signal trampoline, where a signal handler
+// returns.
+const aarch64SigreturnSymbol = "__kernel_rt_sigreturn"
+
+// aarch64VdsoTable is the unwind table of an arm64 vDSO without CFI: a signal-frame row over
+// __kernel_rt_sigreturn, from the instruction before it (a handler's return address is the
+// trampoline's first instruction, looked up one byte back), and no rule elsewhere (the walk
+// goes on by frame pointers there, where it can).
+func aarch64VdsoTable(f *elf.File) (*encoded, error) {
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, fmt.Errorf("arm64 [vdso] symbols: %w", err)
+	}
+	for _, s := range syms {
+		if s.Name != aarch64SigreturnSymbol || s.Value < 4 {
+			continue
+		}
+		size := s.Size
+		if size == 0 {
+			size = 8 // mov x8, #__NR_rt_sigreturn; svc #0
+		}
+		t := &cfi.Table{Arch: elf.EM_AARCH64, Rows: []cfi.Row{
+			{PC: s.Value - 4, CFA: cfi.CFASignalFrame},
+			{PC: s.Value + size, CFA: cfi.CFAUndefined},
+		}}
+		return encode(t), nil
+	}
+	return nil, fmt.Errorf("arm64 [vdso] has no CFI and no %s", aarch64SigreturnSymbol)
 }
