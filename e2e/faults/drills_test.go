@@ -407,11 +407,24 @@ func indexBuildDrill(t *testing.T, rep *drillReport, graceful bool) {
 		return out
 	}
 	rss := watchRSS(sym.PID(), sym.PID())
+	idle := pipeline.RSS(sym.PID())
 	results := make(chan []outcome, 1)
 	go func() { results <- call() }()
-	time.Sleep(2 * time.Second)
+	// Stop it once the build is under way (its memory grows by tens of MB), not after a fixed
+	// time: how long the build takes depends on the machine.
+	const building = 32 << 20
+	deadline := time.Now().Add(time.Minute)
+	for pipeline.RSS(sym.PID()) < idle+building {
+		if strings.Contains(sym.Log()[logAtStart:], "index built") {
+			t.Fatal("the index was built before the symbolizer's memory grew by 32 MB: the drill did not happen")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no index build under way a minute after the callers started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if strings.Contains(sym.Log()[logAtStart:], "index built") {
-		t.Fatal("the index was built within 2 s: the drill did not happen")
+		t.Fatal("the index was built before the symbolizer was stopped: the drill did not happen")
 	}
 	how := "killed"
 	var exitedIn time.Duration
