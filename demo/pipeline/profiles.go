@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 )
 
 // maxFileBytes bounds one OTLP file or record read back: the gateway refuses requests
@@ -129,11 +130,7 @@ func resAttr(res pcommon.Resource, key string) string {
 }
 
 func str(d pprofile.ProfilesDictionary, i int32) (string, error) {
-	t := d.StringTable()
-	if i < 0 || int(i) >= t.Len() {
-		return "", fmt.Errorf("string index %d outside the table of %d", i, t.Len())
-	}
-	return t.At(int(i)), nil
+	return otlpprofiles.CheckedString(d, i)
 }
 
 func resolveSample(d pprofile.ProfilesDictionary, s pprofile.Sample) (Stack, error) {
@@ -184,58 +181,13 @@ func resolveSample(d pprofile.ProfilesDictionary, s pprofile.Sample) (Stack, err
 }
 
 func resolveLocation(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Frame, error) {
-	base := Frame{Address: loc.Address()}
-	attrs := d.AttributeTable()
-	idx := loc.AttributeIndices()
-	for i := 0; i < idx.Len(); i++ {
-		a := idx.At(i)
-		if a < 0 || int(a) >= attrs.Len() {
-			return nil, fmt.Errorf("attribute index %d outside the table of %d", a, attrs.Len())
-		}
-		k, err := str(d, attrs.At(int(a)).KeyStrindex())
-		if err != nil {
-			return nil, err
-		}
-		if k == otlpattr.FrameType {
-			base.Kind = attrs.At(int(a)).Value().AsString()
-		}
+	frames, err := otlpprofiles.LocationFrames(d, loc)
+	if err != nil {
+		return nil, err
 	}
-	if mi := loc.MappingIndex(); mi != 0 {
-		maps := d.MappingTable()
-		if mi < 0 || int(mi) >= maps.Len() {
-			return nil, fmt.Errorf("mapping index %d outside the table of %d", mi, maps.Len())
-		}
-		name, err := str(d, maps.At(int(mi)).FilenameStrindex())
-		if err != nil {
-			return nil, err
-		}
-		base.Mapping = name
-	}
-	lines := loc.Lines()
-	if lines.Len() == 0 {
-		return []Frame{base}, nil
-	}
-	funcs := d.FunctionTable()
-	out := make([]Frame, 0, lines.Len())
-	for i := 0; i < lines.Len(); i++ {
-		ln := lines.At(i)
-		f := base
-		f.Line = ln.Line()
-		f.Inlined = i < lines.Len()-1
-		if fi := ln.FunctionIndex(); fi != 0 {
-			if fi < 0 || int(fi) >= funcs.Len() {
-				return nil, fmt.Errorf("function index %d outside the table of %d", fi, funcs.Len())
-			}
-			fn := funcs.At(int(fi))
-			var err error
-			if f.Function, err = str(d, fn.NameStrindex()); err != nil {
-				return nil, err
-			}
-			if f.File, err = str(d, fn.FilenameStrindex()); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, f)
+	out := make([]Frame, len(frames))
+	for i, f := range frames {
+		out[i] = Frame(f)
 	}
 	return out, nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/otlpprofiles"
 )
 
 // Format names the encodings Parse reads.
@@ -151,11 +151,7 @@ func fromOTLPRecords(recs [][]byte, f Format) (Profile, error) {
 }
 
 func otlpString(d pprofile.ProfilesDictionary, i int32) (string, error) {
-	t := d.StringTable()
-	if i < 0 || int(i) >= t.Len() {
-		return "", fmt.Errorf("string index %d outside the table of %d", i, t.Len())
-	}
-	return t.At(int(i)), nil
+	return otlpprofiles.CheckedString(d, i)
 }
 
 // otlpStacks appends the request's samples to p and returns how many profiles it held. A
@@ -222,58 +218,13 @@ func otlpSample(d pprofile.ProfilesDictionary, s pprofile.Sample) (Stack, error)
 }
 
 func otlpLocation(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Frame, error) {
-	base := Frame{Address: loc.Address()}
-	attrs := d.AttributeTable()
-	idx := loc.AttributeIndices()
-	for i := 0; i < idx.Len(); i++ {
-		a := idx.At(i)
-		if a < 0 || int(a) >= attrs.Len() {
-			return nil, fmt.Errorf("attribute index %d outside the table of %d", a, attrs.Len())
-		}
-		k, err := otlpString(d, attrs.At(int(a)).KeyStrindex())
-		if err != nil {
-			return nil, err
-		}
-		if k == otlpattr.FrameType {
-			base.Kind = attrs.At(int(a)).Value().AsString()
-		}
+	frames, err := otlpprofiles.LocationFrames(d, loc)
+	if err != nil {
+		return nil, err
 	}
-	if mi := loc.MappingIndex(); mi != 0 {
-		maps := d.MappingTable()
-		if mi < 0 || int(mi) >= maps.Len() {
-			return nil, fmt.Errorf("mapping index %d outside the table of %d", mi, maps.Len())
-		}
-		name, err := otlpString(d, maps.At(int(mi)).FilenameStrindex())
-		if err != nil {
-			return nil, err
-		}
-		base.Module = name
-	}
-	lines := loc.Lines()
-	if lines.Len() == 0 {
-		return []Frame{base}, nil
-	}
-	funcs := d.FunctionTable()
-	out := make([]Frame, 0, lines.Len())
-	for i := 0; i < lines.Len(); i++ {
-		ln := lines.At(i)
-		f := base
-		f.Line = ln.Line()
-		f.Inlined = i < lines.Len()-1
-		if fi := ln.FunctionIndex(); fi != 0 {
-			if fi < 0 || int(fi) >= funcs.Len() {
-				return nil, fmt.Errorf("function index %d outside the table of %d", fi, funcs.Len())
-			}
-			fn := funcs.At(int(fi))
-			var err error
-			if f.Function, err = otlpString(d, fn.NameStrindex()); err != nil {
-				return nil, err
-			}
-			if f.File, err = otlpString(d, fn.FilenameStrindex()); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, f)
+	out := make([]Frame, len(frames))
+	for i, f := range frames {
+		out[i] = Frame{Function: f.Function, File: f.File, Line: f.Line, Inlined: f.Inlined, Kind: f.Kind, Module: f.Mapping, Address: f.Address}
 	}
 	return out, nil
 }
