@@ -143,7 +143,7 @@ func TestOffCPUProfile(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, err := New(Config{
 		FrequencyHz: 19, Interval: time.Second, Unwinder: bpfprog.UnwindCFI,
-		PIDs:   []uint32{uint32(blockCmd.Process.Pid), uint32(busyCmd.Process.Pid)},
+		PIDs: []uint32{uint32(blockCmd.Process.Pid), uint32(busyCmd.Process.Pid)},
 		// Every blocking counts: an fsync on a fast disk may block for less than a millisecond.
 		OffCPU: &bpfprog.OffCPUOptions{Probability: 1},
 		Sinks:  []func([]byte){reqs.add}, Registerer: reg,
