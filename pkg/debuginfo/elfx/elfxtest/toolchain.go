@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -20,8 +21,25 @@ type Toolchain struct {
 	Prefix string
 }
 
-// Host is the machine's own gcc and binutils.
-var Host = Toolchain{Arch: runtime.GOARCH, Machine: machineOf[runtime.GOARCH]}
+// Host is the machine's own gcc and binutils: what its gcc makes, which is not the test's own
+// architecture when the test runs under user emulation (an arm64 test binary under
+// qemu-aarch64-static on an x86-64 machine).
+var Host = hostToolchain()
+
+// hostToolchain asks gcc which machine it targets (-dumpmachine), and takes the test's own
+// architecture where gcc does not answer.
+func hostToolchain() Toolchain {
+	arch := runtime.GOARCH
+	if out, err := exec.Command("gcc", "-dumpmachine").Output(); err == nil {
+		switch m := strings.TrimSpace(string(out)); {
+		case strings.HasPrefix(m, "x86_64-"):
+			arch = "amd64"
+		case strings.HasPrefix(m, "aarch64-"):
+			arch = "arm64"
+		}
+	}
+	return Toolchain{Arch: arch, Machine: machineOf[arch]}
+}
 
 // ARM64 is the AArch64 cross toolchain (Debian's gcc-aarch64-linux-gnu and
 // g++-aarch64-linux-gnu).
