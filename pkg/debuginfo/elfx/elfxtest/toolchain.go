@@ -1,6 +1,7 @@
 package elfxtest
 
 import (
+	"context"
 	"debug/elf"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Toolchain compiles and edits ELF files of one architecture: the host's gcc and binutils, or
@@ -30,7 +32,9 @@ var Host = hostToolchain()
 // architecture where gcc does not answer.
 func hostToolchain() Toolchain {
 	arch := runtime.GOARCH
-	if out, err := exec.Command("gcc", "-dumpmachine").Output(); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "gcc", "-dumpmachine").Output(); err == nil {
 		switch m := strings.TrimSpace(string(out)); {
 		case strings.HasPrefix(m, "x86_64-"):
 			arch = "amd64"
