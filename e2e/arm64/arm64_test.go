@@ -137,7 +137,7 @@ func TestCollectorOnArm64Kernel(t *testing.T) {
 		reqs = append(reqs, req)
 	}
 	t.Logf("%d requests, %d bytes from the guest", len(reqs), len(g.OTLP))
-	checkStacks(t, ctx, g, reqs, filepath.Join(out, "root"), filepath.Join(deb, "root", "usr", "lib", "debug"))
+	checkStacks(t, ctx, g, reqs, filepath.Join(out, "tree"), filepath.Join(deb, "tree", "usr", "lib", "debug"))
 }
 
 // bootGuest runs qemu on the kernel and initramfs until the guest powers off or

@@ -5,8 +5,8 @@
 #
 #   e2e/arm64/build-guest.sh OUT_DIR DEBIAN_DIR
 #
-# DEBIAN_DIR is what fetch-debian.sh prints. OUT_DIR/root is the guest's file tree, kept so
-# the host can read the very files the guest ran (guest path P is OUT_DIR/root/P);
+# DEBIAN_DIR is what fetch-debian.sh prints. OUT_DIR/tree is the guest's file tree, kept so
+# the host can read the very files the guest ran (guest path P is OUT_DIR/tree/P);
 # OUT_DIR/initrd.cpio is the initramfs.
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -18,15 +18,15 @@ repo=$(cd "$here/../.." && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 deb=$(cd "$2" && pwd)
 src=$here/testdata
-root=$out/root
+root=$out/tree
 rm -rf "$root" "$out/initrd.cpio"
 mkdir -p "$root"/{bin,w,proc,sys,dev,tmp,lib,usr/lib/aarch64-linux-gnu}
 
 # The guest's runtimes at their Debian paths: the dynamic loader and libc under /lib, libstdc++
 # under /usr/lib.
-cp -a "$deb/root/bin/busybox" "$root/bin/"
-cp -a "$deb/root/lib/." "$root/lib/"
-cp -a "$deb"/root/usr/lib/aarch64-linux-gnu/libstdc++.so.6* "$root/usr/lib/aarch64-linux-gnu/"
+cp -a "$deb/tree/bin/busybox" "$root/bin/"
+cp -a "$deb/tree/lib/." "$root/lib/"
+cp -a "$deb"/tree/usr/lib/aarch64-linux-gnu/libstdc++.so.6* "$root/usr/lib/aarch64-linux-gnu/"
 
 # Workloads, with DWARF, without frame pointers for C and C++.
 cflags=(-O2 -g -fomit-frame-pointer)

@@ -41,7 +41,7 @@ want+=$'\n'
 
 stamp=$cache/stamp
 # $(...) drops the trailing newline $want ends with: compare without it.
-if [[ -f $stamp && $(cat "$stamp") == "${want%$'\n'}" && -d $cache/root ]]; then
+if [[ -f $stamp && $(cat "$stamp") == "${want%$'\n'}" && -d $cache/tree ]]; then
 	log "cached in $cache"
 	echo "$cache"
 	exit 0
@@ -49,8 +49,8 @@ fi
 
 start=$SECONDS
 mkdir -p "$cache"
-rm -rf "$cache/debs" "$cache/root.new"
-mkdir -p "$cache/debs" "$cache/root.new"
+rm -rf "$cache/debs" "$cache/tree.new"
+mkdir -p "$cache/debs" "$cache/tree.new"
 specs=()
 while IFS= read -r line; do
 	[[ -n $line ]] && specs+=("${line%%=*}:arm64=${line#*=}")
@@ -59,16 +59,16 @@ log "downloading ${specs[*]}"
 # apt-get download writes into the working directory; _apt must be able to write there.
 (cd "$cache/debs" && chmod 777 . && apt-get download -qq "${specs[@]}") >&2
 for deb in "$cache"/debs/*.deb; do
-	dpkg-deb -x "$deb" "$cache/root.new"
+	dpkg-deb -x "$deb" "$cache/tree.new"
 done
 # The guest gets its files over the serial console and loads no module: drop the kernel's
 # modules (most of the unpacked size).
-rm -rf "$cache"/root.new/lib/modules
-rm -rf "$cache/root"
-mv "$cache/root.new" "$cache/root"
+rm -rf "$cache"/tree.new/lib/modules
+rm -rf "$cache/tree"
+mv "$cache/tree.new" "$cache/tree"
 rm -rf "$cache/debs"
 
-vmlinuz=$(ls "$cache"/root/boot/vmlinuz-* 2>/dev/null | head -n 1)
+vmlinuz=$(ls "$cache"/tree/boot/vmlinuz-* 2>/dev/null | head -n 1)
 if [[ -z $vmlinuz ]]; then
 	log "$kernel_pkg holds no /boot/vmlinuz-*"
 	exit 1

@@ -26,7 +26,6 @@ import (
 // with its own key (so the caller can check the order of answers) and records which keys it
 // was asked.
 type replicaServer struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
 	addr string
 	srv  *http.Server
 

@@ -68,7 +68,7 @@ type Table struct {
 
 // process is what is known of one process's perf map file.
 type process struct {
-	path string // the file from here: <procRoot>/<pid>/root/tmp/perf-<nspid>.map
+	path string // the file from here: seen, below the root directory procRoot shows for the pid
 	seen string // the file as the process names it: /tmp/perf-<nspid>.map
 	uid  uint32
 	// startedAt is when the process started: a file last written before is another's.
