@@ -196,37 +196,14 @@ func otlpSample(d pprofile.ProfilesDictionary, s pprofile.Sample) (Stack, error)
 	if vals.Len() == 0 {
 		st.Value = int64(s.TimestampsUnixNano().Len())
 	}
-	stacks := d.StackTable()
-	si := s.StackIndex()
-	if si < 0 || int(si) >= stacks.Len() {
-		return st, fmt.Errorf("stack index %d outside the table of %d", si, stacks.Len())
+	frames, err := otlpprofiles.StackFrames(d, s.StackIndex())
+	if err != nil {
+		return st, err
 	}
-	locs := d.LocationTable()
-	li := stacks.At(int(si)).LocationIndices()
-	for i := 0; i < li.Len(); i++ {
-		l := li.At(i)
-		if l < 0 || int(l) >= locs.Len() {
-			return st, fmt.Errorf("location index %d outside the table of %d", l, locs.Len())
-		}
-		frames, err := otlpLocation(d, locs.At(int(l)))
-		if err != nil {
-			return st, fmt.Errorf("location %d: %w", l, err)
-		}
-		st.Frames = append(st.Frames, frames...)
+	for _, f := range frames {
+		st.Frames = append(st.Frames, Frame{Function: f.Function, File: f.File, Line: f.Line, Inlined: f.Inlined, Kind: f.Kind, Module: f.Mapping, Address: f.Address})
 	}
 	return st, nil
-}
-
-func otlpLocation(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Frame, error) {
-	frames, err := otlpprofiles.LocationFrames(d, loc)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Frame, len(frames))
-	for i, f := range frames {
-		out[i] = Frame{Function: f.Function, File: f.File, Line: f.Line, Inlined: f.Inlined, Kind: f.Kind, Module: f.Mapping, Address: f.Address}
-	}
-	return out, nil
 }
 
 // fromPprof turns a pprof profile's samples into stacks, valued by the sample type named (the

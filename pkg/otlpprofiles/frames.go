@@ -32,8 +32,8 @@ func CheckedString(d pprofile.ProfilesDictionary, i int32) (string, error) {
 	return t.At(int(i)), nil
 }
 
-// LocationFrames returns loc's frames, innermost first, checking every index it follows.
-func LocationFrames(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Frame, error) {
+// locationFrames returns loc's frames, innermost first, checking every index it follows.
+func locationFrames(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Frame, error) {
 	base := Frame{Address: loc.Address()}
 	attrs := d.AttributeTable()
 	idx := loc.AttributeIndices()
@@ -86,6 +86,30 @@ func LocationFrames(d pprofile.ProfilesDictionary, loc pprofile.Location) ([]Fra
 			}
 		}
 		out = append(out, f)
+	}
+	return out, nil
+}
+
+// StackFrames returns the frames of the stack at index si of d's stack table, innermost
+// first, checking every index it follows.
+func StackFrames(d pprofile.ProfilesDictionary, si int32) ([]Frame, error) {
+	stacks := d.StackTable()
+	if si < 0 || int(si) >= stacks.Len() {
+		return nil, fmt.Errorf("stack index %d outside the table of %d", si, stacks.Len())
+	}
+	locs := d.LocationTable()
+	li := stacks.At(int(si)).LocationIndices()
+	var out []Frame
+	for i := 0; i < li.Len(); i++ {
+		l := li.At(i)
+		if l < 0 || int(l) >= locs.Len() {
+			return nil, fmt.Errorf("location index %d outside the table of %d", l, locs.Len())
+		}
+		frames, err := locationFrames(d, locs.At(int(l)))
+		if err != nil {
+			return nil, fmt.Errorf("location %d: %w", l, err)
+		}
+		out = append(out, frames...)
 	}
 	return out, nil
 }
