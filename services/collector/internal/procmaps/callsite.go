@@ -27,13 +27,6 @@ type callSite struct {
 // function's entry, for an arm64 link register to be taken as the leaf's return address.
 const maxLeafBytes = 64 << 10
 
-// IsReturnAddress reports whether ret, an address lying in mapping m of pid, is a return
-// address: the instruction before it in the process's code is a call (an x86-64 near call,
-// an arm64 branch with link).
-func (t *Table) IsReturnAddress(pid uint32, m *Mapping, ret uint64) bool {
-	return t.callSiteOf(pid, m, ret, t.arch).call
-}
-
 // IsLeafReturn reports whether ret, the return-address candidate of a sample whose
 // frame-pointer walk may have skipped the leaf's caller, is that caller's return address.
 // pc is the sampled (leaf) address and m the mapping that holds ret.
@@ -48,7 +41,7 @@ func (t *Table) IsReturnAddress(pid uint32, m *Mapping, ret uint64) bool {
 // called through a pointer or a PLT stub keeps its caller unknown rather than risk a frame
 // that was never on the stack.
 func (t *Table) IsLeafReturn(pid uint32, m *Mapping, pc, ret uint64) bool {
-	cs := t.callSiteOf(pid, m, ret, t.arch)
+	cs := t.callSiteOf(pid, m, ret)
 	if t.arch != "arm64" {
 		return cs.call
 	}
@@ -62,9 +55,9 @@ func (t *Table) IsLeafReturn(pid uint32, m *Mapping, pc, ret uint64) bool {
 	return ret < entry || ret > pc
 }
 
-// callSiteOf decodes the instruction before ret, in pid's memory, for arch. The answer is
+// callSiteOf decodes the instruction before ret, in pid's memory, for the table's architecture. The answer is
 // cached per file and address, so the process's memory is read once per call site.
-func (t *Table) callSiteOf(pid uint32, m *Mapping, ret uint64, arch string) callSite {
+func (t *Table) callSiteOf(pid uint32, m *Mapping, ret uint64) callSite {
 	if m == nil || ret < m.Start+8 || ret > m.End {
 		return callSite{}
 	}
@@ -90,7 +83,7 @@ func (t *Table) callSiteOf(pid uint32, m *Mapping, ret uint64, arch string) call
 		return callSite{}
 	}
 	var v callSite
-	if arch == "arm64" {
+	if t.arch == "arm64" {
 		v = decodeARM64Call(binary.LittleEndian.Uint32(code[4:]))
 	} else {
 		v.call = FollowsCall(code)

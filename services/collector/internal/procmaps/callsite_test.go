@@ -43,13 +43,13 @@ func TestFollowsCall(t *testing.T) {
 	}
 }
 
-func TestIsReturnAddressOutsideMapping(t *testing.T) {
+func TestIsLeafReturnOutsideMapping(t *testing.T) {
 	tab := NewTable("/proc", NewFileCache(1), nil)
-	if tab.IsReturnAddress(1, nil, 0x1000) {
+	if tab.IsLeafReturn(1, nil, 0x1000, 0x1000) {
 		t.Error("true without a mapping")
 	}
 	m := &Mapping{Start: 0x1000, End: 0x2000}
-	if tab.IsReturnAddress(1, m, 0x1004) || tab.IsReturnAddress(1, m, 0x3000) {
+	if tab.IsLeafReturn(1, m, 0x1000, 0x1004) || tab.IsLeafReturn(1, m, 0x1000, 0x3000) {
 		t.Error("true for an address the mapping cannot hold the call of")
 	}
 }
