@@ -10,7 +10,11 @@
 // cannot be reached goes to the next owner of each of its modules, and the failed replica is
 // skipped for a while. A bound on in-flight calls per replica (consistent hashing with
 // bounded loads: at most BalanceFactor times the mean) keeps one hot build ID from queueing
-// everything behind one replica: past the bound, a module goes to its next owner.
+// everything behind one replica: past the bound, a module goes to its next owner marked
+// resident_only, so that the next owner answers it only from memory or the shared result
+// cache and never loads a second copy of the index; a module it cannot answer so comes back
+// NOT_RESIDENT and goes to its owner regardless of the bound. An index is then held by one
+// replica, and by two only while its owner is failing.
 package affinity
 
 import (
@@ -28,6 +32,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -84,7 +89,7 @@ type replica struct {
 	// downUntil is when an ejected replica is asked again (unix nanoseconds).
 	downUntil atomic.Int64
 
-	calls, modules, failures atomic.Int64
+	calls, modules, failures, spills, spillsRefused atomic.Int64
 }
 
 // New returns a Router; Start begins resolving.
@@ -222,6 +227,9 @@ func (r *Router) Replicas() []string {
 // Stats is what one replica was asked.
 type Stats struct {
 	Calls, Modules, Failures int64
+	// Spills counts modules sent to this replica past their owner's load bound (resident
+	// only); SpillsRefused those it answered NOT_RESIDENT, which then went to their owner.
+	Spills, SpillsRefused int64
 }
 
 // Stats returns per replica address what it was asked since it was first resolved.
@@ -230,7 +238,7 @@ func (r *Router) Stats() map[string]Stats {
 	defer r.mu.Unlock()
 	out := map[string]Stats{}
 	for _, rp := range r.replicas {
-		out[rp.addr] = Stats{rp.calls.Load(), rp.modules.Load(), rp.failures.Load()}
+		out[rp.addr] = Stats{rp.calls.Load(), rp.modules.Load(), rp.failures.Load(), rp.spills.Load(), rp.spillsRefused.Load()}
 	}
 	return out
 }
@@ -281,15 +289,17 @@ func rank(key string, reps []*replica) []*replica {
 // and not ejected that either already takes a part of this round (the module joins it) or
 // has room under the load bound (its in-flight count is taken here, atomically, so callers
 // at once cannot all pass the bound). When every untried replica is ejected or full, the
-// first untried one: a replica passed over is better than none.
-func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*replica]*part, bound int64, now int64) *replica {
+// first untried one: a replica passed over is better than none. spilled is true when a live
+// replica ahead of the one picked was passed over only for the bound: the module then goes
+// resident only.
+func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*replica]*part, bound int64, now int64) (picked *replica, spilled bool) {
 	var fallback *replica
 	for _, rp := range ranked {
 		if tried[rp] {
 			continue
 		}
 		if _, ok := round[rp]; ok {
-			return rp
+			return rp, spilled
 		}
 		if fallback == nil {
 			fallback = rp
@@ -298,13 +308,14 @@ func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*rep
 			continue
 		}
 		if rp.reserve(bound) {
-			return rp
+			return rp, spilled
 		}
+		spilled = true
 	}
 	if fallback != nil {
 		fallback.inflight.Add(1)
 	}
-	return fallback
+	return fallback, false
 }
 
 // reserve counts one more call in flight unless that would pass bound (0: no bound).
@@ -346,7 +357,8 @@ func retryable(ctx context.Context, err error) bool {
 }
 
 type part struct {
-	idx []int // of the request's modules
+	idx   []int  // of the request's modules
+	spill []bool // of each of idx: sent resident only
 }
 
 // Symbolize splits the request per owner, calls the owners at once, and merges the answers in
@@ -381,6 +393,9 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	for i := range pending {
 		pending[i] = i
 	}
+	// owed marks modules a replica answered NOT_RESIDENT after a spill: they go to the first
+	// live untried replica in their order (their owner), whatever its load.
+	owed := make([]bool, len(mods))
 	var lastErr error
 	for len(pending) > 0 {
 		// Group the pending modules by the replica each goes to now.
@@ -389,7 +404,11 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 		groups := map[*replica]*part{}
 		var order []*replica
 		for _, i := range pending {
-			rp := r.pick(ranked[i], tried[i], groups, bound, now)
+			b := bound
+			if owed[i] {
+				b = 0
+			}
+			rp, spilled := r.pick(ranked[i], tried[i], groups, b, now)
 			if rp == nil {
 				for _, taken := range order {
 					taken.inflight.Add(-1)
@@ -407,6 +426,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 				order = append(order, rp)
 			}
 			g.idx = append(g.idx, i)
+			g.spill = append(g.spill, spilled)
 		}
 		type result struct {
 			rp   *replica
@@ -444,7 +464,14 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 				continue
 			}
 			for k, i := range res.p.idx {
-				out[i] = res.resp.GetModules()[k]
+				m := res.resp.GetModules()[k]
+				if res.p.spill[k] && m.GetStatus() == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT {
+					res.rp.spillsRefused.Add(1)
+					owed[i] = true
+					pending = append(pending, i)
+					continue
+				}
+				out[i] = m
 			}
 		}
 		if fatal != nil {
@@ -457,7 +484,13 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 func (r *Router) call(ctx context.Context, rp *replica, req *connect.Request[symbolizerv1.SymbolizeRequest], p *part) (*symbolizerv1.SymbolizeResponse, error) {
 	sub := &symbolizerv1.SymbolizeRequest{Modules: make([]*symbolizerv1.Module, len(p.idx))}
 	for k, i := range p.idx {
-		sub.Modules[k] = req.Msg.GetModules()[i]
+		m := req.Msg.GetModules()[i]
+		if p.spill[k] && !m.GetResidentOnly() {
+			m = proto.CloneOf(m)
+			m.ResidentOnly = true
+			rp.spills.Add(1)
+		}
+		sub.Modules[k] = m
 	}
 	creq := connect.NewRequest(sub)
 	for k, v := range req.Header() {

@@ -30,7 +30,9 @@ type replicaServer struct {
 	srv  *http.Server
 
 	mu        sync.Mutex
-	keys      map[string]int
+	keys      map[string]int  // asked without resident_only
+	spilled   map[string]int  // asked with resident_only
+	resident  map[string]bool // answered when asked resident_only; others NOT_RESIDENT
 	inflight  int
 	most      int
 	hold      chan struct{} // when set, calls wait for it to close
@@ -42,7 +44,13 @@ func (s *replicaServer) Symbolize(ctx context.Context, req *connect.Request[symb
 	s.inflight++
 	s.most = max(s.most, s.inflight)
 	hold := s.hold
-	for _, m := range req.Msg.GetModules() {
+	notResident := map[int]bool{}
+	for k, m := range req.Msg.GetModules() {
+		if m.GetResidentOnly() {
+			s.spilled[Key(m)]++
+			notResident[k] = !s.resident[Key(m)]
+			continue
+		}
 		s.keys[Key(m)]++
 	}
 	s.mu.Unlock()
@@ -56,7 +64,11 @@ func (s *replicaServer) Symbolize(ctx context.Context, req *connect.Request[symb
 		}
 	}
 	out := &symbolizerv1.SymbolizeResponse{}
-	for _, m := range req.Msg.GetModules() {
+	for k, m := range req.Msg.GetModules() {
+		if notResident[k] {
+			out.Modules = append(out.Modules, &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT})
+			continue
+		}
 		out.Modules = append(out.Modules, &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK,
 			ResolvedBuildId: Key(m), FrameCounts: make([]uint32, len(m.GetAddresses())), Frames: &symbolizerv1.FrameTable{}})
 	}
@@ -94,7 +106,7 @@ func startReplicas(t *testing.T, n int) []*replicaServer {
 				ok = false
 				break
 			}
-			s := &replicaServer{addr: addr, keys: map[string]int{}}
+			s := &replicaServer{addr: addr, keys: map[string]int{}, spilled: map[string]int{}, resident: map[string]bool{}}
 			mux := http.NewServeMux()
 			mux.Handle(symbolizerv1connect.NewSymbolizerServiceHandler(s))
 			var p http.Protocols
@@ -321,14 +333,19 @@ func TestShareBound(t *testing.T) {
 		byAddr[s.addr] = s
 	}
 	const callers = 30
-	run := func(factor float64) (ownerMost int, spilled int) {
+	hot := "gnu:" + gnu(7)
+	owner := byAddr[Owners(hot, addrsOf(reps))[0]]
+	var router *Router
+	run := func(factor float64, residentElsewhere bool) (ownerMost int, spilled int) {
 		for _, s := range reps {
 			s.mu.Lock()
-			s.keys, s.most, s.hold = map[string]int{}, 0, make(chan struct{})
+			s.keys, s.spilled, s.most, s.hold = map[string]int{}, map[string]int{}, 0, make(chan struct{})
+			s.resident = map[string]bool{hot: residentElsewhere || s == owner}
 			s.mu.Unlock()
 			s.holdCalls.Store(0)
 		}
 		r := newRouter(t, Config{Static: addrsOf(reps), BalanceFactor: factor, AttemptTimeout: time.Minute})
+		router = r
 		var wg sync.WaitGroup
 		for range callers {
 			wg.Go(func() {
@@ -356,21 +373,38 @@ func TestShareBound(t *testing.T) {
 		if total != callers {
 			t.Fatalf("%d of %d calls reached a replica", total, callers)
 		}
-		owner := byAddr[Owners("gnu:"+gnu(7), addrsOf(reps))[0]]
+		for _, s := range reps {
+			s.mu.Lock()
+			if s != owner && s.keys[hot] != 0 {
+				t.Errorf("replica %s was asked %d times to load the hot index it does not own", s.addr, s.keys[hot])
+			}
+			s.mu.Unlock()
+		}
 		owner.mu.Lock()
 		defer owner.mu.Unlock()
-		return owner.most, callers - owner.keys["gnu:"+gnu(7)]
+		return owner.most, callers - owner.keys[hot]
 	}
-	most, spilled := run(0)
+	most, spilled := run(0, true)
 	t.Logf("no bound: owner held %d calls at once, %d went elsewhere", most, spilled)
 	if most != callers || spilled != 0 {
 		t.Fatalf("without a bound the owner held %d at once and %d spilled; want %d and 0", most, spilled, callers)
 	}
-	most, spilled = run(1.25)
+	most, spilled = run(1.25, true)
 	limit := int(math.Ceil(1.25 * float64(callers+1) / 3))
-	t.Logf("bound 1.25: owner held %d calls at once (limit %d), %d went elsewhere", most, limit, spilled)
+	t.Logf("bound 1.25, the index resident everywhere: owner held %d calls at once (limit %d), %d answered elsewhere", most, limit, spilled)
 	if most > limit || spilled == 0 {
 		t.Fatalf("with bound 1.25 the owner held %d at once (limit %d), %d spilled", most, limit, spilled)
+	}
+	// Resident only on its owner: the spilled modules come back NOT_RESIDENT and go to the
+	// owner, which answers every call; no other replica is asked to load it.
+	most, spilled = run(1.25, false)
+	var spills, refused int64
+	for _, st := range router.Stats() {
+		spills, refused = spills+st.Spills, refused+st.SpillsRefused
+	}
+	t.Logf("bound 1.25, the index resident on its owner only: owner held %d calls at once, %d answered elsewhere; %d spills, %d refused", most, spilled, spills, refused)
+	if spilled != 0 || spills == 0 || refused != spills {
+		t.Fatalf("%d calls answered off the owner, %d spills, %d refused: want 0, some, all", spilled, spills, refused)
 	}
 }
 

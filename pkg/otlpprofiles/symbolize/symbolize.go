@@ -532,7 +532,9 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			reason = ReasonInvalidDebuginfo
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING:
 			reason = ReasonInvalidMapping
-		case symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE:
+		case symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT:
+			// NOT_RESIDENT answers only a module sent resident_only, which the affinity
+			// router does and re-routes itself; a client that set it passes it on as a miss.
 			reason = ReasonUnavailable
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_EXECUTABLE_NEEDED:
 			reason = ReasonExecutableNeeded

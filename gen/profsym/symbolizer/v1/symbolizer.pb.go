@@ -90,6 +90,11 @@ const (
 	// so from the node; `symbolizer upload` from CI), serve it from a debuginfod upstream,
 	// or send ELF virtual addresses with an all-zero mapping.
 	ModuleStatus_MODULE_STATUS_EXECUTABLE_NEEDED ModuleStatus = 6
+	// Returned only for a module sent with `resident_only`: the replica holds no index
+	// of the binary in memory and the shared result cache does not answer every address.
+	// Send the module to a replica without `resident_only` (its owner, for a client that
+	// routes by build ID).
+	ModuleStatus_MODULE_STATUS_NOT_RESIDENT ModuleStatus = 7
 )
 
 // Enum value maps for ModuleStatus.
@@ -102,6 +107,7 @@ var (
 		4: "MODULE_STATUS_UNAVAILABLE",
 		5: "MODULE_STATUS_INVALID_MAPPING",
 		6: "MODULE_STATUS_EXECUTABLE_NEEDED",
+		7: "MODULE_STATUS_NOT_RESIDENT",
 	}
 	ModuleStatus_value = map[string]int32{
 		"MODULE_STATUS_UNSPECIFIED":       0,
@@ -111,6 +117,7 @@ var (
 		"MODULE_STATUS_UNAVAILABLE":       4,
 		"MODULE_STATUS_INVALID_MAPPING":   5,
 		"MODULE_STATUS_EXECUTABLE_NEEDED": 6,
+		"MODULE_STATUS_NOT_RESIDENT":      7,
 	}
 )
 
@@ -281,7 +288,13 @@ type Module struct {
 	Filename string `protobuf:"bytes,7,opt,name=filename,proto3" json:"filename,omitempty"`
 	// OTLP `Location.address` values to resolve, in any order, duplicates allowed. May
 	// be empty (the module's status is still reported).
-	Addresses     []uint64 `protobuf:"varint,8,rep,packed,name=addresses,proto3" json:"addresses,omitempty"`
+	Addresses []uint64 `protobuf:"varint,8,rep,packed,name=addresses,proto3" json:"addresses,omitempty"`
+	// Answer from what the replica already holds: an index in its memory, or results in
+	// the shared result cache for every address; never load or build an index for this
+	// module (`MODULE_STATUS_NOT_RESIDENT` instead). Set by a client that routes modules by
+	// build ID when it sends one to a replica other than its owner to spread load, so that
+	// one binary's index is held by one replica of a deployment.
+	ResidentOnly  bool `protobuf:"varint,9,opt,name=resident_only,json=residentOnly,proto3" json:"resident_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +383,13 @@ func (x *Module) GetAddresses() []uint64 {
 		return x.Addresses
 	}
 	return nil
+}
+
+func (x *Module) GetResidentOnly() bool {
+	if x != nil {
+		return x.ResidentOnly
+	}
+	return false
 }
 
 // SymbolizeResponse holds one result per requested module.
@@ -667,7 +687,7 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\n" +
 	"&profsym/symbolizer/v1/symbolizer.proto\x12\x15profsym.symbolizer.v1\x1a$profsym/debuginfo/v1/debuginfo.proto\"K\n" +
 	"\x10SymbolizeRequest\x127\n" +
-	"\amodules\x18\x01 \x03(\v2\x1d.profsym.symbolizer.v1.ModuleR\amodules\"\x85\x02\n" +
+	"\amodules\x18\x01 \x03(\v2\x1d.profsym.symbolizer.v1.ModuleR\amodules\"\xaa\x02\n" +
 	"\x06Module\x12 \n" +
 	"\fgnu_build_id\x18\x01 \x01(\tR\n" +
 	"gnuBuildId\x12\x1e\n" +
@@ -678,7 +698,8 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\vfile_offset\x18\x06 \x01(\x04R\n" +
 	"fileOffset\x12\x1a\n" +
 	"\bfilename\x18\a \x01(\tR\bfilename\x12\x1c\n" +
-	"\taddresses\x18\b \x03(\x04R\taddresses\"R\n" +
+	"\taddresses\x18\b \x03(\x04R\taddresses\x12#\n" +
+	"\rresident_only\x18\t \x01(\bR\fresidentOnly\"R\n" +
 	"\x11SymbolizeResponse\x12=\n" +
 	"\amodules\x18\x01 \x03(\v2#.profsym.symbolizer.v1.ModuleResultR\amodules\"\xf0\x03\n" +
 	"\fModuleResult\x12;\n" +
@@ -702,7 +723,7 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\x05lines\x18\x04 \x03(\rR\x05lines\x12\x18\n" +
 	"\acolumns\x18\x05 \x03(\rR\acolumns\x12\x1f\n" +
 	"\vstart_lines\x18\x06 \x03(\rR\n" +
-	"startLines*\xec\x01\n" +
+	"startLines*\x8c\x02\n" +
 	"\fModuleStatus\x12\x1d\n" +
 	"\x19MODULE_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MODULE_STATUS_OK\x10\x01\x12\x1b\n" +
@@ -710,7 +731,8 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\x1fMODULE_STATUS_INVALID_DEBUGINFO\x10\x03\x12\x1d\n" +
 	"\x19MODULE_STATUS_UNAVAILABLE\x10\x04\x12!\n" +
 	"\x1dMODULE_STATUS_INVALID_MAPPING\x10\x05\x12#\n" +
-	"\x1fMODULE_STATUS_EXECUTABLE_NEEDED\x10\x06*a\n" +
+	"\x1fMODULE_STATUS_EXECUTABLE_NEEDED\x10\x06\x12\x1e\n" +
+	"\x1aMODULE_STATUS_NOT_RESIDENT\x10\a*a\n" +
 	"\bFidelity\x12\x18\n" +
 	"\x14FIDELITY_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10FIDELITY_SYMBOLS\x10\x01\x12\x12\n" +

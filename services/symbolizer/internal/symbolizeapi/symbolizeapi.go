@@ -137,12 +137,18 @@ func (s *Service) Symbolize(ctx context.Context, req *connect.Request[symbolizer
 		return nil, err
 	}
 	out := make([]*symbolizerv1.ModuleResult, len(mods))
-	g, gctx := errgroup.WithContext(ctx)
+	// Modules are answered by a deadline a little before the caller's, so that one whose
+	// index is still loading is answered UNAVAILABLE in time (the load goes on for the next
+	// call) rather than the whole call timing out: a client that routes by build ID takes a
+	// timed-out call for a dead replica and asks the next one, which loads the index too.
+	actx, cancel := answerBy(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(actx)
 	g.SetLimit(4)
 	for i, mod := range mods {
 		g.Go(func() error {
 			out[i] = s.module(gctx, mod)
-			if s.opt.Observe != nil && gctx.Err() == nil {
+			if s.opt.Observe != nil && gctx.Err() == nil && out[i].GetStatus() != symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT {
 				s.opt.Observe(mod, out[i])
 			}
 			return nil
@@ -154,6 +160,17 @@ func (s *Service) Symbolize(ctx context.Context, req *connect.Request[symbolizer
 		return nil, connect.NewError(connect.CodeOf(err), err)
 	}
 	return connect.NewResponse(&symbolizerv1.SymbolizeResponse{Modules: out}), nil
+}
+
+// answerBy returns ctx with a deadline a margin before ctx's own (a tenth of the time left,
+// between 20 and 250 ms): what the reply needs to reach the caller before it gives up.
+func answerBy(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(max(time.Until(dl)/10, 20*time.Millisecond), 250*time.Millisecond)
+	return context.WithDeadline(ctx, dl.Add(-margin))
 }
 
 func (s *Service) validate(mods []*symbolizerv1.Module) error {
@@ -282,8 +299,11 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	caching := s.results.Enabled()
 	ixKey := f.SHA256 + variant
 	e := s.indexes.Get(ixKey)
+	residentOnly := mod.GetResidentOnly()
 	if e != nil {
 		s.countIndex(true)
+	} else if residentOnly && (!caching || variant != "") {
+		return notResident(mod)
 	} else if !caching || variant != "" {
 		// An index that depends on companions says itself what fidelity it reached (the
 		// record's is that of the index built at upload, with the companions then stored).
@@ -328,6 +348,9 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		return res
 	}
 	missIdx := s.cached(ctx, t, keys)
+	if len(missIdx) > 0 && residentOnly {
+		return notResident(mod)
+	}
 	if len(missIdx) > 0 {
 		e, err := s.entry(ctx, rec, comps)
 		if err != nil {
@@ -358,6 +381,12 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	}
 	t.emit(res, ok, slot)
 	return res
+}
+
+// notResident answers a resident_only module whose index this replica would have to load.
+func notResident(mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
+	return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT,
+		"this replica holds no index of the binary and the result cache lacks some addresses; ask its owner")
 }
 
 // programHeaders returns the program headers that place the module's mapped addresses. When
@@ -396,6 +425,10 @@ func (s *Service) programHeaders(ctx context.Context, rec *catalog.Record, id ca
 func unavailable(ctx context.Context, mod *symbolizerv1.Module, err error) *symbolizerv1.ModuleResult {
 	if errors.Is(err, errInvalid) {
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE,
+			"not answered within the call's deadline (the binary's index goes on loading, or the store is slow): retry shortly")
 	}
 	if ctx.Err() != nil {
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, ctx.Err().Error())
