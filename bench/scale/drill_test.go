@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,11 @@ var (
 	flagGateway  = flag.Int("drill.gateway-parallel", 8, "profiles each gateway symbolizes at once (its pipeline's workers); more nodes queue")
 	flagBalance  = flag.Float64("drill.balance-factor", 1.25, "the affinity router's load bound (0: none)")
 	flagAffinity = flag.Bool("drill.affinity", true, "gateways route by build ID (false: each gateway pinned to one replica, as through a Service)")
+	flagMedium   = flag.Int("drill.medium", 2, "binaries copied from mid-sized Go programs (12 to 72 MB)")
+	flagLarge    = flag.Int("drill.large", 1, "binaries copied from Go programs over 100 MB")
+	flagCache    = flag.Int64("drill.index-cache-bytes", 1<<30, "each symbolizer's --index-cache-bytes")
+	flagMargin   = flag.Int64("drill.rss-margin", 768<<20, "what a replica's peak RSS may exceed its index cache by: the process, an upload's verification (reading the binary, building its index), answers in flight")
+	flagReport   = flag.String("drill.report", "", "write the figures here (phase, figure, value; tab-separated) for bench/scale/run.sh's side-by-side table")
 )
 
 const gateways = 2
@@ -70,38 +76,117 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// makeBinaries compiles one program and writes n copies, each with its own GNU build ID (the
-// note's bytes rewritten): n distinct binaries, as many stored files and indexes, with the
-// same code, so one llvm-symbolizer answer checks every copy.
-func makeBinaries(t *testing.T, n int) (paths []string, base string) {
+// source is a program the drill's binaries are copies of, and llvm-symbolizer's answer for
+// every address of the function the nodes sample in it.
+type source struct {
+	name, path, fn string
+	want           map[uint64][]otlptest.LLVMFrame
+}
+
+// binary is one of the drill's distinct binaries.
+type binary struct {
+	path string
+	src  *source
+	size int64
+}
+
+// makeBinaries writes n distinct binaries: copies of a few programs, each copy with its own
+// GNU build ID (the note's bytes rewritten), so each is its own stored file and index while
+// one llvm-symbolizer answer per program checks every copy. large of them are copies of the
+// Go programs over 100 MB that .ci/install-deps installs (MinIO, helm), medium of mid-sized
+// ones (golangci-lint, toxiproxy, the Collector builder), the rest of a small C program. They
+// are dealt so that the stored and the released half get the same mix.
+func makeBinaries(t *testing.T, n, medium, large int) []binary {
 	t.Helper()
-	base = testsupport.CompileC(t, otlptest.CSource+otlptest.CMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id")
-	f, err := elf.Open(base)
-	if err != nil {
-		t.Fatal(err)
+	small := &source{name: "c", path: testsupport.CompileC(t, otlptest.CSource+otlptest.CMain, "-O2", "-g", "-no-pie", "-fno-pie", "-Wl,--build-id"), fn: "outer"}
+	pick := func(names ...string) []*source {
+		var out []*source
+		for _, name := range names {
+			if p := testsupport.ToolPath(name); p != "" {
+				out = append(out, &source{name: name, path: p, fn: "main.main"})
+			}
+		}
+		return out
 	}
-	note := f.Section(".note.gnu.build-id")
-	if note == nil {
-		t.Fatal("no .note.gnu.build-id")
+	var mediums, larges []*source
+	if medium > 0 {
+		if mediums = pick("golangci-lint", "toxiproxy-server", "builder"); len(mediums) == 0 {
+			t.Fatal("-drill.medium: none of golangci-lint, toxiproxy-server, builder in the tools folder: run .ci/install-deps")
+		}
 	}
-	off := note.Offset + 16 // namesz, descsz, type, "GNU\0"
-	f.Close()
-	data, err := os.ReadFile(base)
-	if err != nil {
-		t.Fatal(err)
+	if large > 0 {
+		if larges = pick("helm", "minio"); len(larges) == 0 {
+			t.Fatal("-drill.large: neither helm nor minio in the tools folder: run .ci/install-deps")
+		}
+	}
+	if medium+large > n {
+		t.Fatalf("-drill.medium %d and -drill.large %d exceed -drill.binaries %d", medium, large, n)
+	}
+	var srcs []*source
+	for i := range large {
+		srcs = append(srcs, larges[i%len(larges)])
+	}
+	for i := range medium {
+		srcs = append(srcs, mediums[i%len(mediums)])
+	}
+	for len(srcs) < n {
+		srcs = append(srcs, small)
+	}
+	// Every address of each program's sampled function, as llvm-symbolizer reads it.
+	for _, src := range append(append([]*source{small}, mediums...), larges...) {
+		lo, hi := otlptest.SymbolRange(t, src.path, src.fn)
+		var vas []uint64
+		for va := lo; va < hi; va++ {
+			vas = append(vas, va)
+		}
+		src.want = map[uint64][]otlptest.LLVMFrame{}
+		for i, f := range otlptest.LLVMSymbolize(t, src.path, vas) {
+			src.want[vas[i]] = f
+		}
 	}
 	dir := t.TempDir()
-	for i := range n {
+	data := map[*source][]byte{}
+	offs := map[*source]uint64{}
+	out := make([]binary, n)
+	for i, src := range srcs {
+		if data[src] == nil {
+			f, err := elf.Open(src.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			note := f.Section(".note.gnu.build-id")
+			if note == nil || note.Size < 36 {
+				t.Fatalf("%s: no 20-byte .note.gnu.build-id", src.path)
+			}
+			offs[src] = note.Offset + 16 // namesz, descsz, type, "GNU\0"
+			f.Close()
+			if data[src], err = os.ReadFile(src.path); err != nil {
+				t.Fatal(err)
+			}
+		}
 		id := sha1.Sum([]byte("drill binary " + strconv.Itoa(i)))
-		cp := bytes.Clone(data)
-		copy(cp[off:off+20], id[:])
-		p := filepath.Join(dir, fmt.Sprintf("app-%03d", i))
-		if err := os.WriteFile(p, cp, 0o755); err != nil {
+		b := data[src]
+		off := offs[src]
+		copy(b[off:off+20], id[:]) // written out before the next copy changes it again
+		p := filepath.Join(dir, fmt.Sprintf("app-%03d-%s", i, src.name))
+		if err := os.WriteFile(p, b, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		paths = append(paths, p)
+		out[i] = binary{path: p, src: src, size: int64(len(b))}
 	}
-	return paths, base
+	return out
+}
+
+// split deals the binaries into the stored (even) and the released (odd) half.
+func split(bins []binary) (old, released []binary) {
+	for i, b := range bins {
+		if i%2 == 0 {
+			old = append(old, b)
+		} else {
+			released = append(released, b)
+		}
+	}
+	return old, released
 }
 
 // symbolizerMetrics sums a counter of one symbolizer's /metrics over label sets matching with.
@@ -187,7 +272,16 @@ type tally struct {
 	samplesIn, samplesOut, seen, symbolized, wrong atomic.Int64
 
 	mu      sync.Mutex
-	reasons map[string]int // of frames the gateways passed on unsymbolized
+	reasons map[string]int  // of frames the gateways passed on unsymbolized
+	took    []time.Duration // per profile, in the gateway
+}
+
+// ratio is the share of frames symbolized.
+func (t *tally) ratio() float64 {
+	if n := t.seen.Load(); n > 0 {
+		return float64(t.symbolized.Load()) / float64(n)
+	}
+	return 0
 }
 
 func (t *tally) String() string {
@@ -210,45 +304,44 @@ func TestReleaseDay(t *testing.T) {
 	if nbin < 4 || perNode > nbin/2 {
 		t.Fatalf("-drill.binaries %d and -drill.per-node %d: need at least 4 binaries and per-node at most half of them", nbin, perNode)
 	}
+	rep := &report{}
+	defer rep.write(t)
 	minio := testsupport.StartMinIO(t)
 	minio.NewBucket(t, "drill")
 	cluster := testsupport.StartRedisCluster(t, 3, 1)
 	s3 := []string{"--s3-endpoint", minio.Endpoint(), "--s3-bucket", "drill", "--s3-region", minio.Region(),
 		"--s3-access-key", minio.AccessKey(), "--s3-secret-key", minio.SecretKey(), "--s3-insecure", "--lease-ttl", "5s",
-		"--result-cache-entries", "0", "--coverage-interval", "1h", "--no-hold-uploaded-indexes"}
+		"--result-cache-entries", "0", "--coverage-interval", "1h", "--no-hold-uploaded-indexes",
+		"--index-cache-bytes", strconv.FormatInt(*flagCache, 10)}
 	syms := make([]*testsupport.Symbolizer, 3)
 	addrs := make([]string, 3)
 	for i := range syms {
 		syms[i] = testsupport.StartSymbolizer(t, cluster.URL(), s3...)
 		addrs[i] = strings.TrimPrefix(syms[i].URL(), "http://")
 	}
-	paths, base := makeBinaries(t, nbin)
-	old, released := paths[:nbin/2], paths[nbin/2:]
-
-	// What every copy's outer function symbolizes to.
-	lo, hi := otlptest.SymbolRange(t, base, "outer")
-	var vas []uint64
-	for va := lo; va < hi; va++ {
-		vas = append(vas, va)
+	bins := makeBinaries(t, nbin, *flagMedium, *flagLarge)
+	old, released := split(bins)
+	byName := map[string]binary{}
+	var largest int64
+	for _, b := range bins {
+		byName[filepath.Base(b.path)] = b
+		largest = max(largest, b.size)
 	}
-	want := map[uint64][]otlptest.LLVMFrame{}
-	for i, f := range otlptest.LLVMSymbolize(t, base, vas) {
-		want[vas[i]] = f
-	}
+	rep.describe(t, bins)
 
 	clients := make([]*uploadclient.Client, 3)
 	for i, s := range syms {
 		var err error
 		tok := s.Token
 		if clients[i], err = uploadclient.New(uploadclient.Options{Server: s.URL(), Token: func() (string, error) { return tok, nil },
-			RPCTimeout: time.Minute}); err != nil {
+			RPCTimeout: 5 * time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Before the drill: the old release is stored (uploaded through the Service: any replica).
-	for i, p := range old {
-		if _, err := upload(t.Context(), clients[i%3], p); err != nil {
-			t.Fatalf("upload %s: %v", p, err)
+	for i, b := range old {
+		if _, err := upload(t.Context(), clients[i%3], b.path); err != nil {
+			t.Fatalf("upload %s: %v", b.path, err)
 		}
 	}
 
@@ -260,6 +353,7 @@ func TestReleaseDay(t *testing.T) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gws := make([]*symbolize.Symbolizer, gateways)
+	routers := make([]*affinity.Router, gateways)
 	for g := range gws {
 		cfg := affinity.Config{Scheme: "http", Static: addrs, AttemptTimeout: time.Second, BalanceFactor: *flagBalance, EjectFor: 10 * time.Second,
 			NewClient: func(b string) symbolizerv1connect.SymbolizerServiceClient {
@@ -276,26 +370,44 @@ func TestReleaseDay(t *testing.T) {
 		}
 		router.Start()
 		t.Cleanup(router.Close)
+		routers[g] = router
 		gws[g] = symbolize.New(symbolize.Config{Client: router, Timeout: 5 * time.Second, CallTimeout: 2 * time.Second,
 			BatchAddresses: 8192, Concurrency: 4, CacheEntries: -1, Logger: quiet})
+	}
+	// failedModules is how many modules the gateways sent past a failed replica so far.
+	failedModules := func() (n int64) {
+		for _, r := range routers {
+			for _, st := range r.Stats() {
+				n += st.FailedModules
+			}
+		}
+		return n
 	}
 
 	slots := make([]chan struct{}, gateways)
 	for g := range slots {
 		slots[g] = make(chan struct{}, *flagGateway)
 	}
-	// send has node n send one profile of its binaries from set through its gateway.
-	send := func(n int, set []string, tl *tally) {
-		bins := make([]otlptest.Binary, perNode)
-		for j := range bins {
-			p := set[(n*7+j*13)%len(set)]
-			bins[j] = otlptest.Binary{Name: filepath.Base(p), Path: p, Fn: "outer"}
+	picks := func(n int, set []binary) []binary {
+		out := make([]binary, perNode)
+		for j := range out {
+			out[j] = set[(n*7+j*13)%len(set)]
 		}
-		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, dedupe(bins))
+		return out
+	}
+	// send has node n send one profile of its binaries from set through its gateway.
+	send := func(n int, set []binary, tl *tally) {
+		var obs []otlptest.Binary
+		for _, b := range picks(n, set) {
+			obs = append(obs, otlptest.Binary{Name: filepath.Base(b.path), Path: b.path, Fn: b.src.fn})
+		}
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, dedupe(obs))
 		tl.samplesIn.Add(int64(pd.SampleCount()))
 		g := n % gateways
 		slots[g] <- struct{}{}
+		began := time.Now()
 		rep := gws[g].Process(t.Context(), pd)
+		took := time.Since(began)
 		<-slots[g]
 		tl.samplesOut.Add(int64(pd.SampleCount()))
 		tl.mu.Lock()
@@ -305,6 +417,7 @@ func TestReleaseDay(t *testing.T) {
 		for r, k := range rep.Unresolved {
 			tl.reasons[r] += k
 		}
+		tl.took = append(tl.took, took)
 		tl.mu.Unlock()
 		for i, s := range otlptest.Resolve(pd) {
 			tl.seen.Add(1)
@@ -312,19 +425,22 @@ func TestReleaseDay(t *testing.T) {
 			if len(got) == 0 {
 				continue
 			}
-			w := want[cases[i].VAddr]
+			w := byName[cases[i].Bin.Name].src.want[cases[i].VAddr]
 			ok := len(got) == len(w)
 			for k := 0; ok && k < len(w); k++ {
 				ok = got[k].Function == w[k].FunctionName && got[k].Line == w[k].Line
 			}
 			if !ok {
 				tl.wrong.Add(1)
+				if tl.wrong.Load() <= 3 {
+					t.Logf("%s %#x: got %+v, llvm-symbolizer %+v", cases[i].Bin.Name, cases[i].VAddr, got, w)
+				}
 				continue
 			}
 			tl.symbolized.Add(1)
 		}
 	}
-	round := func(what string, set []string, before func(n int)) *tally {
+	round := func(ph *phase, what string, set []binary, before func(n int), logged bool) *tally {
 		var tl tally
 		var wg sync.WaitGroup
 		for n := range nodes {
@@ -336,40 +452,82 @@ func TestReleaseDay(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		t.Logf("%s: %s", what, &tl)
+		if logged {
+			t.Logf("%s: %s", what, &tl)
+		}
 		if tl.samplesIn.Load() != tl.samplesOut.Load() || tl.wrong.Load() != 0 {
 			t.Errorf("%s: samples lost or frames wrong: %s", what, &tl)
 		}
+		ph.add(&tl)
 		return &tl
 	}
-	// counters sums the symbolizers' counters; a replica that is down counts what it had when
-	// last seen, so differences are of the live ones.
+	// counters sums the symbolizers' counters over the drill: a replica that is down counts
+	// what it had when last seen, and one that restarted (its counters from zero again) adds
+	// its new counts to those of its earlier life.
 	last := make([][4]float64, len(syms))
+	lives := make([][4]float64, len(syms)) // the sums of its earlier lives
 	counters := func() (builds, loads, waits, uploads float64, per []string) {
 		for i, s := range syms {
 			b := symbolizerMetrics(t, s.URL(), "symbolizer_index_builds_total", `result="ok"`)
 			if b >= 0 {
-				last[i] = [4]float64{b,
+				now := [4]float64{b,
 					symbolizerMetrics(t, s.URL(), "symbolizer_index_loads_total", `result="ok"`),
 					symbolizerMetrics(t, s.URL(), "symbolizer_index_build_waits_total", ""),
 					symbolizerMetrics(t, s.URL(), "symbolizer_uploads_total", `result="ok"`)}
-				per = append(per, fmt.Sprintf("replica %d: %v loads, %v builds", i, last[i][1], last[i][0]))
+				if now[1] < last[i][1] || now[0] < last[i][0] || now[3] < last[i][3] {
+					for k := range now {
+						lives[i][k] += last[i][k]
+					}
+				}
+				last[i] = now
+				per = append(per, fmt.Sprintf("replica %d: %v loads, %v builds", i, lives[i][1]+now[1], lives[i][0]+now[0]))
 			} else {
 				per = append(per, fmt.Sprintf("replica %d: down", i))
 			}
-			builds, loads, waits, uploads = builds+last[i][0], loads+last[i][1], waits+last[i][2], uploads+last[i][3]
+			builds += lives[i][0] + last[i][0]
+			loads += lives[i][1] + last[i][1]
+			waits += lives[i][2] + last[i][2]
+			uploads += lives[i][3] + last[i][3]
 		}
 		return
 	}
+	begin := func(name string) *phase {
+		ph := &phase{name: name, start: time.Now(), redis0: redisCommands(t, cluster)}
+		ph.builds0, ph.loads0, _, _, _ = counters()
+		ph.failed0 = failedModules()
+		return ph
+	}
+	// end closes a phase: its figures into the report, and the memory bound checked.
+	end := func(ph *phase) {
+		builds, loads, _, _, per := counters()
+		ph.builds, ph.loads = builds-ph.builds0, loads-ph.loads0
+		ph.failed = failedModules() - ph.failed0
+		ph.redisOps = float64(redisCommands(t, cluster)-ph.redis0) / time.Since(ph.start).Seconds()
+		ph.redisBytes = redisMemory(t, cluster)
+		for i, s := range syms {
+			r := replicaMemory{index: -1}
+			if pid := s.PID(); pid > 0 {
+				r.hwm = peakRSS(pid)
+				r.index = int64(symbolizerMetrics(t, s.URL(), "symbolizer_index_cache_bytes", ""))
+			}
+			ph.replicas = append(ph.replicas, r)
+			if r.hwm > *flagCache+*flagMargin {
+				t.Errorf("%s: replica %d peaked at %d MiB of RSS, over its index cache (%d MiB) and the margin (%d MiB)",
+					ph.name, i, r.hwm>>20, *flagCache>>20, *flagMargin>>20)
+			}
+		}
+		t.Logf("%s: %s; %v", ph.name, ph, per)
+		rep.phase(ph)
+	}
 
 	// Steady: the old release, stored; the first round loads indexes, the second reads memory.
-	round("steady, first round", old, nil)
-	if tl := round("steady", old, nil); tl.symbolized.Load() != tl.seen.Load() {
+	ph := begin("steady")
+	round(ph, "steady, first round", old, nil, true)
+	if tl := round(ph, "steady", old, nil, true); tl.symbolized.Load() != tl.seen.Load() {
 		coverage("steady: %d of %d frames unsymbolized", tl.seen.Load()-tl.symbolized.Load(), tl.seen.Load())
 	}
-	b0, l0, _, u0, per := counters()
-	t.Logf("steady: %v index loads for %d binaries: %.2f replicas hold each", l0, len(old), l0/float64(len(old)))
-	t.Logf("after steady: %v", per)
+	ph.asked = asked(nodes, old, picks)
+	end(ph)
 
 	// Release: every node runs new binaries, uploads them at once, and sends profiles.
 	var (
@@ -378,14 +536,15 @@ func TestReleaseDay(t *testing.T) {
 		puts     int                            // nodes that sent bytes
 		refusals = map[string]int{}
 	)
-	round("release, first round (uploads racing)", released, func(n int) {
-		for j := range perNode {
-			p := released[(n*7+j*13)%len(released)]
-			out, err := upload(t.Context(), clients[n%3], p)
+	_, _, w0, u0, _ := counters()
+	ph = begin("release")
+	first := round(ph, "release, first round (uploads racing)", released, func(n int) {
+		for _, b := range picks(n, released) {
+			out, err := upload(t.Context(), clients[n%3], b.path)
 			mu.Lock()
 			switch {
 			case err != nil:
-				t.Errorf("node %d upload %s: %v", n, filepath.Base(p), err)
+				t.Errorf("node %d upload %s: %v", n, filepath.Base(b.path), err)
 			case out.uploadID != "":
 				puts++
 				if accepted[out.buildID] == nil {
@@ -397,7 +556,8 @@ func TestReleaseDay(t *testing.T) {
 			}
 			mu.Unlock()
 		}
-	})
+	}, true)
+	ph.first = first
 	twice := 0
 	for id, ups := range accepted {
 		if len(ups) > 1 {
@@ -405,31 +565,241 @@ func TestReleaseDay(t *testing.T) {
 			t.Errorf("build ID %s: %d uploads accepted", id, len(ups))
 		}
 	}
-	t.Logf("release uploads: %d build IDs, %d accepted uploads (one each: %v), %d nodes sent bytes (the same file raced through ShouldUpload shares its upload), refused: %v",
-		len(released), len(accepted), twice == 0, puts, refusals)
-	if len(accepted) != len(released) {
-		t.Errorf("%d of %d released build IDs were uploaded", len(accepted), len(released))
+	ph.asked = asked(nodes, released, picks)
+	t.Logf("release uploads: %d build IDs asked of %d released, %d accepted uploads (one each: %v), %d nodes sent bytes (the same file raced through ShouldUpload shares its upload), refused: %v",
+		ph.asked, len(released), len(accepted), twice == 0, puts, refusals)
+	if len(accepted) != ph.asked {
+		t.Errorf("%d of %d released build IDs that nodes run were uploaded", len(accepted), ph.asked)
 	}
-	after := round("release, after the uploads (first deadline after them)", released, nil)
-	if r := float64(after.symbolized.Load()) / float64(after.seen.Load()); r < 0.99 {
+	after := round(ph, "release, after the uploads (first deadline after them)", released, nil, true)
+	if r := after.ratio(); r < 0.99 {
 		coverage("release: %.2f%% of frames symbolized after the uploads, want at least 99%%", 100*r)
 	}
-	b1, l1, w1, u1, per := counters()
+	_, _, w1, u1, _ := counters()
+	ph.uploads, ph.puts, ph.accepted, ph.refused, ph.waits = u1-u0, puts, len(accepted), refusals, w1-w0
+	end(ph)
 	// Each upload's verification builds its index once (FinishUpload repeated for a shared
-	// upload verifies nothing); uploaded indexes are not held by the verifying replica, so an
-	// index is in memory where it was loaded or built on lookup.
-	t.Logf("release: %v FinishUpload ok, %v index builds on lookup, %v index loads: %.2f replicas hold each new index; %v build waits; %v",
-		u1-u0, b1-b0, l1-l0, (b1-b0+l1-l0)/float64(len(released)), w1, per)
+	// upload verifies nothing) and does not keep it in memory (--no-hold-uploaded-indexes):
+	// an index is in memory where it was loaded, or built on lookup. Each new build ID must
+	// have been loaded by one replica, two only where a failing call moved its module.
+	if held := ph.builds + ph.loads; *flagAffinity && held > float64(ph.asked)+float64(ph.failed) {
+		t.Errorf("release: %v index loads and builds on lookup for %d new build IDs (%d modules moved past a failed replica): a new index was held by more than one replica",
+			held, ph.asked, ph.failed)
+	}
 
-	// A replica killed: its build IDs go to their next owners, which load them from the store.
+	// A replica killed under load: its build IDs go to their next owners, which answer from
+	// Redis or load the indexes from the store; then it comes back and takes them again.
+	ph = begin("replica killed and restarted")
 	syms[0].Stop()
-	killed := round("replica 0 killed, first round", released, nil)
-	if r := float64(killed.symbolized.Load()) / float64(killed.seen.Load()); r < 0.99 {
+	killed := round(ph, "replica 0 killed, first round", released, nil, true)
+	if r := killed.ratio(); r < 0.99 {
 		coverage("after the kill: %.2f%% of frames symbolized, want at least 99%%", 100*r)
 	}
-	round("replica 0 killed", released, nil)
-	_, l2, _, _, per := counters()
-	t.Logf("after the kill: %v more index loads on the live replicas (the rest answered from Redis with string tables); %v", l2-l1, per)
+	ph.first = killed
+	round(ph, "replica 0 killed", released, nil, true)
+	syms[0].Start(t)
+	// The gateways pass a failed replica over for 10 s (EjectFor): a round a second goes on
+	// meanwhile.
+	restarted := 0
+	for deadline := time.Now().Add(12 * time.Second); time.Now().Before(deadline); restarted++ {
+		tick := time.After(time.Second)
+		round(ph, "replica 0 restarted", released, nil, false)
+		<-tick
+	}
+	t.Logf("replica 0 restarted: %d rounds while the gateways passed it over", restarted)
+	round(ph, "replica 0 back in the gateways' rotation", released, nil, true)
+	ph.asked = asked(nodes, released, picks)
+	end(ph)
+}
+
+// phase is the figures of one phase of the drill.
+type phase struct {
+	name  string
+	start time.Time
+	asked int // distinct binaries the nodes ran
+
+	builds0, loads0, builds, loads float64 // index builds on lookup and loads, all replicas
+	failed0, failed                int64   // modules moved past a failed replica
+	redis0                         int64
+	redisOps                       float64
+	redisBytes                     int64
+	replicas                       []replicaMemory
+	rounds                         []*tally
+	first                          *tally // the round that is the phase's test
+
+	uploads, waits float64
+	puts, accepted int
+	refused        map[string]int
+}
+
+// refusedN is how many uploads were refused, for any reason.
+func (p *phase) refusedN() (n int) {
+	for _, k := range p.refused {
+		n += k
+	}
+	return n
+}
+
+type replicaMemory struct {
+	hwm, index int64 // peak RSS, bytes of indexes in memory (-1: down)
+}
+
+func (p *phase) add(t *tally) { p.rounds = append(p.rounds, t) }
+
+// latency is the p50 and p99 of the time the gateways took per profile over the phase.
+func (p *phase) latency() (p50, p99 time.Duration) {
+	var all []time.Duration
+	for _, r := range p.rounds {
+		all = append(all, r.took...)
+	}
+	if len(all) == 0 {
+		return 0, 0
+	}
+	slices.Sort(all)
+	return all[len(all)*50/100], all[min(len(all)-1, len(all)*99/100)]
+}
+
+func (p *phase) String() string {
+	p50, p99 := p.latency()
+	var in, out int64
+	for _, r := range p.rounds {
+		in, out = in+r.samplesIn.Load(), out+r.samplesOut.Load()
+	}
+	var mem []string
+	for i, r := range p.replicas {
+		if r.index < 0 {
+			mem = append(mem, fmt.Sprintf("replica %d down", i))
+			continue
+		}
+		mem = append(mem, fmt.Sprintf("replica %d peak RSS %d MiB, indexes %.1f MiB", i, r.hwm>>20, float64(r.index)/(1<<20)))
+	}
+	return fmt.Sprintf("%d binaries asked; %v index builds on lookup and %v loads (%.2f per binary); %d modules moved past a failed replica; p50 %v p99 %v per profile; samples in %d out %d; Redis %.0f ops/s, %d MiB; %s",
+		p.asked, p.builds, p.loads, (p.builds+p.loads)/float64(max(p.asked, 1)), p.failed,
+		p50.Round(time.Millisecond), p99.Round(time.Millisecond), in, out, p.redisOps, p.redisBytes>>20, strings.Join(mem, "; "))
+}
+
+// asked counts the distinct binaries of set that nodes run.
+func asked(nodes int, set []binary, picks func(int, []binary) []binary) int {
+	seen := map[string]bool{}
+	for n := range nodes {
+		for _, b := range picks(n, set) {
+			seen[b.path] = true
+		}
+	}
+	return len(seen)
+}
+
+// peakRSS is a process's peak resident set size (VmHWM), in bytes; 0 if unreadable.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// redisCommands is the commands the cluster's masters processed so far.
+func redisCommands(t *testing.T, c *testsupport.RedisCluster) (n int64) {
+	for _, i := range c.Masters() {
+		info, err := c.Info(t.Context(), i, "stats")
+		if err != nil {
+			t.Logf("redis node %d: %v", i, err)
+			continue
+		}
+		v, _ := strconv.ParseInt(info["total_commands_processed"], 10, 64)
+		n += v
+	}
+	return n
+}
+
+// redisMemory is the memory the cluster's masters use for data.
+func redisMemory(t *testing.T, c *testsupport.RedisCluster) (n int64) {
+	for _, i := range c.Masters() {
+		info, err := c.Info(t.Context(), i, "memory")
+		if err != nil {
+			t.Logf("redis node %d: %v", i, err)
+			continue
+		}
+		v, _ := strconv.ParseInt(info["used_memory"], 10, 64)
+		n += v
+	}
+	return n
+}
+
+// report is the drill's figures as rows of phase, figure and value, for bench/scale/run.sh
+// to put the runs with and without affinity side by side.
+type report struct {
+	rows [][3]string
+}
+
+func (r *report) add(phase, figure, value string) {
+	r.rows = append(r.rows, [3]string{phase, figure, value})
+}
+
+func (r *report) describe(t *testing.T, bins []binary) {
+	sizes := map[string]int{}
+	var total int64
+	var large int
+	for _, b := range bins {
+		sizes[fmt.Sprintf("%s (%d MB)", b.src.name, b.size/1e6)]++
+		total += b.size
+		if b.size > 100e6 {
+			large++
+		}
+	}
+	t.Logf("%d binaries, %d MB in all, %d over 100 MB: %v", len(bins), total/1e6, large, sizes)
+	r.add("setup", "nodes", strconv.Itoa(*flagNodes))
+	r.add("setup", "binaries (over 100 MB)", fmt.Sprintf("%d (%d)", len(bins), large))
+	r.add("setup", "binary bytes", fmt.Sprintf("%d MB", total/1e6))
+}
+
+func (r *report) phase(p *phase) {
+	pct := func(t *tally) string { return fmt.Sprintf("%.2f%%", 100*t.ratio()) }
+	p50, p99 := p.latency()
+	var in, out int64
+	for _, t := range p.rounds {
+		in, out = in+t.samplesIn.Load(), out+t.samplesOut.Load()
+	}
+	r.add(p.name, "samples in / out", fmt.Sprintf("%d / %d", in, out))
+	r.add(p.name, "index loads + builds on lookup per binary", fmt.Sprintf("%.2f", (p.builds+p.loads)/float64(max(p.asked, 1))))
+	r.add(p.name, "modules moved past a failed replica", strconv.FormatInt(p.failed, 10))
+	if p.first != nil {
+		r.add(p.name, "frames symbolized, first round", pct(p.first))
+	}
+	r.add(p.name, "frames symbolized, last round", pct(p.rounds[len(p.rounds)-1]))
+	r.add(p.name, "gateway time per profile p50 / p99", fmt.Sprintf("%v / %v", p50.Round(time.Millisecond), p99.Round(time.Millisecond)))
+	r.add(p.name, "Redis ops/s, memory", fmt.Sprintf("%.0f, %d MiB", p.redisOps, p.redisBytes>>20))
+	for i, m := range p.replicas {
+		v := "down"
+		if m.index >= 0 {
+			v = fmt.Sprintf("%d / %.1f MiB", m.hwm>>20, float64(m.index)/(1<<20))
+		}
+		r.add(p.name, fmt.Sprintf("replica %d peak RSS / indexes held", i), v)
+	}
+	if p.puts > 0 {
+		r.add(p.name, "uploads accepted per build ID", fmt.Sprintf("%.2f", float64(p.accepted)/float64(max(p.asked, 1))))
+		r.add(p.name, "nodes that sent bytes / refused", fmt.Sprintf("%d / %d", p.puts, p.refusedN()))
+		r.add(p.name, "index build waits", fmt.Sprintf("%v", p.waits))
+	}
+}
+
+func (r *report) write(t *testing.T) {
+	if *flagReport == "" {
+		return
+	}
+	var b strings.Builder
+	for _, row := range r.rows {
+		fmt.Fprintf(&b, "%s\t%s\t%s\n", row[0], row[1], row[2])
+	}
+	if err := os.WriteFile(*flagReport, []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
 }
 
 // dedupe drops repeated binaries of one node (two picks of one binary would be one mapping).

@@ -89,7 +89,7 @@ type replica struct {
 	// downUntil is when an ejected replica is asked again (unix nanoseconds).
 	downUntil atomic.Int64
 
-	calls, modules, failures, spills, spillsRefused atomic.Int64
+	calls, modules, failures, failedModules, spills, spillsRefused atomic.Int64
 }
 
 // New returns a Router; Start begins resolving.
@@ -227,6 +227,8 @@ func (r *Router) Replicas() []string {
 // Stats is what one replica was asked.
 type Stats struct {
 	Calls, Modules, Failures int64
+	// FailedModules counts the modules of failed calls, each then sent to its next owner.
+	FailedModules int64
 	// Spills counts modules sent to this replica past their owner's load bound (resident
 	// only); SpillsRefused those it answered NOT_RESIDENT, which then went to their owner.
 	Spills, SpillsRefused int64
@@ -238,7 +240,7 @@ func (r *Router) Stats() map[string]Stats {
 	defer r.mu.Unlock()
 	out := map[string]Stats{}
 	for _, rp := range r.replicas {
-		out[rp.addr] = Stats{rp.calls.Load(), rp.modules.Load(), rp.failures.Load(), rp.spills.Load(), rp.spillsRefused.Load()}
+		out[rp.addr] = Stats{rp.calls.Load(), rp.modules.Load(), rp.failures.Load(), rp.failedModules.Load(), rp.spills.Load(), rp.spillsRefused.Load()}
 	}
 	return out
 }
@@ -452,6 +454,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 			}
 			if res.err != nil {
 				res.rp.failures.Add(1)
+				res.rp.failedModules.Add(int64(len(res.p.idx)))
 				if !retryable(ctx, res.err) {
 					fatal = res.err
 					continue

@@ -92,6 +92,16 @@ func lookBinary(t testing.TB, name, hint string) string {
 	return path
 }
 
+// ToolPath returns the path of a tool .ci/install-deps put in the tools folder
+// (${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin}), or "" when it is not there.
+func ToolPath(name string) string {
+	p := filepath.Join(toolsDir(), name)
+	if ok, err := isExecutable(p); err != nil || !ok {
+		return ""
+	}
+	return p
+}
+
 // toolsDir is where .ci/install-deps puts tools that Debian does not package.
 func toolsDir() string {
 	if dir := os.Getenv("PROFSYM_TOOLS"); dir != "" {

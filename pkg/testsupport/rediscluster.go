@@ -118,6 +118,21 @@ func (c *RedisCluster) do(ctx context.Context, i int, args ...string) (string, e
 	return string(out), nil
 }
 
+// Info returns the fields of INFO section on node i (e.g. "stats", "memory").
+func (c *RedisCluster) Info(ctx context.Context, i int, section string) (map[string]string, error) {
+	out, err := c.do(ctx, i, "info", section)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields, nil
+}
+
 // Masters returns the indices of the live nodes that are masters now.
 func (c *RedisCluster) Masters() []int {
 	var out []int
