@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/minio/minio-go/v7"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -270,6 +271,7 @@ func upload(ctx context.Context, c *uploadclient.Client, path string) (uploadOut
 // tally is what the gateways saw in one round.
 type tally struct {
 	samplesIn, samplesOut, seen, symbolized, wrong atomic.Int64
+	asked                                          atomic.Int64 // distinct (binary, address) pairs sent to the symbolizers
 
 	mu      sync.Mutex
 	reasons map[string]int  // of frames the gateways passed on unsymbolized
@@ -307,7 +309,7 @@ func TestReleaseDay(t *testing.T) {
 	rep := &report{}
 	defer rep.write(t)
 	minio := testsupport.StartMinIO(t)
-	minio.NewBucket(t, "drill")
+	bucket := minio.NewBucket(t, "drill")
 	cluster := testsupport.StartRedisCluster(t, 3, 1)
 	s3 := []string{"--s3-endpoint", minio.Endpoint(), "--s3-bucket", "drill", "--s3-region", minio.Region(),
 		"--s3-access-key", minio.AccessKey(), "--s3-secret-key", minio.SecretKey(), "--s3-insecure", "--lease-ttl", "5s",
@@ -410,6 +412,7 @@ func TestReleaseDay(t *testing.T) {
 		took := time.Since(began)
 		<-slots[g]
 		tl.samplesOut.Add(int64(pd.SampleCount()))
+		tl.asked.Add(int64(rep.Seen - rep.CacheHits))
 		tl.mu.Lock()
 		if tl.reasons == nil {
 			tl.reasons = map[string]int{}
@@ -491,8 +494,27 @@ func TestReleaseDay(t *testing.T) {
 		}
 		return
 	}
+	// cpu is the symbolizers' CPU time so far, over every life of each.
+	cpuLast := make([]time.Duration, len(syms))
+	cpuLives := make([]time.Duration, len(syms))
+	cpuPID := make([]int, len(syms))
+	cpu := func() (sum time.Duration) {
+		for i, s := range syms {
+			if pid := s.PID(); pid > 0 {
+				if pid != cpuPID[i] {
+					cpuLives[i] += cpuLast[i]
+					cpuPID[i], cpuLast[i] = pid, 0
+				}
+				if c, ok := cpuTime(pid); ok {
+					cpuLast[i] = c
+				}
+			}
+			sum += cpuLives[i] + cpuLast[i]
+		}
+		return sum
+	}
 	begin := func(name string) *phase {
-		ph := &phase{name: name, start: time.Now(), redis0: redisCommands(t, cluster)}
+		ph := &phase{name: name, start: time.Now(), redis0: redisCommands(t, cluster), cpu0: cpu()}
 		ph.builds0, ph.loads0, _, _, _ = counters()
 		ph.failed0 = failedModules()
 		return ph
@@ -503,7 +525,8 @@ func TestReleaseDay(t *testing.T) {
 		ph.builds, ph.loads = builds-ph.builds0, loads-ph.loads0
 		ph.failed = failedModules() - ph.failed0
 		ph.redisOps = float64(redisCommands(t, cluster)-ph.redis0) / time.Since(ph.start).Seconds()
-		ph.redisBytes = redisMemory(t, cluster)
+		ph.redisBytes, ph.redisKeys = redisMemory(t, cluster)
+		ph.cpu = cpu() - ph.cpu0
 		for i, s := range syms {
 			r := replicaMemory{index: -1}
 			if pid := s.PID(); pid > 0 {
@@ -571,6 +594,10 @@ func TestReleaseDay(t *testing.T) {
 	if len(accepted) != ph.asked {
 		t.Errorf("%d of %d released build IDs that nodes run were uploaded", len(accepted), ph.asked)
 	}
+	// A replica remembers that a build ID has nothing stored for a second (a fifth of
+	// symbolizeapi's ResolveTTL), so that binaries never uploaded cost no store read per
+	// request; a node's next export comes 10 s after its last (the collector's --interval).
+	time.Sleep(1500 * time.Millisecond)
 	after := round(ph, "release, after the uploads (first deadline after them)", released, nil, true)
 	if r := after.ratio(); r < 0.99 {
 		coverage("release: %.2f%% of frames symbolized after the uploads, want at least 99%%", 100*r)
@@ -610,6 +637,15 @@ func TestReleaseDay(t *testing.T) {
 	round(ph, "replica 0 back in the gateways' rotation", released, nil, true)
 	ph.asked = asked(nodes, released, picks)
 	end(ph)
+	stored := storeBytes(t, bucket, "drill")
+	var binBytes int64
+	for _, b := range bins {
+		binBytes += b.size
+	}
+	t.Logf("the store: %v bytes by kind, for %d MB of binaries", stored, binBytes/1e6)
+	for _, kind := range []string{"files", "indexes", "string tables", "records"} {
+		rep.add("store", kind, fmt.Sprintf("%d MB (%.2f of the binaries)", stored[kind]/1e6, float64(stored[kind])/float64(binBytes)))
+	}
 }
 
 // phase is the figures of one phase of the drill.
@@ -618,8 +654,10 @@ type phase struct {
 	start time.Time
 	asked int // distinct binaries the nodes ran
 
-	builds0, loads0, builds, loads float64 // index builds on lookup and loads, all replicas
-	failed0, failed                int64   // modules moved past a failed replica
+	builds0, loads0, builds, loads float64       // index builds on lookup and loads, all replicas
+	failed0, failed                int64         // modules moved past a failed replica
+	cpu0, cpu                      time.Duration // the symbolizers' CPU time
+	redisKeys                      int64
 	redis0                         int64
 	redisOps                       float64
 	redisBytes                     int64
@@ -718,8 +756,8 @@ func redisCommands(t *testing.T, c *testsupport.RedisCluster) (n int64) {
 	return n
 }
 
-// redisMemory is the memory the cluster's masters use for data.
-func redisMemory(t *testing.T, c *testsupport.RedisCluster) (n int64) {
+// redisMemory is the memory the cluster's masters use, and the keys they hold.
+func redisMemory(t *testing.T, c *testsupport.RedisCluster) (bytes, keys int64) {
 	for _, i := range c.Masters() {
 		info, err := c.Info(t.Context(), i, "memory")
 		if err != nil {
@@ -727,9 +765,56 @@ func redisMemory(t *testing.T, c *testsupport.RedisCluster) (n int64) {
 			continue
 		}
 		v, _ := strconv.ParseInt(info["used_memory"], 10, 64)
-		n += v
+		bytes += v
+		if info, err = c.Info(t.Context(), i, "keyspace"); err == nil {
+			// db0:keys=123,expires=123,avg_ttl=0
+			if kv, ok := info["db0"]; ok {
+				k, _, _ := strings.Cut(strings.TrimPrefix(kv, "keys="), ",")
+				n, _ := strconv.ParseInt(k, 10, 64)
+				keys += n
+			}
+		}
 	}
-	return n
+	return bytes, keys
+}
+
+// cpuTime is a process's user and system CPU time (utime + stime of /proc/PID/stat).
+func cpuTime(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command may hold spaces: the fields after it start past the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / hz, true
+}
+
+// storeBytes sums the bucket's objects by kind: indexes, string tables, records, the files.
+func storeBytes(t *testing.T, c *minio.Client, bucket string) map[string]int64 {
+	out := map[string]int64{}
+	for o := range c.ListObjects(t.Context(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if o.Err != nil {
+			t.Errorf("list the store: %v", o.Err)
+			return out
+		}
+		kind := "files"
+		switch {
+		case strings.HasSuffix(o.Key, ".index"):
+			kind = "indexes"
+		case strings.HasSuffix(o.Key, ".strings"):
+			kind = "string tables"
+		case strings.HasSuffix(o.Key, ".json"):
+			kind = "records"
+		}
+		out[kind] += o.Size
+	}
+	return out
 }
 
 // report is the drill's figures as rows of phase, figure and value, for bench/scale/run.sh
@@ -774,7 +859,14 @@ func (r *report) phase(p *phase) {
 	}
 	r.add(p.name, "frames symbolized, last round", pct(p.rounds[len(p.rounds)-1]))
 	r.add(p.name, "gateway time per profile p50 / p99", fmt.Sprintf("%v / %v", p50.Round(time.Millisecond), p99.Round(time.Millisecond)))
+	var addrs int64
+	for _, t := range p.rounds {
+		addrs += t.asked.Load()
+	}
 	r.add(p.name, "Redis ops/s, memory", fmt.Sprintf("%.0f, %d MiB", p.redisOps, p.redisBytes>>20))
+	r.add(p.name, "Redis keys", strconv.FormatInt(p.redisKeys, 10))
+	r.add(p.name, "addresses asked of the symbolizers", strconv.FormatInt(addrs, 10))
+	r.add(p.name, "symbolizer CPU per 1,000 addresses", fmt.Sprintf("%.1f ms", float64(p.cpu.Microseconds())/float64(max(addrs, 1))))
 	for i, m := range p.replicas {
 		v := "down"
 		if m.index >= 0 {
