@@ -13,8 +13,12 @@
 // everything behind one replica: past the bound, a module goes to its next owner marked
 // resident_only, so that the next owner answers it only from memory or the shared result
 // cache and never loads a second copy of the index; a module it cannot answer so comes back
-// NOT_RESIDENT and goes to its owner regardless of the bound. An index is then held by one
-// replica, and by two only while its owner is failing.
+// NOT_RESIDENT and goes to its owner regardless of the bound. A replica that times out is taken
+// as busy, not gone: its modules go to their next owners resident only too, for EjectFor, and
+// are answered UNAVAILABLE (passed on unsymbolized, asked again with the next export) when the
+// next owner holds nothing of them; only a replica that refuses, cannot be reached, leaves
+// DNS, or has answered nothing for GiveUpAfter has its indexes loaded elsewhere. An index is
+// then held by one replica, and by two only while its owner is failing.
 package affinity
 
 import (
@@ -56,6 +60,10 @@ type Config struct {
 	BalanceFactor float64
 	// EjectFor is how long a replica that failed a call is passed over (default 10s).
 	EjectFor time.Duration
+	// GiveUpAfter is how long a replica may go on timing out, answering nothing, before
+	// its modules are loaded by their next owners instead of asked of them resident only
+	// (default 30s).
+	GiveUpAfter time.Duration
 	// Pin, when set, is hashed for every module instead of its build ID: the whole client goes
 	// to one replica (the next one when it fails), as a client of a Kubernetes Service does
 	// over its long-lived connection. It is the behaviour without affinity, for comparisons.
@@ -88,6 +96,12 @@ type replica struct {
 	inflight atomic.Int64
 	// downUntil is when an ejected replica is asked again (unix nanoseconds).
 	downUntil atomic.Int64
+	// slowUntil is when a replica that timed out is asked first again; until then its
+	// modules go to their next owners resident only (unix nanoseconds).
+	slowUntil atomic.Int64
+	// lastOK is when the replica last answered a call (unix nanoseconds; its creation at
+	// first).
+	lastOK atomic.Int64
 
 	calls, modules, failures, failedModules, spills, spillsRefused atomic.Int64
 }
@@ -114,6 +128,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.EjectFor <= 0 {
 		cfg.EjectFor = 10 * time.Second
+	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = 30 * time.Second
 	}
 	if cfg.Lookup == nil {
 		cfg.Lookup = net.DefaultResolver.LookupHost
@@ -198,6 +215,7 @@ func (r *Router) set(addrs []string) {
 		if rp == nil {
 			changed = true
 			rp = &replica{addr: a, client: r.cfg.NewClient(r.cfg.Scheme + "://" + a)}
+			rp.lastOK.Store(time.Now().UnixNano())
 		}
 		next = append(next, rp)
 	}
@@ -287,17 +305,30 @@ func rank(key string, reps []*replica) []*replica {
 	return out
 }
 
-// pick returns the replica a module goes to in this round: the first of ranked not tried yet
-// and not ejected that either already takes a part of this round (the module joins it) or
-// has room under the load bound (its in-flight count is taken here, atomically, so callers
-// at once cannot all pass the bound). When every untried replica is ejected or full, the
-// first untried one: a replica passed over is better than none. spilled is true when a live
-// replica ahead of the one picked was passed over only for the bound: the module then goes
-// resident only.
-func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*replica]*part, bound int64, now int64) (picked *replica, spilled bool) {
+// modState is what one call knows of one of its modules.
+type modState struct {
+	ranked []*replica
+	tried  map[*replica]bool
+	// timedOut holds the replicas whose call with this module passed the attempt timeout.
+	timedOut map[*replica]bool
+	// owed is set when a replica answered the module NOT_RESIDENT after it was sent past a
+	// busy owner: it goes to its owner, whatever the owner's load.
+	owed bool
+}
+
+// pick returns the replica a module goes to in this round: the first of its ranked replicas
+// not tried yet and not ejected that either already takes a part of this round (the module
+// joins it) or has room under the load bound (its in-flight count is taken here, atomically,
+// so callers at once cannot all pass the bound). When every untried replica is ejected or
+// full, the first untried one: a replica passed over is better than none. spilled is true when
+// a live replica ahead of the one picked was passed over for being busy (over the bound,
+// recently timed out, or timed out on this module in this call): the module then goes resident
+// only.
+func (r *Router) pick(st *modState, round map[*replica]*part, bound int64, now int64) (picked *replica, spilled bool) {
 	var fallback *replica
-	for _, rp := range ranked {
-		if tried[rp] {
+	for _, rp := range st.ranked {
+		if st.tried[rp] {
+			spilled = spilled || st.timedOut[rp]
 			continue
 		}
 		if _, ok := round[rp]; ok {
@@ -306,8 +337,16 @@ func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*rep
 		if fallback == nil {
 			fallback = rp
 		}
-		if rp.downUntil.Load() > now {
+		if rp.downUntil.Load() > now || r.gone(rp, now) {
 			continue
+		}
+		if !st.owed && rp.slowUntil.Load() > now {
+			spilled = true
+			continue
+		}
+		if st.owed {
+			rp.inflight.Add(1)
+			return rp, spilled
 		}
 		if rp.reserve(bound) {
 			return rp, spilled
@@ -318,6 +357,13 @@ func (r *Router) pick(ranked []*replica, tried map[*replica]bool, round map[*rep
 		fallback.inflight.Add(1)
 	}
 	return fallback, false
+}
+
+// gone reports whether a replica that keeps timing out has answered nothing for GiveUpAfter:
+// it is then passed over like one that refuses, and its modules are loaded by their next
+// owners.
+func (r *Router) gone(rp *replica, now int64) bool {
+	return rp.slowUntil.Load() > now && now-rp.lastOK.Load() > int64(r.cfg.GiveUpAfter)
 }
 
 // reserve counts one more call in flight unless that would pass bound (0: no bound).
@@ -378,26 +424,19 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no symbolizer replica known"))
 	}
 	mods := req.Msg.GetModules()
-	ranked := make([][]*replica, len(mods))
+	states := make([]modState, len(mods))
 	for i, m := range mods {
 		key := r.cfg.Pin
 		if key == "" {
 			key = Key(m)
 		}
-		ranked[i] = rank(key, reps)
+		states[i] = modState{ranked: rank(key, reps), tried: map[*replica]bool{}, timedOut: map[*replica]bool{}}
 	}
 	out := make([]*symbolizerv1.ModuleResult, len(mods))
-	tried := make([]map[*replica]bool, len(mods))
-	for i := range tried {
-		tried[i] = map[*replica]bool{}
-	}
 	pending := make([]int, len(mods))
 	for i := range pending {
 		pending[i] = i
 	}
-	// owed marks modules a replica answered NOT_RESIDENT after a spill: they go to the first
-	// live untried replica in their order (their owner), whatever its load.
-	owed := make([]bool, len(mods))
 	var lastErr error
 	for len(pending) > 0 {
 		// Group the pending modules by the replica each goes to now.
@@ -406,11 +445,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 		groups := map[*replica]*part{}
 		var order []*replica
 		for _, i := range pending {
-			b := bound
-			if owed[i] {
-				b = 0
-			}
-			rp, spilled := r.pick(ranked[i], tried[i], groups, b, now)
+			rp, spilled := r.pick(&states[i], groups, bound, now)
 			if rp == nil {
 				for _, taken := range order {
 					taken.inflight.Add(-1)
@@ -420,7 +455,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 				}
 				return nil, lastErr
 			}
-			tried[i][rp] = true
+			states[i].tried[rp] = true
 			g := groups[rp]
 			if g == nil {
 				g = &part{}
@@ -459,18 +494,37 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 					fatal = res.err
 					continue
 				}
+				lastErr = res.err
+				pending = append(pending, res.p.idx...)
+				if connect.CodeOf(res.err) == connect.CodeDeadlineExceeded {
+					// Busy or hung: its modules go to their next owners resident only.
+					res.rp.slowUntil.Store(time.Now().Add(r.cfg.EjectFor).UnixNano())
+					for _, i := range res.p.idx {
+						states[i].timedOut[res.rp] = true
+					}
+					r.cfg.Logger.Warn("symbolizer replica timed out; its modules go to their next owners, answered from what those hold",
+						"replica", res.rp.addr, "modules", len(res.p.idx), "attempt_timeout", r.cfg.AttemptTimeout, "for", r.cfg.EjectFor)
+					continue
+				}
 				res.rp.downUntil.Store(time.Now().Add(r.cfg.EjectFor).UnixNano())
 				r.cfg.Logger.Warn("symbolizer replica failed; its modules go to their next owners",
 					"replica", res.rp.addr, "modules", len(res.p.idx), "err", res.err, "passed_over_for", r.cfg.EjectFor)
-				lastErr = res.err
-				pending = append(pending, res.p.idx...)
 				continue
 			}
+			res.rp.lastOK.Store(time.Now().UnixNano())
 			for k, i := range res.p.idx {
 				m := res.resp.GetModules()[k]
 				if res.p.spill[k] && m.GetStatus() == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_RESIDENT {
 					res.rp.spillsRefused.Add(1)
-					owed[i] = true
+					st := &states[i]
+					if len(st.timedOut) > 0 {
+						// Its owner timed out on it in this call: no replica loads a second
+						// copy for one slow answer; the next export asks again.
+						out[i] = &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE,
+							Message: "its owner replica timed out and the next holds no index of it; retry"}
+						continue
+					}
+					st.owed = true
 					pending = append(pending, i)
 					continue
 				}

@@ -295,12 +295,20 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("the stopped replica failed %d calls, want 1 (then passed over)", st.Failures)
 	}
 
-	// A hung replica: its part waits out the attempt timeout, then goes to the next owners.
+	// A hung replica: its part waits out the attempt timeout, then goes to the next owners
+	// resident only; they hold its build IDs (in memory or in Redis, as a replica that
+	// answered them before does) and answer them.
 	hung := reps[1]
 	hung.mu.Lock()
 	hung.hold = make(chan struct{})
 	hung.mu.Unlock()
 	defer close(hung.hold)
+	reps[2].mu.Lock()
+	for _, id := range all {
+		reps[2].resident["gnu:"+gnu(id)] = true
+	}
+	reps[2].mu.Unlock()
+	mid := reps[2].asked()
 	start = time.Now()
 	if err := send(t, r, all...); err != nil {
 		t.Fatalf("with a replica hung: %v", err)
@@ -314,6 +322,44 @@ func TestFailover(t *testing.T) {
 	}
 	if hung.holdCalls.Load() != 1 {
 		t.Fatal("the hung replica was asked again while passed over")
+	}
+	after := reps[2].asked()
+	for _, id := range all {
+		k := "gnu:" + gnu(id)
+		if Owners(k, addrsOf(reps))[0] == hung.addr && after[k] != mid[k] {
+			t.Fatalf("%s, the hung replica's, was asked of %s without resident_only", k, reps[2].addr)
+		}
+	}
+
+	// The next owner holds nothing of them: the modules come back UNAVAILABLE (asked again
+	// with the next export), and no replica loads them; once the hung replica has answered
+	// nothing for GiveUpAfter, its modules are loaded by their next owners.
+	r2 := newRouter(t, Config{Static: []string{hung.addr, reps[2].addr}, AttemptTimeout: 200 * time.Millisecond, EjectFor: time.Hour, GiveUpAfter: time.Second})
+	var hungIDs []int
+	for _, id := range all {
+		if Owners("gnu:"+gnu(id), []string{hung.addr, reps[2].addr})[0] == hung.addr {
+			hungIDs = append(hungIDs, id)
+		}
+	}
+	reps[2].mu.Lock()
+	reps[2].resident = map[string]bool{}
+	reps[2].mu.Unlock()
+	resp, err := r2.Symbolize(context.Background(), request(hungIDs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, m := range resp.Msg.Modules {
+		if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE {
+			t.Fatalf("module %d of the hung replica: %v, want UNAVAILABLE while it is only slow", k, m.Status)
+		}
+	}
+	loadsBefore := reps[2].asked()["gnu:"+gnu(hungIDs[0])]
+	time.Sleep(1200 * time.Millisecond)
+	if err := send(t, r2, hungIDs...); err != nil {
+		t.Fatalf("after GiveUpAfter: %v", err)
+	}
+	if reps[2].asked()["gnu:"+gnu(hungIDs[0])] != loadsBefore+1 {
+		t.Fatal("after GiveUpAfter the next owner was not asked to load the hung replica's build IDs")
 	}
 
 	// With every replica down, the call fails with the last error.

@@ -89,6 +89,10 @@ type AffinityConfig struct {
 	// EjectFor is how long a replica that refused, timed out or could not be reached is
 	// passed over.
 	EjectFor time.Duration `mapstructure:"eject_for"`
+	// GiveUpAfter is how long a replica may go on timing out before its binaries are loaded
+	// by their next owners; until then a replica that times out is taken as busy, and its
+	// binaries are answered by the next owners only from what they hold.
+	GiveUpAfter time.Duration `mapstructure:"give_up_after"`
 }
 
 func createDefaultConfig() *Config {
@@ -104,6 +108,7 @@ func createDefaultConfig() *Config {
 			AttemptTimeout:  time.Second,
 			BalanceFactor:   1.25,
 			EjectFor:        10 * time.Second,
+			GiveUpAfter:     30 * time.Second,
 		},
 	}
 }
@@ -187,6 +192,9 @@ func (a *AffinityConfig) validate(timeout time.Duration) []error {
 	}
 	if a.EjectFor <= 0 {
 		errs = append(errs, fmt.Errorf("affinity.eject_for %v: must be positive", a.EjectFor))
+	}
+	if a.GiveUpAfter <= 0 {
+		errs = append(errs, fmt.Errorf("affinity.give_up_after %v: must be positive", a.GiveUpAfter))
 	}
 	return errs
 }

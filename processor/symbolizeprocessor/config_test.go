@@ -44,7 +44,7 @@ func TestLoadConfig(t *testing.T) {
 		{component.NewIDWithName(Type, "affinity"), func(t *testing.T, c *Config) {
 			a := c.Affinity
 			if !a.Enabled || a.DNS != "symbolizer-headless.profsym.svc:7070" || a.AttemptTimeout != 500*time.Millisecond ||
-				a.BalanceFactor != 1.5 || a.RefreshInterval != 10*time.Second || a.EjectFor != 10*time.Second {
+				a.BalanceFactor != 1.5 || a.RefreshInterval != 10*time.Second || a.EjectFor != 10*time.Second || a.GiveUpAfter != 30*time.Second {
 				t.Fatalf("affinity not read, or its defaults lost: %+v", a)
 			}
 		}},
@@ -111,7 +111,7 @@ func TestConfigValidate(t *testing.T) {
 		}, want: []string{"not both"}},
 		{name: "affinity bad values", edit: func(c *Config) {
 			c.Affinity = AffinityConfig{Enabled: true, DNS: "no-port", Endpoints: nil, AttemptTimeout: time.Hour, BalanceFactor: 1}
-		}, want: []string{"affinity.dns \"no-port\"", "affinity.refresh_interval 0s", "affinity.attempt_timeout 1h0m0s", "affinity.balance_factor 1", "affinity.eject_for 0s"}},
+		}, want: []string{"affinity.dns \"no-port\"", "affinity.refresh_interval 0s", "affinity.attempt_timeout 1h0m0s", "affinity.balance_factor 1", "affinity.eject_for 0s", "affinity.give_up_after 0s"}},
 		// Every problem is reported at once, not only the first.
 		{name: "all at once", edit: func(c *Config) { c.Endpoint = ""; c.Timeout = 0; c.FrameTypes = []string{"jvm"} },
 			want: []string{"endpoint: required", "timeout 0s", `unknown "jvm"`}},

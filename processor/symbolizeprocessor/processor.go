@@ -71,7 +71,7 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 		}
 		p.router, err = affinity.New(affinity.Config{
 			Scheme: u.Scheme, DNS: a.DNS, Static: a.Endpoints, Refresh: a.RefreshInterval,
-			AttemptTimeout: a.AttemptTimeout, BalanceFactor: a.BalanceFactor, EjectFor: a.EjectFor,
+			AttemptTimeout: a.AttemptTimeout, BalanceFactor: a.BalanceFactor, EjectFor: a.EjectFor, GiveUpAfter: a.GiveUpAfter,
 			NewClient: func(base string) symbolizerv1connect.SymbolizerServiceClient {
 				return symbolize.NewClient(p.hc, base, token)
 			},

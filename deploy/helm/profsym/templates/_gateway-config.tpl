@@ -76,6 +76,7 @@ processors:
       attempt_timeout: 1s
       balance_factor: 1.25
       eject_for: 10s
+      give_up_after: 30s
 exporters:
   {{- if $g.otlpGrpcEndpoint }}
   otlp_grpc:
