@@ -524,7 +524,9 @@ func TestReleaseDay(t *testing.T) {
 		builds, loads, _, _, per := counters()
 		ph.builds, ph.loads = builds-ph.builds0, loads-ph.loads0
 		ph.failed = failedModules() - ph.failed0
-		ph.redisOps = float64(redisCommands(t, cluster)-ph.redis0) / time.Since(ph.start).Seconds()
+		ph.took = time.Since(ph.start)
+		ph.redisCmds = redisCommands(t, cluster) - ph.redis0
+		ph.redisOps = float64(ph.redisCmds) / ph.took.Seconds()
 		ph.redisBytes, ph.redisKeys = redisMemory(t, cluster)
 		ph.cpu = cpu() - ph.cpu0
 		for i, s := range syms {
@@ -657,7 +659,8 @@ type phase struct {
 	builds0, loads0, builds, loads float64       // index builds on lookup and loads, all replicas
 	failed0, failed                int64         // modules moved past a failed replica
 	cpu0, cpu                      time.Duration // the symbolizers' CPU time
-	redisKeys                      int64
+	redisKeys, redisCmds           int64
+	took                           time.Duration
 	redis0                         int64
 	redisOps                       float64
 	redisBytes                     int64
@@ -864,7 +867,9 @@ func (r *report) phase(p *phase) {
 		addrs += t.asked.Load()
 	}
 	r.add(p.name, "Redis ops/s, memory", fmt.Sprintf("%.0f, %d MiB", p.redisOps, p.redisBytes>>20))
+	r.add(p.name, "duration", p.took.Round(100*time.Millisecond).String())
 	r.add(p.name, "Redis keys", strconv.FormatInt(p.redisKeys, 10))
+	r.add(p.name, "Redis commands per 1,000 addresses", fmt.Sprintf("%.1f", float64(p.redisCmds)*1000/float64(max(addrs, 1))))
 	r.add(p.name, "addresses asked of the symbolizers", strconv.FormatInt(addrs, 10))
 	r.add(p.name, "symbolizer CPU per 1,000 addresses", fmt.Sprintf("%.1f ms", float64(p.cpu.Microseconds())/float64(max(addrs, 1))))
 	for i, m := range p.replicas {
