@@ -112,7 +112,7 @@ var recorder = sync.OnceValue(func() *tracetest.SpanRecorder {
 func attr(kvs []attribute.KeyValue, key string) string {
 	for _, kv := range kvs {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

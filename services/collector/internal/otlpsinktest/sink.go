@@ -28,8 +28,8 @@ type Sink struct {
 	received []pprofile.Profiles
 	// parents are the W3C traceparent headers of the requests accepted ("" when none).
 	parents []string
-	fail     error
-	arrived  chan struct{}
+	fail    error
+	arrived chan struct{}
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port); ctx bounds the bind only.
