@@ -54,6 +54,10 @@ type GatewayConfig struct {
 	// PushbackWindow is how long the readiness endpoint answers 503 after the gateway pushed a
 	// sender back; 0 keeps 10s.
 	PushbackWindow time.Duration
+	// TracesURL turns on the gateway's own traces (service::telemetry::traces), exported by
+	// OTLP/HTTP to this URL (http://host:port/v1/traces) in batches sent every 100 ms; empty:
+	// off, the Collector's default.
+	TracesURL string
 }
 
 // GatewayPorts are the loopback ports a gateway listens on.
@@ -201,6 +205,17 @@ processors:
 	logs := ""
 	if c.JSONLogs {
 		logs = "\n    logs:\n      encoding: json"
+	}
+	if c.TracesURL != "" {
+		logs += fmt.Sprintf(`
+    traces:
+      processors:
+        - batch:
+            schedule_delay: 100
+            exporter:
+              otlp:
+                protocol: http/protobuf
+                endpoint: %s`, c.TracesURL)
 	}
 	fmt.Fprintf(&b, `service:
   extensions: [%s]

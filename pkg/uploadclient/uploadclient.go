@@ -17,10 +17,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
+	"github.com/profsym/profsym/pkg/tracing"
 )
 
 // Options configure a Client.
@@ -74,7 +77,14 @@ func New(opts Options) (*Client, error) {
 			return next(ctx, req)
 		}
 	})
-	c.rpc = debuginfov1connect.NewDebuginfoServiceClient(opts.HTTPClient, opts.Server, connect.WithInterceptors(auth))
+	// RPCs made under a span (the collector's upload span) are client spans of its trace,
+	// carrying W3C trace context to the symbolizer; without one they make none.
+	traces, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(tracing.ChildOnly(otel.GetTracerProvider())),
+		otelconnect.WithoutMetrics(), otelconnect.WithPropagator(tracing.Propagator))
+	if err != nil {
+		return nil, fmt.Errorf("connect tracing: %w", err)
+	}
+	c.rpc = debuginfov1connect.NewDebuginfoServiceClient(opts.HTTPClient, opts.Server, connect.WithInterceptors(traces, auth))
 	return c, nil
 }
 

@@ -9,8 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 
@@ -27,6 +33,10 @@ type symbolizeProcessor struct {
 	sym    *symbolize.Symbolizer
 	hc     *http.Client
 	router *affinity.Router
+	// tp is the Collector's TracerProvider (service::telemetry::traces): the processor's spans
+	// and its Symbolize client spans, whose W3C trace context the symbolizer continues.
+	tp     trace.TracerProvider
+	tracer trace.Tracer
 }
 
 func newProcessor(cfg *Config, set component.TelemetrySettings) (*symbolizeProcessor, error) {
@@ -34,7 +44,12 @@ func newProcessor(cfg *Config, set component.TelemetrySettings) (*symbolizeProce
 	if err != nil {
 		return nil, fmt.Errorf("symbolize processor telemetry: %w", err)
 	}
-	return &symbolizeProcessor{cfg: cfg, logger: set.Logger, tel: tel}, nil
+	tp := set.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &symbolizeProcessor{cfg: cfg, logger: set.Logger, tel: tel, tp: tp,
+		tracer: tp.Tracer("github.com/profsym/profsym/processor/symbolizeprocessor")}, nil
 }
 
 // start builds the symbolizer client: TLS files and the token file are read here, so a
@@ -59,7 +74,15 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 		return fmt.Errorf("symbolize processor: %w", err)
 	}
 	p.hc = &http.Client{Transport: tr}
-	client := symbolize.NewClient(p.hc, p.cfg.Endpoint, token)
+	// Every Symbolize call is a client span carrying W3C trace context (traceparent), so the
+	// symbolizer's spans join the processor's trace. The Collector's own metrics cover calls.
+	traces, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(p.tp), otelconnect.WithoutMetrics(),
+		otelconnect.WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))
+	if err != nil {
+		return fmt.Errorf("symbolize processor tracing: %w", err)
+	}
+	withTraces := connect.WithInterceptors(traces)
+	client := symbolize.NewClient(p.hc, p.cfg.Endpoint, token, withTraces)
 	if a := p.cfg.Affinity; a.Enabled {
 		u, err := url.Parse(p.cfg.Endpoint)
 		if err != nil {
@@ -73,7 +96,7 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 			Scheme: u.Scheme, DNS: a.DNS, Static: a.Endpoints, Refresh: a.RefreshInterval,
 			AttemptTimeout: a.AttemptTimeout, BalanceFactor: a.BalanceFactor, EjectFor: a.EjectFor, GiveUpAfter: a.GiveUpAfter,
 			NewClient: func(base string) symbolizerv1connect.SymbolizerServiceClient {
-				return symbolize.NewClient(p.hc, base, token)
+				return symbolize.NewClient(p.hc, base, token, withTraces)
 			},
 			Logger: slog.New(zapslog.NewHandler(p.logger.Core())),
 		})
@@ -128,8 +151,17 @@ func (p *symbolizeProcessor) processProfiles(ctx context.Context, pd pprofile.Pr
 		p.logger.Warn("profiles passed on unsymbolized: invalid index", zap.Error(err))
 		return pd, nil
 	}
+	ctx, span := p.tracer.Start(ctx, "symbolize", trace.WithAttributes(attribute.Int("profsym.profiles", pd.ProfileCount())))
 	rep := p.sym.Process(ctx, pd)
 	p.tel.record(ctx, rep)
+	unresolved := 0
+	for _, n := range rep.Unresolved {
+		unresolved += n
+	}
+	span.SetAttributes(attribute.Int("profsym.locations.seen", rep.Seen), attribute.Int("profsym.locations.symbolized", rep.Symbolized),
+		attribute.Int("profsym.locations.unresolved", unresolved), attribute.Int("profsym.cache_hits", rep.CacheHits),
+		attribute.Int("profsym.symbolizer_calls", rep.Calls))
+	span.End()
 	if n := rep.Unresolved[symbolize.ReasonDeadline] + rep.Unresolved[symbolize.ReasonSymbolizerError]; n > 0 {
 		p.logger.Debug("frames passed on unsymbolized", zap.Int("frames", n), zap.Any("reasons", rep.Unresolved))
 	}

@@ -23,7 +23,7 @@ func main() {
 	var cli app.CLI
 	kong.Parse(&cli,
 		kong.Name("collector"),
-		kong.Description("profsym eBPF node collector: CPU profiles as OTLP, addresses and build IDs, symbolized centrally."),
+		kong.Description("profsym eBPF node collector: CPU profiles as OTLP, addresses and build IDs, symbolized centrally. Traces of its exports and uploads go by OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (the standard OTEL_* variables); off by default."),
 		kong.UsageOnError())
 	log := cli.Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -16,7 +16,7 @@ import (
 )
 
 type cli struct {
-	Serve     server.Config       `cmd:"" help:"Serve the symbolization and debuginfo APIs (Connect, gRPC, gRPC-Web), debuginfod paths, health and metrics on one port."`
+	Serve     server.Config       `cmd:"" help:"Serve the symbolization and debuginfo APIs (Connect, gRPC, gRPC-Web), debuginfod paths, health and metrics on one port. Traces of its own work (calls, index loads and builds, store, Redis and debuginfod calls) go by OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (the standard OTEL_* variables); off by default."`
 	Upload    uploadcli.UploadCmd `cmd:"" help:"Upload ELF files (or every ELF file under directories) the server does not have yet; for CI pipelines."`
 	Symbolize symbolizecmd.Cmd    `cmd:"" help:"Resolve ELF virtual addresses of a local file to functions, files, lines and inline frames (output compatible with llvm-symbolizer)."`
 	Debuginfo struct {

@@ -16,8 +16,9 @@ import (
 const maxAnswerBytes = 256 << 20
 
 // NewClient returns a Symbolize client of the symbolizer at baseURL over hc. A non-empty
-// token is sent as a bearer token, for symbolizers whose reads are protected.
-func NewClient(hc *http.Client, baseURL, token string) symbolizerv1connect.SymbolizerServiceClient {
+// token is sent as a bearer token, for symbolizers whose reads are protected. extra options
+// come after the client's own (the Collector processor adds its tracing interceptor).
+func NewClient(hc *http.Client, baseURL, token string, extra ...connect.ClientOption) symbolizerv1connect.SymbolizerServiceClient {
 	// Answers are large: the symbolizer's codec decodes them without an allocation per
 	// string (pkg/symbolizecodec).
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAnswerBytes), connect.WithCodec(symbolizecodec.Codec{})}
@@ -29,5 +30,5 @@ func NewClient(hc *http.Client, baseURL, token string) symbolizerv1connect.Symbo
 			}
 		})))
 	}
-	return symbolizerv1connect.NewSymbolizerServiceClient(hc, strings.TrimRight(baseURL, "/"), opts...)
+	return symbolizerv1connect.NewSymbolizerServiceClient(hc, strings.TrimRight(baseURL, "/"), append(opts, extra...)...)
 }

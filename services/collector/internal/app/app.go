@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/profsym/profsym/pkg/otlpattr"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/services/collector/internal/agent"
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
 	"github.com/profsym/profsym/services/collector/internal/debugupload"
@@ -153,6 +154,18 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	// Traces of exports and uploads, when OTEL_EXPORTER_OTLP_ENDPOINT says where; off by default.
+	stopTraces, err := tracing.Setup(ctx, "profsym-collector", log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTraces(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}()
 	cgroupIDs := make([]uint64, 0, len(c.Cgroup))
 	for _, p := range c.Cgroup {
 		id, err := CgroupID(p)

@@ -32,12 +32,20 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/pkg/uploadclient"
 )
+
+// tracer makes root spans: an export or an upload is where a collector trace begins.
+var tracer = otel.Tracer("github.com/profsym/profsym/services/collector/internal/debugupload")
 
 // Options configure an Uploader.
 type Options struct {
@@ -91,7 +99,9 @@ func (o *Options) defaults() error {
 		o.Timeout = 5 * time.Minute
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		// Uploads (presigned PUTs included) show as HTTP client spans of the upload's trace.
+		o.HTTPClient = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport,
+			otelhttp.WithTracerProvider(tracing.ChildOnly(otel.GetTracerProvider())), otelhttp.WithPropagators(tracing.Propagator))}
 	}
 	return nil
 }
@@ -309,7 +319,15 @@ func HasSymbols(f *elfx.File) bool {
 	return false
 }
 
-func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
+func (u *Uploader) handle(ctx context.Context, j job) (outcome string, err error) {
+	// A span per offered file: its RPCs (ShouldUpload, Initiate, ...) and PUT are its children.
+	typ, id := j.ids.Primary()
+	ctx, span := tracer.Start(ctx, "collector.debuginfo.upload", trace.WithAttributes(
+		attribute.String("profsym.build_id", typ+":"+id)))
+	defer func() {
+		span.SetAttributes(attribute.String("profsym.upload.outcome", outcome))
+		tracing.End(span, err)
+	}()
 	st, err := j.f.Stat()
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("stat: %w", err)
@@ -330,7 +348,6 @@ func (u *Uploader) handle(ctx context.Context, j job) (string, error) {
 		u.offerDebugFile(ctx, j)
 	}
 	symbols := HasSymbols(ef)
-	typ, id := j.ids.Primary()
 	idType := map[string]debuginfov1.BuildIDType{
 		buildid.TypeGNU: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, buildid.TypeGo: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO,
 		buildid.TypeHTLHash: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH,

@@ -18,13 +18,22 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/status"
+
+	"github.com/profsym/profsym/pkg/tracing"
 )
+
+// tracer makes root spans: an export or an upload is where a collector trace begins.
+var tracer = otel.Tracer("github.com/profsym/profsym/services/collector/internal/exporter")
 
 // Options configure the exporter.
 type Options struct {
@@ -146,6 +155,10 @@ func New(opts Options, metrics *Metrics, log *slog.Logger) (*Exporter, error) {
 	}
 	conn, err := grpc.NewClient(opts.Endpoint,
 		grpc.WithTransportCredentials(creds),
+		// Each attempt is a gRPC client span under the request's export span, carrying W3C
+		// trace context on to the gateway.
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tracing.ChildOnly(otel.GetTracerProvider())),
+			otelgrpc.WithPropagators(tracing.Propagator))),
 		grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
 	if err != nil {
 		return nil, fmt.Errorf("exporter: dial %s: %w", opts.Endpoint, err)
@@ -292,11 +305,20 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-func (e *Exporter) sendWithRetry(ctx context.Context, data []byte) error {
+func (e *Exporter) sendWithRetry(ctx context.Context, data []byte) (err error) {
+	// One span per buffered request, however many attempts it takes: a slow export shows
+	// whether the time went to retries or to one slow answer.
+	ctx, span := tracer.Start(ctx, "collector.export", trace.WithAttributes(attribute.Int("profsym.export.bytes", len(data))))
+	attempts := 0
+	defer func() {
+		span.SetAttributes(attribute.Int("profsym.export.attempts", attempts))
+		tracing.End(span, err)
+	}()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = e.opts.InitialBackoff
 	bo.MaxInterval = e.opts.MaxBackoff
-	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+	_, err = backoff.Retry(ctx, func() (struct{}, error) {
+		attempts++
 		// An attempt under way is not cut short by shutdown or eviction: cancelling a
 		// request the gateway may already hold only makes Shutdown send it twice. It is
 		// bounded by the attempt timeout; ctx ends the waits between attempts.

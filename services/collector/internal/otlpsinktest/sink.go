@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // accept gzip-compressed requests
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -24,8 +26,10 @@ type Sink struct {
 
 	mu       sync.Mutex
 	received []pprofile.Profiles
-	fail     error
-	arrived  chan struct{}
+	// parents are the W3C traceparent headers of the requests accepted ("" when none).
+	parents []string
+	fail    error
+	arrived chan struct{}
 }
 
 // Start listens on addr ("127.0.0.1:0" for any free port); ctx bounds the bind only.
@@ -47,7 +51,7 @@ func Start(ctx context.Context, addr string) (*Sink, error) {
 }
 
 // Export implements the OTLP profiles service.
-func (s *Sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+func (s *Sink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -56,6 +60,8 @@ func (s *Sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofi
 	p := pprofile.NewProfiles()
 	req.Profiles().CopyTo(p)
 	s.received = append(s.received, p)
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.parents = append(s.parents, strings.Join(md.Get("traceparent"), ","))
 	select {
 	case s.arrived <- struct{}{}:
 	default:
@@ -78,6 +84,13 @@ func (s *Sink) Received() []pprofile.Profiles {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]pprofile.Profiles(nil), s.received...)
+}
+
+// Traceparents returns the W3C traceparent header of each accepted request, in order.
+func (s *Sink) Traceparents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.parents...)
 }
 
 // Arrived is signalled (coalesced) whenever a request is accepted.

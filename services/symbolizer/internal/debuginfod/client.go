@@ -15,12 +15,18 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/singleflight"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/degraded"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 )
+
+var tracer = tracing.Tracer("github.com/profsym/profsym/services/symbolizer/internal/debuginfod")
 
 // ClientOptions configures the upstream client.
 type ClientOptions struct {
@@ -98,7 +104,9 @@ func NewClient(md *catalog.Catalog, opt ClientOptions) *Client {
 		opt.Logger = slog.Default()
 	}
 	c := &Client{opt: opt, meta: md, sem: make(chan struct{}, opt.MaxParallel), neg: map[string]time.Time{},
-		http: &http.Client{Timeout: opt.Timeout}}
+		// Fetches made for a traced Symbolize call show as HTTP client spans of its trace.
+		http: &http.Client{Timeout: opt.Timeout, Transport: otelhttp.NewTransport(http.DefaultTransport,
+			otelhttp.WithTracerProvider(tracing.ChildOnly(otel.GetTracerProvider())), otelhttp.WithPropagators(tracing.Propagator))}}
 	for _, u := range opt.URLs {
 		health := degraded.New("debuginfod upstream "+u,
 			"files only it has are not fetched: their frames stay unsymbolized until it answers (the store and other upstreams still serve)",
@@ -133,10 +141,15 @@ func (c *Client) FetchExecutable(ctx context.Context, gnu string) (bool, error) 
 	return c.get(ctx, gnu, executableKind)
 }
 
-func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (bool, error) {
+func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (found bool, err error) {
 	if len(c.upstreams) == 0 {
 		return false, nil
 	}
+	ctx, span := tracing.Start(ctx, tracer, "debuginfod.fetch", attribute.String("profsym.build_id", gnu), attribute.String("profsym.debuginfod.kind", kinds[0].path))
+	defer func() {
+		span.SetAttributes(attribute.Bool("profsym.debuginfod.found", found))
+		tracing.End(span, err)
+	}()
 	id := strings.ToLower(gnu)
 	if catalog.ValidateID(debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, id) != nil {
 		return false, fmt.Errorf("debuginfod: invalid build ID %q", gnu)
@@ -149,6 +162,7 @@ func (c *Client) get(ctx context.Context, gnu string, kinds ...kind) (bool, erro
 	until, negative := c.neg[key]
 	c.mu.Unlock()
 	if negative && time.Now().Before(until) {
+		span.SetAttributes(attribute.Bool("profsym.debuginfod.negative_cache_hit", true))
 		return false, nil
 	}
 	ch := c.sf.DoChan(key, func() (any, error) {

@@ -26,9 +26,12 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"connectrpc.com/otelconnect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -36,6 +39,7 @@ import (
 	"github.com/profsym/profsym/pkg/gctune"
 	"github.com/profsym/profsym/pkg/lease"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
@@ -115,6 +119,17 @@ func (c *Config) Run() error {
 	log := c.Logger()
 	slog.SetDefault(log)
 	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})()
+	stopTraces, err := tracing.Setup(ctx, "profsym-symbolizer", log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTraces(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}()
 	s, err := New(ctx, c, log)
 	if err != nil {
 		return err
@@ -228,7 +243,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.Store = store.Observe(s.Store, &storeHealth{
+	s.Store = store.Observe(store.Trace(s.Store), &storeHealth{
 		tracker: degraded.New("store", "uploads fail, and files and indexes not in memory cannot be read: their frames go out unsymbolized",
 			time.Minute, log).OnChange(s.Metrics.DegradedGauge("store")),
 		errors: s.Metrics.StoreErrors,
@@ -270,6 +285,12 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 				log.Warn("close redis client", "err", err)
 			}
 		})
+		// Redis calls made for a traced request show as spans of its trace; the keys stay out
+		// of them (db.statement off): they are build IDs and addresses, many per call.
+		if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tracing.ChildOnly(otel.GetTracerProvider())),
+			redisotel.WithDBStatement(false)); err != nil {
+			return nil, fmt.Errorf("redis tracing: %w", err)
+		}
 		redisClient = client
 		if c.LeaseTTL > 0 {
 			locks = newLeaseLocks(lease.New(client, lease.Options{TTL: c.LeaseTTL, Timeout: c.RedisTimeout * 4, Logger: log}),
@@ -337,7 +358,14 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 
 	// A request at the limits (100,000 addresses, 1,024 modules with 4 KiB file names) is
 	// a few MiB; anything far larger is refused before it is buffered.
-	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.Metrics.Interceptor(), auth.Interceptor(s.Tokens, s.Readers, uploadapi.WriteProcedures))}
+	// Each call is a server span, the child of its caller's (the symbolize processor's client
+	// span) when the request carries W3C trace context: the symbolizer serves its own gateways
+	// and collectors, whose trace context it trusts.
+	traces, err := otelconnect.NewInterceptor(otelconnect.WithTrustRemote(), otelconnect.WithoutMetrics(), otelconnect.WithPropagator(tracing.Propagator))
+	if err != nil {
+		return nil, fmt.Errorf("connect tracing: %w", err)
+	}
+	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(traces, s.Metrics.Interceptor(), auth.Interceptor(s.Tokens, s.Readers, uploadapi.WriteProcedures))}
 	mux := http.NewServeMux()
 	// Symbolize answers are large: their binary encoding is written by hand (pkg/symbolizecodec).
 	maxSym := maxSymbolizeBytes(c.MaxModules, c.MaxAddresses)

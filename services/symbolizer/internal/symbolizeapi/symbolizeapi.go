@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/addrmap"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
@@ -650,13 +652,16 @@ var errInvalid = errors.New("invalid debuginfo")
 
 // entry returns the file's index: memory, else the stored serialized index, else built from
 // the file (and then stored).
-func (s *Service) entry(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*indexcache.Entry, error) {
+func (s *Service) entry(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (_ *indexcache.Entry, err error) {
 	f := rec.Current
 	variant := comps.Variant()
+	ctx, span := startIndexSpan(ctx, "index", f, variant)
+	defer func() { tracing.End(span, err) }()
 	e, hit, err := s.indexes.GetOrLoad(ctx, f.SHA256+variant, func(ctx context.Context) (*indexcache.Entry, error) {
 		return s.loadOrBuild(ctx, rec, comps)
 	})
 	s.countIndex(hit)
+	span.SetAttributes(attribute.Bool("profsym.index.cache_hit", hit))
 	if s.m != nil {
 		used, _ := s.indexes.Used()
 		s.m.IndexCacheSize.Set(float64(used))
@@ -724,7 +729,9 @@ func (s *Service) loadOrBuild(ctx context.Context, rec *catalog.Record, comps ca
 	}
 }
 
-func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant string) (*index.Index, error) {
+func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant string) (_ *index.Index, err error) {
+	ctx, span := startIndexSpan(ctx, "index.load", f, variant)
+	defer func() { tracing.End(span, err) }()
 	b, opened, err := s.readObject(ctx, f.IndexObjectOf(variant))
 	if err != nil {
 		if opened {
@@ -748,8 +755,10 @@ func (s *Service) countLoad(result string) {
 	}
 }
 
-func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*indexcache.Entry, error) {
+func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (_ *indexcache.Entry, err error) {
 	f := rec.Current
+	ctx, span := startIndexSpan(ctx, "index.build", f, comps.Variant())
+	defer func() { tracing.End(span, err) }()
 	path, cleanup, err := store.LocalCopy(ctx, s.meta.Store(), f.Object, s.opt.TempDir)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", f.Object, err)
@@ -781,6 +790,7 @@ func (s *Service) build(ctx context.Context, rec *catalog.Record, comps catalog.
 	if s.m != nil {
 		s.m.IndexBuilds.WithLabelValues("ok").Inc()
 	}
+	span.SetAttributes(attribute.Int64("profsym.index.bytes", ix.Stats().Bytes))
 	s.opt.Logger.Info("index built", "build_id", f.BuildID.String(), "companions", comps.Variant(), "fidelity", ix.Fidelity().String(), "took", time.Since(start), "bytes", ix.Stats().Bytes)
 	s.meta.StoreIndex(ctx, f, comps.Variant(), ix)
 	if v := comps.Variant(); v != f.QualityVariant {
