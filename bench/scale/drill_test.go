@@ -46,6 +46,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
+	"github.com/profsym/profsym/pkg/procstat"
 	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/pkg/uploadclient"
 )
@@ -505,7 +506,7 @@ func TestReleaseDay(t *testing.T) {
 					cpuLives[i] += cpuLast[i]
 					cpuPID[i], cpuLast[i] = pid, 0
 				}
-				if c, ok := cpuTime(pid); ok {
+				if c, err := procstat.CPUTime(pid); err == nil {
 					cpuLast[i] = c
 				}
 			}
@@ -532,7 +533,7 @@ func TestReleaseDay(t *testing.T) {
 		for i, s := range syms {
 			r := replicaMemory{index: -1}
 			if pid := s.PID(); pid > 0 {
-				r.hwm = peakRSS(pid)
+				r.hwm = procstat.Memory(pid, "VmHWM")
 				r.index = int64(symbolizerMetrics(t, s.URL(), "symbolizer_index_cache_bytes", ""))
 			}
 			ph.replicas = append(ph.replicas, r)
@@ -730,21 +731,6 @@ func asked(nodes int, set []binary, picks func(int, []binary) []binary) int {
 	return len(seen)
 }
 
-// peakRSS is a process's peak resident set size (VmHWM), in bytes; 0 if unreadable.
-func peakRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // redisCommands is the commands the cluster's masters processed so far.
 func redisCommands(t *testing.T, c *testsupport.RedisCluster) (n int64) {
 	for _, i := range c.Masters() {
@@ -779,23 +765,6 @@ func redisMemory(t *testing.T, c *testsupport.RedisCluster) (bytes, keys int64) 
 		}
 	}
 	return bytes, keys
-}
-
-// cpuTime is a process's user and system CPU time (utime + stime of /proc/PID/stat).
-func cpuTime(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The command may hold spaces: the fields after it start past the last ')'.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz, true
 }
 
 // storeBytes sums the bucket's objects by kind: indexes, string tables, records, the files.

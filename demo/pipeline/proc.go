@@ -11,13 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/profsym/profsym/pkg/freeport"
+	"github.com/profsym/profsym/pkg/procstat"
 )
 
 // Proc is a child process in its own process group, with stdout and stderr in a log file.
@@ -294,16 +294,4 @@ func BuildServices(ctx context.Context, root, dir string) (Binaries, error) {
 
 // RSS returns the resident set size of process pid in bytes (VmRSS), or 0 when it cannot be
 // read (the process is gone).
-func RSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func RSS(pid int) int64 { return procstat.Memory(pid, "VmRSS") }

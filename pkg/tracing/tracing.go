@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -131,6 +132,22 @@ func Setup(ctx context.Context, service string, log *slog.Logger) (shutdown func
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("traces", "err", err) }))
 	log.Info("traces exported by OTLP", "protocol", exp.Protocol, "endpoint", redact(exp.Endpoint), "service", serviceName(res, service))
 	return tp.Shutdown, nil
+}
+
+// Install is Setup for a process's main: stop flushes what is buffered within 5 s, logging a
+// failure to, and is never nil.
+func Install(ctx context.Context, service string, log *slog.Logger) (stop func(), err error) {
+	shutdown, err := Setup(ctx, service, log)
+	if err != nil {
+		return func() {}, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}, nil
 }
 
 // redact drops user information from an endpoint written into a log line.

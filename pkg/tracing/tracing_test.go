@@ -4,20 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/profsym/profsym/pkg/tracing/tracingtest"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -61,58 +58,6 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
-// otlpSink answers OTLP/HTTP trace exports on a loopback port and keeps the spans.
-type otlpSink struct {
-	url      string
-	mu       sync.Mutex
-	requests int
-	spans    []*tracepb.Span
-	services []string
-}
-
-func startOTLPSink(t *testing.T) *otlpSink {
-	t.Helper()
-	s := &otlpSink{}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if err == nil {
-			err = proto.Unmarshal(body, &req)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.mu.Lock()
-		s.requests++
-		for _, rs := range req.GetResourceSpans() {
-			for _, a := range rs.GetResource().GetAttributes() {
-				if a.GetKey() == "service.name" {
-					s.services = append(s.services, a.GetValue().GetStringValue())
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				s.spans = append(s.spans, ss.GetSpans()...)
-			}
-		}
-		s.mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		_, _ = w.Write(b)
-	})
-	srv := &http.Server{Handler: mux}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	s.url = "http://" + ln.Addr().String()
-	return s
-}
-
 // clearEnv unsets every variable FromEnv reads, for the test's duration.
 func clearEnv(t *testing.T) {
 	for _, k := range []string{envExporter, envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol, envSDKDisabled, "OTEL_SERVICE_NAME"} {
@@ -128,8 +73,8 @@ func resetGlobal(t *testing.T) {
 func TestSetupExportsToEndpoint(t *testing.T) {
 	resetGlobal(t)
 	clearEnv(t)
-	sink := startOTLPSink(t)
-	t.Setenv(envEndpoint, sink.url)
+	sink := tracingtest.Start(t)
+	t.Setenv(envEndpoint, sink.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "profsym-test")
 	var logs strings.Builder
 	shutdown, err := Setup(t.Context(), "profsym-default", slog.New(slog.NewTextHandler(&logs, nil)))
@@ -152,13 +97,12 @@ func TestSetupExportsToEndpoint(t *testing.T) {
 	if err := shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
-	if len(sink.spans) != 2 {
-		t.Fatalf("sink got %d spans, want 2 (request, inner)", len(sink.spans))
+	spans := sink.Spans()
+	if len(spans) != 2 {
+		t.Fatalf("sink got %d spans, want 2 (request, inner)", len(spans))
 	}
 	byName := map[string]*tracepb.Span{}
-	for _, s := range sink.spans {
+	for _, s := range spans {
 		byName[s.GetName()] = s
 	}
 	req, in := byName["request"], byName["inner"]
@@ -171,12 +115,12 @@ func TestSetupExportsToEndpoint(t *testing.T) {
 	if in.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || !strings.Contains(in.GetStatus().GetMessage(), "unexpected EOF") {
 		t.Errorf("inner status %v, want the error", in.GetStatus())
 	}
-	for _, svc := range sink.services {
+	for _, svc := range sink.Services() {
 		if svc != "profsym-test" {
 			t.Errorf("service.name %q, want OTEL_SERVICE_NAME's profsym-test", svc)
 		}
 	}
-	if !strings.Contains(logs.String(), "traces exported by OTLP") || !strings.Contains(logs.String(), sink.url) {
+	if !strings.Contains(logs.String(), "traces exported by OTLP") || !strings.Contains(logs.String(), sink.URL) {
 		t.Errorf("start log %q does not say where traces go", logs.String())
 	}
 }
@@ -193,11 +137,11 @@ func TestSetupOffExportsNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resetGlobal(t)
 			clearEnv(t)
-			sink := startOTLPSink(t)
+			sink := tracingtest.Start(t)
 			// The exporter's own default endpoint is not this sink; setting the endpoint
 			// here beside a switch that turns traces off shows the switch wins.
 			if tc.env != nil {
-				t.Setenv(envEndpoint, sink.url)
+				t.Setenv(envEndpoint, sink.URL)
 			}
 			for k, v := range tc.env {
 				t.Setenv(k, v)
@@ -221,10 +165,8 @@ func TestSetupOffExportsNothing(t *testing.T) {
 			if err := shutdown(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			sink.mu.Lock()
-			defer sink.mu.Unlock()
-			if sink.requests != 0 {
-				t.Errorf("sink got %d export requests with traces off", sink.requests)
+			if n := sink.Requests(); n != 0 {
+				t.Errorf("sink got %d export requests with traces off", n)
 			}
 			if !strings.Contains(logs.String(), "traces off") {
 				t.Errorf("start log %q does not say traces are off", logs.String())

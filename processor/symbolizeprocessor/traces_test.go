@@ -2,78 +2,22 @@ package symbolizeprocessor
 
 import (
 	"encoding/hex"
-	"io"
-	"net"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/pkg/tracing/tracingtest"
 )
 
-// spanSink answers OTLP/HTTP trace exports on a loopback port and keeps the spans of the
-// symbolizers that export to it.
-type spanSink struct {
-	url   string
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
-
-func startSpanSink(t *testing.T) *spanSink {
-	t.Helper()
-	s := &spanSink{}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		var req coltracepb.ExportTraceServiceRequest
-		if err == nil {
-			err = proto.Unmarshal(body, &req)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		s.mu.Lock()
-		for _, rs := range req.GetResourceSpans() {
-			for _, ss := range rs.GetScopeSpans() {
-				s.spans = append(s.spans, ss.GetSpans()...)
-			}
-		}
-		s.mu.Unlock()
-		b, err := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(b)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	s.url = "http://" + ln.Addr().String()
-	return s
-}
-
 // serverSpans returns the symbolizers' Symbolize server spans by their parent span ID.
-func (s *spanSink) serverSpans() map[string]*tracepb.Span {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func serverSpans(s *tracingtest.Sink) map[string]*tracepb.Span {
 	out := map[string]*tracepb.Span{}
-	for _, sp := range s.spans {
+	for _, sp := range s.Spans() {
 		if sp.GetName() == symbolizeMethod && sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
 			out[hex.EncodeToString(sp.GetParentSpanId())] = sp
 		}
@@ -92,8 +36,8 @@ func TestTracesCrossToSymbolizers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two symbolizers and compiles test binaries")
 	}
-	sink := startSpanSink(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url)
+	sink := tracingtest.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	bins := otlptest.Binaries(t)
 	paths := make([]string, len(bins))
@@ -140,7 +84,7 @@ func TestTracesCrossToSymbolizers(t *testing.T) {
 	}
 	// The replicas export in batches every 100 ms: wait for each call's server span.
 	for deadline := time.Now().Add(time.Minute); ; {
-		servers := sink.serverSpans()
+		servers := serverSpans(sink)
 		missing := 0
 		for _, c := range calls {
 			sp, ok := servers[c.SpanID().String()]

@@ -155,17 +155,11 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		return err
 	}
 	// Traces of exports and uploads, when OTEL_EXPORTER_OTLP_ENDPOINT says where; off by default.
-	stopTraces, err := tracing.Setup(ctx, "profsym-collector", log)
+	stopTraces, err := tracing.Install(ctx, "profsym-collector", log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := stopTraces(sctx); err != nil {
-			log.Warn("flush traces", "err", err)
-		}
-	}()
+	defer stopTraces()
 	cgroupIDs := make([]uint64, 0, len(c.Cgroup))
 	for _, p := range c.Cgroup {
 		id, err := CgroupID(p)

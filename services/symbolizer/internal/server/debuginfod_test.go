@@ -22,8 +22,10 @@ import (
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
-// The symbolizer fetches what it lacks from a real Debian debuginfod and stores it.
-func TestDebuginfodUpstream(t *testing.T) {
+// upstreamOf compiles a test program and serves it from a real debuginfod of its own, once the
+// server has indexed it.
+func upstreamOf(t *testing.T) (binary, *testsupport.Debuginfod) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := compile(t, "-g", "-O1")
 	data, err := os.ReadFile(bin.path)
@@ -35,6 +37,12 @@ func TestDebuginfodUpstream(t *testing.T) {
 	}
 	up := testsupport.StartDebuginfod(t, dir)
 	up.WaitForBuildID(t, bin.ids.GNU, 30*time.Second)
+	return bin, up
+}
+
+// The symbolizer fetches what it lacks from a real Debian debuginfod and stores it.
+func TestDebuginfodUpstream(t *testing.T) {
+	bin, up := upstreamOf(t)
 
 	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
 	client := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)

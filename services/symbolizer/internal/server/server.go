@@ -119,17 +119,11 @@ func (c *Config) Run() error {
 	log := c.Logger()
 	slog.SetDefault(log)
 	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})()
-	stopTraces, err := tracing.Setup(ctx, "profsym-symbolizer", log)
+	stopTraces, err := tracing.Install(ctx, "profsym-symbolizer", log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := stopTraces(sctx); err != nil {
-			log.Warn("flush traces", "err", err)
-		}
-	}()
+	defer stopTraces()
 	s, err := New(ctx, c, log)
 	if err != nil {
 		return err

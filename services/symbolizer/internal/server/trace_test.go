@@ -3,11 +3,8 @@ package server
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
@@ -19,7 +16,6 @@ import (
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/testsupport"
 	"github.com/profsym/profsym/pkg/tracing"
 )
 
@@ -39,17 +35,7 @@ var recorder = sync.OnceValue(func() *tracetest.SpanRecorder {
 // store.put under that; the index, built while the file was stored, is then read from memory.
 func TestTraceOfDebuginfodFetch(t *testing.T) {
 	rec := recorder()
-	dir := t.TempDir()
-	bin := compile(t, "-g", "-O1")
-	data, err := os.ReadFile(bin.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prog"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	up := testsupport.StartDebuginfod(t, dir)
-	up.WaitForBuildID(t, bin.ids.GNU, 30*time.Second)
+	bin, up := upstreamOf(t)
 	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
 
 	clientTraces, err := otelconnect.NewInterceptor(otelconnect.WithoutMetrics())
