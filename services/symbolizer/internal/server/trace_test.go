@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -11,30 +10,19 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
-	"github.com/profsym/profsym/pkg/tracing"
+	"github.com/profsym/profsym/pkg/tracing/tracingtest"
 )
-
-// recorder installs, once per test binary, a global provider recording every span: the
-// packages' tracers were taken from the global provider, which hands over to the first
-// provider set and never to a later one.
-var recorder = sync.OnceValue(func() *tracetest.SpanRecorder {
-	rec := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	otel.SetTextMapPropagator(tracing.Propagator)
-	return rec
-})
 
 // TestTraceOfDebuginfodFetch: a traced Symbolize call of a binary the store lacks is, in the
 // symbolizer, a server span continuing the caller's client span, with a debuginfod.fetch span
 // (found) under it, the HTTP GET to the real upstream debuginfod and the stored file's
 // store.put under that; the index, built while the file was stored, is then read from memory.
 func TestTraceOfDebuginfodFetch(t *testing.T) {
-	rec := recorder()
+	rec := tracingtest.Recorder()
 	bin, up := upstreamOf(t)
 	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
 

@@ -4,26 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/pkg/tracing/tracingtest"
 )
-
-// recorder installs, once per test binary, a global provider recording every span: the
-// package's tracer was taken from the global provider, which hands over to the first provider
-// set and never to a later one.
-var recorder = sync.OnceValue(func() *tracetest.SpanRecorder {
-	rec := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	return rec
-})
 
 func spanAttr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 	for _, kv := range s.Attributes() {
@@ -61,7 +51,7 @@ func TestTrace(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.backend, func(t *testing.T) {
-			rec := recorder()
+			rec := tracingtest.Recorder()
 			s := Trace(tc.open(t))
 			if _, local := s.(Localer); local != (tc.backend == "folder") {
 				t.Fatalf("traced %s store: Localer = %v", tc.backend, local)
