@@ -6,16 +6,13 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
-	"github.com/profsym/profsym/pkg/tracing"
 )
 
-// Recorder installs, once per test binary, a global provider recording every span, and the
-// W3C propagator: packages take their tracers from the global provider, which hands over to
-// the first provider set and never to a later one, so a test binary has one recorder.
+// Recorder installs, once per test binary, a global provider recording every span: packages
+// take their tracers from the global provider, which hands over to the first provider set and
+// never to a later one, so a test binary has one recorder.
 var Recorder = sync.OnceValue(func() *tracetest.SpanRecorder {
 	rec := tracetest.NewSpanRecorder()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	otel.SetTextMapPropagator(tracing.Propagator)
 	return rec
 })

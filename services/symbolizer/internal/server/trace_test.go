@@ -10,19 +10,28 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/tracing"
 	"github.com/profsym/profsym/pkg/tracing/tracingtest"
 )
+
+// recorder records every span of the test binary, with the W3C propagator the symbolizer's
+// clients and handlers use.
+func recorder() *tracetest.SpanRecorder {
+	otel.SetTextMapPropagator(tracing.Propagator)
+	return tracingtest.Recorder()
+}
 
 // TestTraceOfDebuginfodFetch: a traced Symbolize call of a binary the store lacks is, in the
 // symbolizer, a server span continuing the caller's client span, with a debuginfod.fetch span
 // (found) under it, the HTTP GET to the real upstream debuginfod and the stored file's
 // store.put under that; the index, built while the file was stored, is then read from memory.
 func TestTraceOfDebuginfodFetch(t *testing.T) {
-	rec := tracingtest.Recorder()
+	rec := recorder()
 	bin, up := upstreamOf(t)
 	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
 
