@@ -1,6 +1,7 @@
 // Package lease is a lock shared by the replicas of a service: a key in Redis (single node,
-// Sentinel or Cluster) that one holder owns until it releases it or stops renewing it. A holder
-// that crashes stops renewing, its key expires after the TTL, and another takes over.
+// Sentinel or Cluster), or for replicas without Redis an object in their S3 bucket written
+// with conditional requests, that one holder owns until it releases it or stops renewing it. A
+// holder that crashes stops renewing, its key expires after the TTL, and another takes over.
 //
 // A lease is advisory: it makes one replica do a costly job (build an index, accept an
 // upload) while the others wait, and it is never the only thing that keeps data right. When
@@ -37,17 +38,33 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// Manager hands out leases over one Redis client.
+// backend is where leases live: each operation is atomic there.
+type backend interface {
+	// take makes token the key's holder for ttl unless a live holder has it (false).
+	take(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// renew extends the key for ttl while token holds it (false: it was lost).
+	renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// drop ends the key while token holds it.
+	drop(ctx context.Context, key, token string) error
+	// held reports whether a live holder has the key.
+	held(ctx context.Context, key string) (bool, error)
+}
+
+// Manager hands out leases over one backend.
 type Manager struct {
-	c   redis.UniversalClient
+	b   backend
 	opt Options
 }
 
-// New returns a Manager over c.
+// New returns a Manager of leases in Redis.
 func New(c redis.UniversalClient, opt Options) *Manager {
 	if opt.Prefix == "" {
 		opt.Prefix = "profsym:lease:"
 	}
+	return newManager(redisBackend{c}, opt)
+}
+
+func newManager(b backend, opt Options) *Manager {
 	if opt.TTL <= 0 {
 		opt.TTL = 15 * time.Second
 	}
@@ -57,7 +74,7 @@ func New(c redis.UniversalClient, opt Options) *Manager {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Manager{c: c, opt: opt}
+	return &Manager{b: b, opt: opt}
 }
 
 // TTL is the leases' time to live after the last renewal.
@@ -102,12 +119,12 @@ func (m *Manager) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	full := m.opt.Prefix + key
 	cctx, cancel := context.WithTimeout(ctx, m.opt.Timeout)
 	defer cancel()
-	err := m.c.SetArgs(cctx, full, token, redis.SetArgs{Mode: "NX", TTL: m.opt.TTL}).Err()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	ok, err := m.b.take(cctx, full, token, m.opt.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("take lease %s: %w", full, err)
+	}
+	if !ok {
+		return nil, nil
 	}
 	l := &Lease{m: m, key: full, token: token, stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
 	go l.keepAlive()
@@ -142,11 +159,11 @@ func (m *Manager) Acquire(ctx context.Context, key string, wait time.Duration) (
 func (m *Manager) Held(ctx context.Context, key string) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, m.opt.Timeout)
 	defer cancel()
-	n, err := m.c.Exists(cctx, m.opt.Prefix+key).Result()
+	held, err := m.b.held(cctx, m.opt.Prefix+key)
 	if err != nil {
 		return false, fmt.Errorf("look up lease %s: %w", m.opt.Prefix+key, err)
 	}
-	return n > 0, nil
+	return held, nil
 }
 
 func (l *Lease) keepAlive() {
@@ -161,13 +178,13 @@ func (l *Lease) keepAlive() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.m.opt.Timeout)
-		n, err := renew.Run(ctx, l.m.c, []string{l.key}, l.token, l.m.opt.TTL.Milliseconds()).Int()
+		ok, err := l.m.b.renew(ctx, l.key, l.token, l.m.opt.TTL)
 		cancel()
 		switch {
 		case err != nil:
-			// Redis is away: the key may still be ours; the next renewal may reach it.
+			// The backend is away: the key may still be ours; the next renewal may reach it.
 			l.m.opt.Logger.Warn("renew lease", "key", l.key, "err", err)
-		case n == 0:
+		case !ok:
 			l.m.opt.Logger.Warn("lease lost: it expired before it was renewed", "key", l.key)
 			l.lostOnce.Do(func() { close(l.lost) })
 			return
@@ -186,9 +203,34 @@ func (l *Lease) Release() {
 		<-l.done
 		ctx, cancel := context.WithTimeout(context.Background(), l.m.opt.Timeout)
 		defer cancel()
-		if err := drop.Run(ctx, l.m.c, []string{l.key}, l.token).Err(); err != nil {
+		if err := l.m.b.drop(ctx, l.key, l.token); err != nil {
 			// It expires by itself after the TTL.
 			l.m.opt.Logger.Warn("release lease", "key", l.key, "err", err)
 		}
 	})
+}
+
+// redisBackend keeps a lease as a key holding its holder's token, with the TTL as its expiry.
+type redisBackend struct{ c redis.UniversalClient }
+
+func (b redisBackend) take(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	err := b.c.SetArgs(ctx, key, token, redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (b redisBackend) renew(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	n, err := renew.Run(ctx, b.c, []string{key}, token, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+func (b redisBackend) drop(ctx context.Context, key, token string) error {
+	return drop.Run(ctx, b.c, []string{key}, token).Err()
+}
+
+func (b redisBackend) held(ctx context.Context, key string) (bool, error) {
+	n, err := b.c.Exists(ctx, key).Result()
+	return n > 0, err
 }

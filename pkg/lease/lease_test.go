@@ -1,23 +1,59 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
-func client(t *testing.T, r *testsupport.Redis) redis.UniversalClient {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+// kind is a backend under test: real Redis, or real MinIO for the S3 leases.
+type kind struct {
+	name string
+	// start starts the server and returns how to make a Manager over it (each its own
+	// client, as replicas have), how to hand a key to another holder behind the Manager's
+	// back, and how to stop the server.
+	start func(t *testing.T) (newManager func(Options) *Manager, steal func(key string), stop func())
+}
+
+var kinds = []kind{
+	{"redis", func(t *testing.T) (func(Options) *Manager, func(string), func()) {
+		r := testsupport.StartRedis(t)
+		newManager := func(o Options) *Manager {
+			c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+			t.Cleanup(func() { _ = c.Close() })
+			return New(c, o)
+		}
+		c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		steal := func(key string) {
+			if err := c.Set(context.Background(), key, "someone-else", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return newManager, steal, r.Stop
+	}},
+	{"s3", func(t *testing.T) (func(Options) *Manager, func(string), func()) {
+		m := testsupport.StartMinIO(t)
+		c := m.NewBucket(t, "leases")
+		newManager := func(o Options) *Manager { return NewS3(m.Client(t), "leases", o) }
+		steal := func(key string) {
+			body := []byte("someone-else " + strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10))
+			if _, err := c.PutObject(context.Background(), "leases", key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return newManager, steal, m.Stop
+	}},
 }
 
 // abandon stops renewing without deleting the key: what a crashed holder leaves behind.
@@ -28,124 +64,145 @@ func (l *Lease) abandon() {
 // TestOneHolder: of many replicas asking at once, one holds the key; after it releases,
 // another takes it.
 func TestOneHolder(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	ctx := context.Background()
-	var got atomic.Int32
-	var wg sync.WaitGroup
-	for range 16 {
-		m := New(client(t, r), Options{TTL: 10 * time.Second})
-		wg.Go(func() {
-			l, err := m.TryAcquire(ctx, "build/x")
-			if err != nil {
-				t.Error(err)
-				return
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, _, _ := k.start(t)
+			ctx := context.Background()
+			var got atomic.Int32
+			var wg sync.WaitGroup
+			for range 16 {
+				m := newManager(Options{TTL: 10 * time.Second})
+				wg.Go(func() {
+					l, err := m.TryAcquire(ctx, "build/x")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if l == nil {
+						return
+					}
+					got.Add(1)
+				})
 			}
-			if l == nil {
-				return
+			wg.Wait()
+			if got.Load() != 1 {
+				t.Fatalf("%d of 16 took the free key, want 1", got.Load())
 			}
-			got.Add(1)
+			m := newManager(Options{TTL: 10 * time.Second})
+			if l, err := m.TryAcquire(ctx, "build/x"); err != nil || l != nil {
+				t.Fatalf("TryAcquire of a held key = %v, %v; want nil, nil", l, err)
+			}
+			if _, err := m.Acquire(ctx, "build/x", 100*time.Millisecond); !errors.Is(err, ErrHeld) {
+				t.Fatalf("Acquire of a held key = %v, want ErrHeld", err)
+			}
 		})
-	}
-	wg.Wait()
-	if got.Load() != 1 {
-		t.Fatalf("%d of 16 took the free key, want 1", got.Load())
-	}
-	m := New(client(t, r), Options{TTL: 10 * time.Second})
-	if l, err := m.TryAcquire(ctx, "build/x"); err != nil || l != nil {
-		t.Fatalf("TryAcquire of a held key = %v, %v; want nil, nil", l, err)
-	}
-	if _, err := m.Acquire(ctx, "build/x", 100*time.Millisecond); !errors.Is(err, ErrHeld) {
-		t.Fatalf("Acquire of a held key = %v, want ErrHeld", err)
 	}
 }
 
 // TestReleaseHandsOver: a released key is free at once; Release twice is harmless.
 func TestReleaseHandsOver(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	ctx := context.Background()
-	a, b := New(client(t, r), Options{}), New(client(t, r), Options{})
-	l, err := a.TryAcquire(ctx, "upload/1")
-	if err != nil || l == nil {
-		t.Fatalf("TryAcquire = %v, %v", l, err)
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, _, _ := k.start(t)
+			ctx := context.Background()
+			a, b := newManager(Options{}), newManager(Options{})
+			l, err := a.TryAcquire(ctx, "upload/1")
+			if err != nil || l == nil {
+				t.Fatalf("TryAcquire = %v, %v", l, err)
+			}
+			if held, err := b.Held(ctx, "upload/1"); err != nil || !held {
+				t.Fatalf("Held = %v, %v; want true", held, err)
+			}
+			l.Release()
+			l.Release()
+			if held, err := b.Held(ctx, "upload/1"); err != nil || held {
+				t.Fatalf("Held after release = %v, %v; want false", held, err)
+			}
+			l2, err := b.TryAcquire(ctx, "upload/1")
+			if err != nil || l2 == nil {
+				t.Fatalf("TryAcquire after release = %v, %v", l2, err)
+			}
+			// The first holder's late release must not free the second's key.
+			l.Release()
+			if held, _ := a.Held(ctx, "upload/1"); !held {
+				t.Fatal("a released lease freed its successor's key")
+			}
+			l2.Release()
+		})
 	}
-	if held, err := b.Held(ctx, "upload/1"); err != nil || !held {
-		t.Fatalf("Held = %v, %v; want true", held, err)
-	}
-	l.Release()
-	l.Release()
-	l2, err := b.TryAcquire(ctx, "upload/1")
-	if err != nil || l2 == nil {
-		t.Fatalf("TryAcquire after release = %v, %v", l2, err)
-	}
-	// The first holder's late release must not free the second's key.
-	l.Release()
-	if held, _ := a.Held(ctx, "upload/1"); !held {
-		t.Fatal("a released lease deleted its successor's key")
-	}
-	l2.Release()
 }
 
 // TestCrashedHolderExpires: a holder that stops renewing loses the key after the TTL, and a
 // waiting replica takes it over.
 func TestCrashedHolderExpires(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	ctx := context.Background()
-	ttl := 500 * time.Millisecond
-	a, b := New(client(t, r), Options{TTL: ttl}), New(client(t, r), Options{TTL: ttl})
-	l, err := a.TryAcquire(ctx, "build/y")
-	if err != nil || l == nil {
-		t.Fatalf("TryAcquire = %v, %v", l, err)
-	}
-	l.abandon()
-	l2, err := b.Acquire(ctx, "build/y", time.Minute)
-	if err != nil {
-		t.Fatalf("takeover after expiry: %v", err)
-	}
-	defer l2.Release()
-	// The expired holder's release leaves the new holder's key alone.
-	if err := drop.Run(ctx, a.c, []string{l.key}, l.token).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if held, _ := b.Held(ctx, "build/y"); !held {
-		t.Fatal("the crashed holder's token deleted the new holder's key")
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, _, _ := k.start(t)
+			ctx := context.Background()
+			ttl := 500 * time.Millisecond
+			a, b := newManager(Options{TTL: ttl}), newManager(Options{TTL: ttl})
+			l, err := a.TryAcquire(ctx, "build/y")
+			if err != nil || l == nil {
+				t.Fatalf("TryAcquire = %v, %v", l, err)
+			}
+			l.abandon()
+			l2, err := b.Acquire(ctx, "build/y", time.Minute)
+			if err != nil {
+				t.Fatalf("takeover after expiry: %v", err)
+			}
+			defer l2.Release()
+			// The expired holder's release leaves the new holder's key alone.
+			if err := a.b.drop(ctx, l.key, l.token); err != nil {
+				t.Fatal(err)
+			}
+			if held, _ := b.Held(ctx, "build/y"); !held {
+				t.Fatal("the crashed holder's token freed the new holder's key")
+			}
+		})
 	}
 }
 
 // TestRenewalKeepsTheKey: a live holder keeps its key past many TTLs; when its key is taken
-// from it (expired in a Redis outage and taken by another), Lost says so.
+// from it (expired in an outage and taken by another), Lost says so.
 func TestRenewalKeepsTheKey(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	ctx := context.Background()
-	ttl := 600 * time.Millisecond
-	a, b := New(client(t, r), Options{TTL: ttl}), New(client(t, r), Options{TTL: ttl})
-	l, err := a.TryAcquire(ctx, "build/z")
-	if err != nil || l == nil {
-		t.Fatalf("TryAcquire = %v, %v", l, err)
-	}
-	if _, err := b.Acquire(ctx, "build/z", 5*ttl); !errors.Is(err, ErrHeld) {
-		t.Fatalf("Acquire while the holder renews = %v, want ErrHeld", err)
-	}
-	// Another holder's token in the key: the next renewal finds it is not the holder.
-	if err := a.c.Set(ctx, l.key, "someone-else", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-l.Lost():
-	case <-time.After(time.Minute):
-		t.Fatal("Lost not closed after the key changed hands")
-	}
-	l.Release()
-	if v, _ := a.c.Get(ctx, l.key).Result(); v != "someone-else" {
-		t.Fatalf("release of a lost lease changed the key to %q", v)
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, steal, _ := k.start(t)
+			ctx := context.Background()
+			ttl := 600 * time.Millisecond
+			a, b := newManager(Options{TTL: ttl}), newManager(Options{TTL: ttl})
+			l, err := a.TryAcquire(ctx, "build/z")
+			if err != nil || l == nil {
+				t.Fatalf("TryAcquire = %v, %v", l, err)
+			}
+			if _, err := b.Acquire(ctx, "build/z", 5*ttl); !errors.Is(err, ErrHeld) {
+				t.Fatalf("Acquire while the holder renews = %v, want ErrHeld", err)
+			}
+			// Another holder in the key: the next renewal finds it is not the holder.
+			steal(l.key)
+			select {
+			case <-l.Lost():
+			case <-time.After(time.Minute):
+				t.Fatal("Lost not closed after the key changed hands")
+			}
+			l.Release()
+			if held, _ := b.Held(ctx, "build/z"); !held {
+				t.Fatal("release of a lost lease freed the other holder's key")
+			}
+		})
 	}
 }
 
-// TestRedisDown: without Redis, TryAcquire fails rather than pretending to hold the key.
-func TestRedisDown(t *testing.T) {
-	r := testsupport.StartRedis(t)
-	m := New(client(t, r), Options{Timeout: 200 * time.Millisecond})
-	r.Stop()
-	if l, err := m.TryAcquire(context.Background(), "k"); err == nil || l != nil {
-		t.Fatalf("TryAcquire without Redis = %v, %v; want an error", l, err)
+// TestBackendDown: without the backend, TryAcquire fails rather than pretending to hold the key.
+func TestBackendDown(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, _, stop := k.start(t)
+			m := newManager(Options{Timeout: 500 * time.Millisecond})
+			stop()
+			if l, err := m.TryAcquire(context.Background(), "k"); err == nil || l != nil {
+				t.Fatalf("TryAcquire without the backend = %v, %v; want an error", l, err)
+			}
+		})
 	}
 }

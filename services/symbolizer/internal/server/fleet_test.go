@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +25,8 @@ import (
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
-// fleet is several symbolizer replicas on one MinIO bucket and one Redis, as a deployment
-// runs them.
+// fleet is several symbolizer replicas on one MinIO bucket, with or without Redis, as a
+// deployment runs them.
 type fleet struct {
 	minio    *testsupport.MinIO
 	mc       *minio.Client
@@ -36,20 +37,23 @@ type fleet struct {
 
 const fleetBucket = "fleet"
 
-func startFleet(t *testing.T, n int, extra ...string) *fleet {
+func startFleet(t *testing.T, n int, withRedis bool, extra ...string) *fleet {
 	t.Helper()
-	f := &fleet{minio: testsupport.StartMinIO(t), redis: testsupport.StartRedis(t)}
+	f := &fleet{minio: testsupport.StartMinIO(t)}
 	f.mc = f.minio.NewBucket(t, fleetBucket)
-	f.rcl = goredis.NewClient(&goredis.Options{Addr: f.redis.Addr()})
-	t.Cleanup(func() { _ = f.rcl.Close() })
+	if withRedis {
+		f.redis = testsupport.StartRedis(t)
+		f.rcl = goredis.NewClient(&goredis.Options{Addr: f.redis.Addr()})
+		t.Cleanup(func() { _ = f.rcl.Close() })
+		extra = append([]string{"--redis-url", f.redis.URL()}, extra...)
+	}
 	secretFile := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secretFile, []byte(f.minio.SecretKey()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for range n {
 		args := append([]string{"--s3-endpoint", f.minio.Endpoint(), "--s3-bucket", fleetBucket, "--s3-region", f.minio.Region(),
-			"--s3-access-key", f.minio.AccessKey(), "--s3-secret-key-file", secretFile, "--s3-insecure",
-			"--redis-url", f.redis.URL()}, extra...)
+			"--s3-access-key", f.minio.AccessKey(), "--s3-secret-key-file", secretFile, "--s3-insecure"}, extra...)
 		f.replicas = append(f.replicas, start(t, args...))
 	}
 	return f
@@ -114,11 +118,36 @@ func (f *fleet) symbolizeEverywhere(t *testing.T, bin binary, from, n int) {
 	wg.Wait()
 }
 
+// deadBuilder leaves the lease of building sha's index as a replica that died holding it
+// would, expiring in 2 s: a Redis key, or without Redis an object in the bucket.
+func (f *fleet) deadBuilder(t *testing.T, sha string) {
+	t.Helper()
+	if f.rcl != nil {
+		if err := f.rcl.Set(context.Background(), "profsym:lease:index/"+sha, "a dead replica", 2*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	body := "a-dead-replica " + strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10)
+	if _, err := f.mc.PutObject(context.Background(), fleetBucket, "leases/index/"+sha, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFleetBuildsAnIndexOnce: many requests at once, on three replicas, for a binary whose
 // index the store lacks: one replica builds it, the others wait and load it. A builder that
-// died holding the lease is taken over after the lease expires.
+// died holding the lease is taken over after the lease expires. With Redis the leases are
+// Redis keys; without, objects in the bucket.
 func TestFleetBuildsAnIndexOnce(t *testing.T) {
-	f := startFleet(t, 4, "--lease-ttl", "1s")
+	for _, withRedis := range []bool{true, false} {
+		t.Run(map[bool]string{true: "redis leases", false: "bucket leases"}[withRedis], func(t *testing.T) {
+			testFleetBuildsAnIndexOnce(t, withRedis)
+		})
+	}
+}
+
+func testFleetBuildsAnIndexOnce(t *testing.T, withRedis bool) {
+	f := startFleet(t, 4, withRedis, "--lease-ttl", "1s")
 	bin := compile(t, "-g", "-O2")
 	// Replica 0 takes the upload (and holds the index built then); the others have nothing.
 	if res := upload(t, f.replicas[0].url, bin.path); res[0].Outcome != "uploaded" {
@@ -145,9 +174,7 @@ func TestFleetBuildsAnIndexOnce(t *testing.T) {
 		t.Fatalf("upload = %+v", res[0])
 	}
 	for _, sha := range f.dropIndexes(t) {
-		if err := f.rcl.Set(context.Background(), "profsym:lease:index/"+sha, "a dead replica", 2*time.Second).Err(); err != nil {
-			t.Fatal(err)
-		}
+		f.deadBuilder(t, sha)
 	}
 	before, waitsBefore := f.builds()
 	f.symbolizeEverywhere(t, bin2, 1, 12)
@@ -176,7 +203,15 @@ func (f *fleet) storedIndexes(t *testing.T) int {
 // one is reserved, the others are told an upload is in progress. The same file started at
 // once gets one upload, handed to every caller (so a client that lost its answer resumes).
 func TestFleetUploadsOnce(t *testing.T) {
-	f := startFleet(t, 3)
+	for _, withRedis := range []bool{true, false} {
+		t.Run(map[bool]string{true: "redis leases", false: "bucket leases"}[withRedis], func(t *testing.T) {
+			testFleetUploadsOnce(t, withRedis)
+		})
+	}
+}
+
+func testFleetUploadsOnce(t *testing.T, withRedis bool) {
+	f := startFleet(t, 3, withRedis)
 	bin := compile(t, "-g", "-O2")
 	initiate := func(r *running, sha string) (string, error) {
 		dc := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)

@@ -85,7 +85,7 @@ type Config struct {
 	RedisURL        string        `name:"redis-url" env:"SYMBOLIZER_REDIS_URL" help:"Redis for the result cache: redis://, rediss://, redis+cluster://, redis+sentinel://...?master_name=; empty: none. Put no password here when others can read the command line: use --redis-password-file."`
 	RedisPassword   string        `name:"redis-password-file" env:"SYMBOLIZER_REDIS_PASSWORD_FILE" type:"path" help:"File holding the Redis password; it replaces any password in --redis-url (kept off the command line, which every process sharing the PID namespace can read)."`
 	RedisTimeout    time.Duration `name:"redis-timeout" default:"250ms" env:"SYMBOLIZER_REDIS_TIMEOUT" help:"Timeout of one Redis call; a slower Redis is skipped."`
-	LeaseTTL        time.Duration `name:"lease-ttl" default:"15s" env:"SYMBOLIZER_LEASE_TTL" help:"With --redis-url, replicas coordinate through leases in Redis: one builds an index the store lacks while the others wait for it, and one reserves an upload of a build ID while the others are told it is in progress. A dead holder's lease expires after this long (it is renewed every third of it). 0: no coordination across replicas."`
+	LeaseTTL        time.Duration `name:"lease-ttl" default:"15s" env:"SYMBOLIZER_LEASE_TTL" help:"Replicas coordinate through leases: one builds an index the store lacks while the others wait for it, and one reserves an upload of a build ID while the others are told it is in progress. The leases are keys in Redis with --redis-url, else objects under leases/ in the S3 bucket written with conditional requests (If-None-Match, If-Match); a folder store serves one replica. A dead holder's lease expires after this long (it is renewed every third of it). 0: no coordination across replicas."`
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
 	HoldUploaded    bool          `name:"hold-uploaded-indexes" default:"true" negatable:"" env:"SYMBOLIZER_HOLD_UPLOADED_INDEXES" help:"Keep the index built while verifying an upload in memory. With build-ID affinity in the gateways, the replica that verifies an upload is seldom the one asked for its lookups: --no-hold-uploaded-indexes leaves the index to its owner, which loads it from the store."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
@@ -208,6 +208,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
 	var err error
+	var bucket *store.S3 // the S3 store, when it is one
 	if c.S3Endpoint != "" {
 		ak, err := readSecret(c.S3AccessKey, c.S3AccessFile, "S3 access key")
 		if err != nil {
@@ -231,6 +232,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			}
 		}
 		s.Store = s3
+		bucket = s3
 	} else {
 		s.Store, err = store.NewFolder(c.StoreDir)
 		if err != nil {
@@ -264,6 +266,15 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 
 	var redisClient redis.UniversalClient
 	var locks *leaseLocks
+	// Without Redis, replicas on one bucket coordinate through lease objects written
+	// conditionally in it; a folder store serves one replica (its volume is ReadWriteOnce),
+	// which coordinates within itself.
+	if c.RedisURL == "" && bucket != nil && c.LeaseTTL > 0 {
+		cl, name, prefix := bucket.Bucket()
+		locks = newLeaseLocks(lease.NewS3(cl, name, lease.Options{Prefix: prefix + "leases/", TTL: c.LeaseTTL, Timeout: 5 * time.Second, Logger: log}),
+			degraded.New("store leases", "replicas do not coordinate index builds and uploads: each builds what it lacks",
+				time.Minute, log).OnChange(s.Metrics.DegradedGauge("store leases")))
+	}
 	if c.RedisURL != "" {
 		resultcache.SetRedisLogger(log)
 		redisURL, err := withRedisPassword(c.RedisURL, c.RedisPassword)

@@ -65,6 +65,10 @@ func NewS3(cfg S3Config) (*S3, error) {
 
 func (s *S3) String() string { return "s3 " + s.c.EndpointURL().Host + "/" + s.bucket }
 
+// Bucket returns the client, the bucket and the key prefix, for what coordinates replicas
+// through the bucket (pkg/lease).
+func (s *S3) Bucket() (c *minio.Client, bucket, prefix string) { return s.c, s.bucket, s.prefix }
+
 func (s *S3) key(key string) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
