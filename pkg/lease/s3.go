@@ -48,7 +48,7 @@ func (b s3Backend) read(ctx context.Context, key string) (l lease, found bool, e
 	if err != nil {
 		return lease{}, false, err
 	}
-	defer obj.Close()
+	defer func() { _ = obj.Close() }() // a read object: nothing to flush
 	st, err := obj.Stat()
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
