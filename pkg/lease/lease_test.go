@@ -206,3 +206,44 @@ func TestBackendDown(t *testing.T) {
 		})
 	}
 }
+
+// TestContendedKey: replicas taking and releasing one key over and over, at once: never two
+// holders at a time, and no error from a lease read while another replica writes it.
+func TestContendedKey(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			newManager, _, _ := k.start(t)
+			ctx := context.Background()
+			var holders, most, takes atomic.Int32
+			var wg sync.WaitGroup
+			stop := time.Now().Add(2 * time.Second)
+			for range 6 {
+				m := newManager(Options{TTL: 10 * time.Second})
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						l, err := m.TryAcquire(ctx, "hot")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if l == nil {
+							continue
+						}
+						takes.Add(1)
+						n := holders.Add(1)
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						time.Sleep(5 * time.Millisecond)
+						holders.Add(-1)
+						l.Release()
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%d takes in 2 s by 6 replicas", takes.Load())
+			if most.Load() != 1 || takes.Load() < 2 {
+				t.Fatalf("at most %d holders at a time over %d takes; want 1, and the key handed over", most.Load(), takes.Load())
+			}
+		})
+	}
+}

@@ -44,6 +44,25 @@ func (l lease) live(now time.Time) bool { return l.token != "" && now.Before(l.e
 
 // read returns the key's lease; found is false when there is no object.
 func (b s3Backend) read(ctx context.Context, key string) (l lease, found bool, err error) {
+	// The client reads an object in more than one request, the later ones conditional on the
+	// first one's ETag: an object replaced in between (another replica's write) fails them
+	// with PreconditionFailed. Read it again: the write that raced is over.
+	for range 3 {
+		l, found, err = b.readOnce(ctx, key)
+		if !changed(err) {
+			break
+		}
+	}
+	return l, found, err
+}
+
+// changed reports an S3 error that says an object changed under a conditional request.
+func changed(err error) bool {
+	r := minio.ToErrorResponse(err)
+	return r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed"
+}
+
+func (b s3Backend) readOnce(ctx context.Context, key string) (l lease, found bool, err error) {
 	obj, err := b.c.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return lease{}, false, err
@@ -87,7 +106,7 @@ func (b s3Backend) write(ctx context.Context, key, token string, expires time.Ti
 	}
 	// 412: the object exists (If-None-Match) or changed (If-Match); 409: a conditional write
 	// of the same object is in flight.
-	if r := minio.ToErrorResponse(err); r.StatusCode == http.StatusPreconditionFailed || r.StatusCode == http.StatusConflict {
+	if r := minio.ToErrorResponse(err); changed(err) || r.StatusCode == http.StatusConflict || r.Code == "ConditionalRequestConflict" {
 		return false, nil
 	}
 	return false, fmt.Errorf("conditional put: %w", err)

@@ -147,7 +147,9 @@ func TestFleetBuildsAnIndexOnce(t *testing.T) {
 }
 
 func testFleetBuildsAnIndexOnce(t *testing.T, withRedis bool) {
-	f := startFleet(t, 4, withRedis, "--lease-ttl", "1s")
+	// A TTL that a loaded machine renews in time also through S3 (a read and a conditional write
+	// every third of it); the dead builder's lease below expires on its own clock.
+	f := startFleet(t, 4, withRedis, "--lease-ttl", "3s")
 	bin := compile(t, "-g", "-O2")
 	// Replica 0 takes the upload (and holds the index built then); the others have nothing.
 	if res := upload(t, f.replicas[0].url, bin.path); res[0].Outcome != "uploaded" {
