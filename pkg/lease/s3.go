@@ -42,44 +42,23 @@ type lease struct {
 
 func (l lease) live(now time.Time) bool { return l.token != "" && now.Before(l.expires) }
 
-// read returns the key's lease; found is false when there is no object.
+// read returns the key's lease; found is false when there is no object. It is one GET (the
+// low-level client: the high-level one reads in several requests, the later ones conditional
+// on the first one's ETag, which another replica's write between them fails).
 func (b s3Backend) read(ctx context.Context, key string) (l lease, found bool, err error) {
-	// The client reads an object in more than one request, the later ones conditional on the
-	// first one's ETag: an object replaced in between (another replica's write) fails them
-	// with PreconditionFailed. Read it again: the write that raced is over.
-	for range 3 {
-		l, found, err = b.readOnce(ctx, key)
-		if !changed(err) {
-			break
-		}
-	}
-	return l, found, err
-}
-
-// changed reports an S3 error that says an object changed under a conditional request.
-func changed(err error) bool {
-	r := minio.ToErrorResponse(err)
-	return r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed"
-}
-
-func (b s3Backend) readOnce(ctx context.Context, key string) (l lease, found bool, err error) {
-	obj, err := b.c.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		return lease{}, false, err
-	}
-	defer func() { _ = obj.Close() }() // a read object: nothing to flush
-	st, err := obj.Stat()
+	body, info, _, err := minio.Core{Client: b.c}.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return lease{}, false, nil
 		}
 		return lease{}, false, err
 	}
-	data, err := io.ReadAll(io.LimitReader(obj, 256))
+	defer func() { _ = body.Close() }() // a read body: nothing to flush
+	data, err := io.ReadAll(io.LimitReader(body, 256))
 	if err != nil {
 		return lease{}, false, err
 	}
-	l = lease{etag: st.ETag}
+	l = lease{etag: info.ETag}
 	token, ms, ok := strings.Cut(strings.TrimSpace(string(data)), " ")
 	n, perr := strconv.ParseInt(ms, 10, 64)
 	if !ok || perr != nil {
@@ -88,6 +67,12 @@ func (b s3Backend) readOnce(ctx context.Context, key string) (l lease, found boo
 	}
 	l.token, l.expires = token, time.UnixMilli(n)
 	return l, true, nil
+}
+
+// changed reports an S3 error that says an object changed under a conditional request.
+func changed(err error) bool {
+	r := minio.ToErrorResponse(err)
+	return r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed"
 }
 
 // write puts token's lease until expires, only if the object is absent (etag "") or still
