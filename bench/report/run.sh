@@ -34,7 +34,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	log "run as root: bench/collector loads eBPF programs"
 	exit 1
 fi
-for tool in jq go llvm-symbolizer eu-addr2line redis-server gcc; do
+for tool in jq go llvm-symbolizer eu-addr2line redis-server gcc /usr/bin/time; do
 	command -v "$tool" >/dev/null || { log "missing $tool: run .ci/install-deps"; exit 1; }
 done
 
