@@ -141,7 +141,8 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 		"inside function symbols of each binary, one process per run, addresses on stdin; each time the best of %d runs.\n\n", s.Repeat)
 	p.f("### Fidelity\n\n")
 	p.f("The share of %d addresses whose innermost frame (function name, source file and line) is llvm-symbolizer's; "+
-		"in brackets, the share whose whole chain of inline frames is (go tool addr2line reports no inline frames).\n\n", s.Small)
+		"in brackets, the share whose whole chain of inline frames is (go tool addr2line reports no inline frames); "+
+		"\"function only\", shown where it differs, the share whose innermost function name is, file and line aside.\n\n", s.Small)
 	var cats []string
 	fid := map[string][]float64{}
 	labels := []string{"ours", "eu-addr2line", "go tool addr2line"}
@@ -355,7 +356,11 @@ func writeGateway(p *page, g *gateway, dir string) error {
 			fmt.Sprint(r.Pairs), fmtNum(r.DirectP50ms, 2), fmtNum(r.GatewayP50ms, 2), fmtNum(r.AddedP50ms, 2), fmtRatio(ratio(r.GatewayP50ms, r.DirectP50ms)),
 			fmtNum(r.DirectP99ms, 2), fmtNum(r.GatewayP99ms, 2), fmtNum(r.AddedP99ms, 2), fmtRatio(ratio(r.GatewayP99ms, r.DirectP99ms)),
 			fmt.Sprintf("%.0f req/s (%d senders)", r.RequestsPerS, r.Senders)})
-		cats = append(cats, r.Label+" p50", r.Label+" p99")
+		if len(g.Runs) == 1 {
+			cats = append(cats, "p50", "p99")
+		} else {
+			cats = append(cats, r.Label+" p50", r.Label+" p99")
+		}
 		direct = append(direct, r.DirectP50ms, r.DirectP99ms)
 		through = append(through, r.GatewayP50ms, r.GatewayP99ms)
 	}

@@ -54,7 +54,7 @@ func newPlot(title, ylabel string) *plot.Plot {
 // barPlot is a grouped bar chart: one group per category, one bar per series, from zero.
 func barPlot(title, ylabel string, cats []string, ss []series) (*plot.Plot, error) {
 	p := newPlot(title, ylabel)
-	w := vg.Points(float64(min(28, 200/max(1, len(cats)*len(ss)))))
+	w := vg.Points(float64(min(40, 320/max(1, len(cats)*len(ss)))))
 	top := 0.0
 	for i, s := range ss {
 		vals := make(plotter.Values, len(s.values))
@@ -76,8 +76,9 @@ func barPlot(title, ylabel string, cats []string, ss []series) (*plot.Plot, erro
 		p.Legend.Add(s.name, b)
 	}
 	p.NominalX(cats...)
+	p.X.Min, p.X.Max = -0.5, float64(len(cats))-0.5 // whole groups at both ends
 	p.Y.Min = 0
-	p.Y.Max = top * 1.25 // room for the legend
+	p.Y.Max = top * 1.5 // room for the legend
 	p.Add(plotter.NewGrid())
 	return p, nil
 }

@@ -41,6 +41,7 @@ done
 results=$(mktemp -d "${TMPDIR:-/tmp}/bench-report.XXXXXX")
 trap 'rm -rf "$results"' EXIT
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+revision=$(git rev-parse --short HEAD 2>/dev/null || true)
 t0=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -60,7 +61,7 @@ jq -n --arg started "$started" --argjson elapsed "$elapsed" \
 	--arg cpu "$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo)" --argjson cores "$(nproc)" \
 	--argjson mem "$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)" --arg kernel "$(uname -r)" \
 	--arg go "$(go version | cut -d' ' -f3)" --arg ls "$load_start" --arg le "$(cut -d' ' -f1-3 /proc/loadavg)" \
-	--arg settings "$settings" --arg rev "$(git rev-parse --short HEAD 2>/dev/null || true)" \
+	--arg settings "$settings" --arg rev "$revision" \
 	'{started: $started, elapsed_s: $elapsed, cpu_model: $cpu, cores: $cores, mem_kib: $mem, kernel: $kernel, go: $go,
 	  load_start: $ls, load_end: $le, command: "make bench-report", settings: $settings, revision: $rev}' >"$results/run.json"
 
