@@ -140,36 +140,29 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 	p.f("`bench/symbolize/run.sh`: `symbolizer symbolize` (ours) and the reference tools on the same random addresses "+
 		"inside function symbols of each binary, one process per run, addresses on stdin; each time the best of %d runs.\n\n", s.Repeat)
 	p.f("### Fidelity\n\n")
-	p.f("The share of %d addresses whose innermost frame (function name, source file and line) is llvm-symbolizer's; "+
-		"in brackets, the share whose whole chain of inline frames is (go tool addr2line reports no inline frames); "+
-		"\"function only\", shown where it differs, the share whose innermost function name is, file and line aside.\n\n", s.Small)
+	p.f("Of %d addresses, the share whose innermost frame (function name, source file and line) is llvm-symbolizer's; "+
+		"then the share whose innermost file and line are (names aside: demanglers and Go's ABI suffixes write the same "+
+		"function differently), whose innermost function name is (file and line aside), and whose whole chain of inline "+
+		"frames is (go tool addr2line reports no inline frames).\n\n", s.Small)
 	var cats []string
 	fid := map[string][]float64{}
 	labels := []string{"ours", "eu-addr2line", "go tool addr2line"}
 	var rows [][]string
 	for _, b := range s.Binaries {
 		cats = append(cats, b.Name)
-		row := []string{fmt.Sprintf("%s (%d MB%s)", b.Name, b.MB, goNote(b.Go))}
+		name := fmt.Sprintf("%s (%d MB%s)", b.Name, b.MB, goNote(b.Go))
 		for _, l := range labels {
 			a, ok := findAgreement(b.Fidelity, l)
 			if !ok {
-				row = append(row, "–")
 				fid[l] = append(fid[l], math.NaN())
 				continue
 			}
-			cell := fmtPct(a.Innermost, a.Addresses)
-			if a.Chain >= 0 {
-				cell += " (" + fmtPct(a.Chain, a.Addresses) + ")"
-			}
-			if a.Function != a.Innermost {
-				cell += fmt.Sprintf("; function only %s", fmtPct(a.Function, a.Addresses))
-			}
-			row = append(row, cell)
+			rows = append(rows, agreementRow(name, a))
+			name = ""
 			fid[l] = append(fid[l], 100*float64(a.Innermost)/float64(max(1, a.Addresses)))
 		}
-		rows = append(rows, row)
 	}
-	p.table(append([]string{"binary"}, labels...), rows)
+	p.table([]string{"binary", "tool", "innermost frame", "file:line", "function name", "whole inline chain"}, rows)
 	var ss []series
 	for _, l := range labels {
 		ss = append(ss, series{l, fid[l]})
@@ -244,16 +237,20 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 			row})
 		var frows [][]string
 		for _, a := range st.Fidelity {
-			chain := "–"
-			if a.Chain >= 0 {
-				chain = fmtPct(a.Chain, a.Addresses)
-			}
-			frows = append(frows, []string{a.Label, fmtPct(a.Innermost, a.Addresses), fmtPct(a.Function, a.Addresses), chain})
+			frows = append(frows, agreementRow("minio, stripped", a))
 		}
-		p.table([]string{"on the stripped binary", "innermost frame", "function only", "whole inline chain"}, frows)
+		p.table([]string{"binary", "tool", "innermost frame", "file:line", "function name", "whole inline chain"}, frows)
 	}
 	p.f("Load average during this bench: %s before, %s after.\n\n", s.LoadBefore, s.LoadAfter)
 	return nil
+}
+
+func agreementRow(binary string, a agreement) []string {
+	chain := "–"
+	if a.Chain >= 0 {
+		chain = fmtPct(a.Chain, a.Addresses)
+	}
+	return []string{binary, a.Label, fmtPct(a.Innermost, a.Addresses), fmtPct(a.Location, a.Addresses), fmtPct(a.Function, a.Addresses), chain}
 }
 
 func goNote(isGo bool) string {

@@ -24,12 +24,12 @@ var fixture = map[string]string{
 			"llvm": {"cold_s": 1.5, "warm_rate": 250000, "rss_mb": 600},
 			"eu": {"cold_s": 10, "warm_rate": 4000, "rss_small_mb": 100},
 			"fidelity": [
-				{"label": "ours", "addresses": 10000, "innermost": 9900, "function": 9950, "chain": 9800},
-				{"label": "eu-addr2line", "addresses": 10000, "innermost": 250, "function": 8000, "chain": 200},
-				{"label": "go tool addr2line", "addresses": 10000, "innermost": 8500, "function": 8600, "chain": -1}]}],
+				{"label": "ours", "addresses": 10000, "innermost": 9900, "function": 9950, "location": 10000, "chain": 9800},
+				{"label": "eu-addr2line", "addresses": 10000, "innermost": 250, "function": 8000, "location": 300, "chain": 200},
+				{"label": "go tool addr2line", "addresses": 10000, "innermost": 8500, "function": 8600, "location": 9000, "chain": -1}]}],
 		"stripped": {"addresses": 20000, "ours": {"wall_s": 0.2, "cpu_s": 0.25, "rss_mb": 110},
 			"a2l": {"wall_s": 0.4, "cpu_s": 0.75, "rss_mb": 220},
-			"fidelity": [{"label": "ours", "addresses": 20000, "innermost": 19000, "function": 19800, "chain": 19000}]}}`,
+			"fidelity": [{"label": "ours", "addresses": 20000, "innermost": 19000, "function": 19800, "location": 19500, "chain": 19000}]}}`,
 	symbolizerFile: `{"binary": "minio", "binary_mib": 144, "batch": 10000, "batches": 20, "rounds": 3, "upload_s": 1.5,
 		"phases": [
 			{"phase": "cold", "batches": 2, "addrs_per_s": 125000, "p50_ms": 80, "p99_ms": 90, "server_cpu_ms_per_batch": 100, "rss_mib": 500},
@@ -87,13 +87,15 @@ func TestGenerate(t *testing.T) {
 				"2026-11-28 01:02 UTC, took 20m34s at commit `abc1234`",
 				"Test CPU @ 2.0GHz, 2 cores, 23.4 GiB of memory, Linux 6.1.0-test, go1.26.8",
 				"1.00 2.00 3.00 at the start, 2.50 2.00 3.00 at the end",
-				// fidelity: 9900 of 10000, chain 9800; eu 250 (function 8000); go tool addr2line 8500
-				"| minio (144 MB, Go) | 99.0% (98.0%); function only 99.5% | 2.5% (2.0%); function only 80.0% | 85.0%; function only 86.0% |",
+				// fidelity: shares of 10000 addresses
+				"| minio (144 MB, Go) | ours | 99.0% | 100.0% | 99.5% | 98.0% |",
+				"|  | eu-addr2line | 2.5% | 3.0% | 80.0% | 2.0% |",
+				"|  | go tool addr2line | 85.0% | 90.0% | 86.0% | – |",
 				// cold 1.5/0.5 and 10/0.5; cached 1.5/0.25; warm 1e6/2.5e5 and 1e6/4e3; RSS 300/600 and 200/100
 				"| minio | 0.50 s | 3.00× | 20.00× | 0.25 s | 6.00× | 1.00 M/s | 4.00× | 250.00× | 300 MB | 0.50× | 2.00× |",
 				// stripped: 0.4/0.2, 0.75/0.25, 110/220
 				"| 2.00× | 3.00× | 0.50× |",
-				"| ours | 95.0% | 99.0% | 95.0% |",
+				"| minio, stripped | ours | 95.0% | 97.5% | 99.0% | 95.0% |",
 				// symbolizer: cold p50 80 over warm 8; cached 10 over the redis floor 4
 				"| cold | no index in memory or in the store: the first batch builds it | 2 | 80.0 | 90.0 | 10.00× |",
 				"The cached phase's p50 is 2.50× the Redis floor's",

@@ -78,6 +78,7 @@ type agreement struct {
 	Addresses int    `json:"addresses"`
 	Innermost int    `json:"innermost"`
 	Function  int    `json:"function"`
+	Location  int    `json:"location"`
 	Chain     int    `json:"chain"`
 }
 

@@ -26,7 +26,7 @@
 #   fidelity  the share of the $SMALL addresses whose innermost frame (function, file and line)
 #          is llvm-symbolizer's, for ours, eu-addr2line (-a -f -i -A -C) and, on Go binaries,
 #          `go tool addr2line`, taken from the cold runs' answers (bench/symbolize/agree also
-#          counts function-only and whole-inline-chain agreement).
+#          counts file:line-only, function-only and whole-inline-chain agreement).
 # eu-addr2line's warm rate is taken between $SMALL and $EU_BIG addresses: it answers a few
 # thousand addresses per second, where the others answer hundreds of thousands.
 #

@@ -19,10 +19,11 @@
 // unknowns agree.
 //
 // Usage: agree -ref REF -cand CAND -format FORMAT [-ref-format FORMAT] [-label NAME]
-// It prints one JSON object: {"label", "addresses", "innermost", "function", "chain"}:
-// innermost counts the addresses whose innermost frame agrees whole, function those whose
-// innermost function name does (file and line aside), chain those whose every frame does (-1
-// when the candidate's format has no inline frames).
+// It prints one JSON object: {"label", "addresses", "innermost", "function", "location",
+// "chain"}: innermost counts the addresses whose innermost frame agrees whole, function those
+// whose innermost function name does (file and line aside), location those whose innermost
+// file and line do (the name aside: demanglers and Go's ABI suffixes write names differently),
+// chain those whose every frame does (-1 when the candidate's format has no inline frames).
 package main
 
 import (
@@ -49,6 +50,7 @@ type Result struct {
 	Addresses int    `json:"addresses"`
 	Innermost int    `json:"innermost"`
 	Function  int    `json:"function"`
+	Location  int    `json:"location"`
 	Chain     int    `json:"chain"`
 }
 
@@ -114,6 +116,9 @@ func compare(ref, cand [][]frame, chains bool) (Result, error) {
 		}
 		if len(a) > 0 && len(b) > 0 && a[0].fn == b[0].fn || unknown(a) && unknown(b) {
 			r.Function++
+		}
+		if len(a) > 0 && len(b) > 0 && a[0].file == b[0].file && a[0].line == b[0].line || unknown(a) && unknown(b) {
+			r.Location++
 		}
 		if chains && sameChain(a, b) {
 			r.Chain++
