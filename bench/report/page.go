@@ -400,6 +400,8 @@ func writeCollector(p *page, c *collector, dir string) error {
 	p.f("`bench/collector/run.sh`: the collector's own CPU time (share of one core) and peak RSS while all %d CPUs are busy with %d "+
 		"distinct binaries built without frame pointers, %d s per setting. Its targets at 19 Hz with CFI: %.1f%% of one core and %d MB.\n\n",
 		c.CPUs, c.Binaries, c.DurationS, targetCPUPct, targetRSSMB)
+	p.f("The collector profiles the whole machine: the processes of other work running at the same time (see the load average) " +
+		"are sampled too, and with CFI each new binary among them costs an unwind table build, which counts in its CPU.\n\n")
 	var rows [][]string
 	var hzs []int
 	seen := map[int]bool{}
