@@ -110,7 +110,7 @@ bench: ## Go benchmarks of the hot paths, then the comparison scripts under benc
 	@# The soak (bench/soak, 30 minutes) is run on its own; bench/report runs the others again for the page (make bench-report).
 	@for s in bench/*/run.sh; do case $$s in bench/soak/run.sh|bench/report/run.sh) continue;; esac; echo "== $$s"; bash $$s; done
 
-bench-report: ## Run the bench/ scripts in one run (about 20 minutes on 2 cores; as root, after .ci/install-deps) and regenerate docs/benchmarks.md and its plots (bench/report/run.sh).
+bench-report: ## Run the bench/ scripts in one run (10 to 15 minutes on 2 cores; as root, after .ci/install-deps) and regenerate docs/benchmarks.md and its plots (bench/report/run.sh).
 	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.
 	@PATH="$$PATH:$$(dirname $$(command -v $(GO) || echo /usr/local/go/bin/go))" bash bench/report/run.sh
 
