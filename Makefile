@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench bench-report testdata fuzz fuzz-seeds demo clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -107,8 +107,12 @@ test-short: ## Unit tests only: no servers, no eBPF, no corpus, no Collector bui
 bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/ (bench/soak/run.sh, 30 minutes, on its own).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
-	@# The soak (bench/soak, 30 minutes) is run on its own.
-	@for s in bench/*/run.sh; do [ "$$s" = bench/soak/run.sh ] && continue; echo "== $$s"; bash $$s; done
+	@# The soak (bench/soak, 30 minutes) is run on its own; bench/report runs the others again for the page (make bench-report).
+	@for s in bench/*/run.sh; do case $$s in bench/soak/run.sh|bench/report/run.sh) continue;; esac; echo "== $$s"; bash $$s; done
+
+bench-report: ## Run the bench/ scripts in one run (10 to 15 minutes on 2 cores; as root, after .ci/install-deps) and regenerate docs/benchmarks.md and its plots (bench/report/run.sh).
+	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.
+	@PATH="$$PATH:$$(dirname $$(command -v $(GO) || echo /usr/local/go/bin/go))" bash bench/report/run.sh
 
 demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root; DEMO_FLAGS="--duration 30s").
 	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.

@@ -8,6 +8,7 @@
 #
 #   bench/collector/run.sh                 # 60 s at 19 Hz and at 99 Hz, cfi and frame-pointers
 #   DURATION=20 FREQS="19" UNWINDERS=cfi bench/collector/run.sh
+#   RESULTS=collector.json bench/collector/run.sh   # also the figures as JSON (for bench/report)
 set -euo pipefail
 
 DURATION=${DURATION:-60}
@@ -15,6 +16,7 @@ FREQS=${FREQS:-"19 99"}
 UNWINDERS=${UNWINDERS:-"cfi frame-pointers"}
 BINARIES=${BINARIES:-20}
 WARMUP=${WARMUP:-5}
+RESULTS=${RESULTS:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d)
 PIDS=()
@@ -58,6 +60,7 @@ hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" '$1 == m {printf "%.6f", $2}'; }
 sum_metric() { curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v m="$2" 'index($1, m) == 1 {s += $2} END {printf "%.6f", s}'; }
 
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A CPU RSS SAMPLES TABLES ROWS MAPMB RATE WHOLE
 PORT=19464
 for u in $UNWINDERS; do
@@ -103,3 +106,17 @@ for u in $UNWINDERS; do
 done
 echo "targets at 19 Hz with cfi: at most 0.5% of one core and 50 MB RSS (userspace; the row map is kernel memory, reported apart)"
 echo "whole: CFI walks that ended at the stack's bottom (outermost or zero), of all CFI walks"
+if [ -n "$RESULTS" ]; then
+	for u in $UNWINDERS; do
+		for f in $FREQS; do
+			k="$u/$f"
+			jq -n --arg u "$u" --argjson f "$f" --argjson cpu "${CPU[$k]}" --argjson rss "${RSS[$k]}" --argjson samples "${SAMPLES[$k]}" \
+				--argjson tables "${TABLES[$k]:-0}" --argjson rows "${ROWS[$k]:-0}" --argjson map "${MAPMB[$k]:-0}" \
+				--arg whole "${WHOLE[$k]:--}" \
+				'{unwinder: $u, hz: $f, cpu_pct_core: $cpu, rss_mb: $rss, samples: $samples, tables: $tables, rows: $rows,
+				  row_map_mb: $map, whole_pct: (if $whole == "-" then null else ($whole | tonumber) end)}'
+		done
+	done | jq -s --argjson d "$DURATION" --argjson b "$BINARIES" --argjson cpus "$(nproc)" --arg lb "$LOAD_BEFORE" --arg la "$(cut -d' ' -f1-3 /proc/loadavg)" \
+		'{duration_s: $d, binaries: $b, cpus: $cpus, load_before: $lb, load_after: $la, runs: .}' >"$RESULTS"
+	echo "results written to $RESULTS" >&2
+fi

@@ -13,6 +13,8 @@
 #   bench/gateway/run.sh
 #   LOCATIONS=500 MAPPINGS=20 DURATION=15s CONCURRENCY=8 bench/gateway/run.sh
 #   OLD_REF=main bench/gateway/run.sh
+#   OLD_REF=none bench/gateway/run.sh      # the Collector gateway only
+#   RESULTS=gateway.json bench/gateway/run.sh   # also the figures as JSON (for bench/report)
 set -euo pipefail
 
 LOCATIONS=${LOCATIONS:-500}
@@ -26,6 +28,7 @@ CONCURRENCY=${CONCURRENCY:-8}
 # The last commit whose services/gateway is the hand-written gateway.
 OLD_REF=${OLD_REF:-6e14302}
 UNCACHED=${UNCACHED:-0}
+RESULTS=${RESULTS:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d)
 PIDS=()
@@ -44,10 +47,12 @@ waitfor() { for _ in $(seq 1 200); do curl -fsS "$1" >/dev/null 2>&1 && return 0
 echo "building symbolizer, driver, the Collector gateway and the hand-written gateway at $OLD_REF" >&2
 (cd "$ROOT" && go build -o "$WORK/symbolizer" ./services/symbolizer && go build -o "$WORK/driver" ./bench/gateway/driver)
 (cd "$ROOT/services/gateway" && go build -o "$WORK/gateway-otelcol" .)
-# The old gateway from git, not from the work tree: it is what the distribution replaces.
-mkdir -p "$WORK/old"
-git -C "$ROOT" archive "$OLD_REF" go.mod go.sum gen pkg services/gateway | tar -x -C "$WORK/old"
-(cd "$WORK/old" && GOFLAGS=-mod=mod go build -o "$WORK/gateway-old" ./services/gateway)
+if [ "$OLD_REF" != none ]; then
+	# The old gateway from git, not from the work tree: it is what the distribution replaces.
+	mkdir -p "$WORK/old"
+	git -C "$ROOT" archive "$OLD_REF" go.mod go.sum gen pkg services/gateway | tar -x -C "$WORK/old"
+	(cd "$WORK/old" && GOFLAGS=-mod=mod go build -o "$WORK/gateway-old" ./services/gateway)
+fi
 
 echo "compiling $LIBS libraries of $FUNCS functions (-O2 -g)" >&2
 mkdir -p "$WORK/libs"
@@ -89,7 +94,7 @@ run_old() { # label, extra flags...
 	PIDS+=($pid)
 	waitfor "http://127.0.0.1:$a/readyz"
 	"$WORK/driver" -gateway "127.0.0.1:$g" -admin "127.0.0.1:$a" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
-		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY"
+		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY" -results "$WORK/results-$label.json"
 	curl -fsS "http://127.0.0.1:$a/metrics" | grep -E '^profsym_gateway_(locations_(seen|symbolized)_total|locations_unresolved_total|symbol_cache_hits_total)' | sed "s/^/$label: /"
 	kill "$pid"
 }
@@ -148,13 +153,19 @@ YAML
 	PIDS+=($pid)
 	waitfor "http://127.0.0.1:$hc/"
 	"$WORK/driver" -gateway "127.0.0.1:$g" -label "$label" -binaries "$BINLIST" -locations "$LOCATIONS" \
-		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY"
+		-mappings "$MAPPINGS" -samples "$SAMPLES" -n "$N" -duration "$DURATION" -concurrency "$CONCURRENCY" -results "$WORK/results-$label.json"
 	curl -fsS "http://127.0.0.1:$m/metrics" | grep -E '^otelcol_(processor_symbolize_(frames_resolved|cache_hits)|receiver_accepted_profile_samples)' | sed "s/^/$label: /"
 	kill "$pid"
 }
 
-echo "machine: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-run_old hand-written-cached
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "machine: $(nproc) cores, $(uname -r), load average $LOAD_BEFORE"
+if [ "$OLD_REF" != none ]; then run_old hand-written-cached; fi
 run_otelcol otelcol-cached
-if [ "$UNCACHED" = 1 ]; then run_old hand-written-uncached --symbol-cache-entries=-1; fi
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$UNCACHED" = 1 ] && [ "$OLD_REF" != none ]; then run_old hand-written-uncached --symbol-cache-entries=-1; fi
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "load average after: $LOAD_AFTER"
+if [ -n "$RESULTS" ]; then
+	jq -s --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" '{load_before: $lb, load_after: $la, runs: .}' "$WORK"/results-*.json >"$RESULTS"
+	echo "results written to $RESULTS" >&2
+fi

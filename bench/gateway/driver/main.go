@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -256,6 +257,7 @@ func main() {
 	n := flag.Int("n", 1000, "request pairs (through the gateway, then direct) for the latency phase (sequential)")
 	conc := flag.Int("concurrency", 8, "senders in the throughput phase")
 	dur := flag.Duration("duration", 15*time.Second, "length of the throughput phase")
+	resultsPath := flag.String("results", "", "also write the figures here as JSON")
 	flag.Parse()
 	ctx := context.Background()
 	var lc net.ListenConfig
@@ -350,4 +352,23 @@ func main() {
 	el := time.Since(start).Seconds()
 	fmt.Printf("%s: throughput with %d senders: %.0f requests/s, %.0f locations/s\n", *label, *conc,
 		float64(done.Load())/el, float64(done.Load())*float64(*nloc)/el)
+
+	if *resultsPath != "" {
+		msf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		res := map[string]any{
+			"label": *label, "locations": *nloc, "mappings": *nmap, "samples": *nsamples, "pairs": *n,
+			"gateway_p50_ms": msf(pct(g, .5)), "gateway_p99_ms": msf(pct(g, .99)),
+			"direct_p50_ms": msf(pct(b, .5)), "direct_p99_ms": msf(pct(b, .99)),
+			"added_p50_ms": msf(pct(g, .5) - pct(b, .5)), "added_p99_ms": msf(pct(g, .99) - pct(b, .99)),
+			"pair_p50_ms": msf(pct(diff, .5)), "pair_p99_ms": msf(pct(diff, .99)),
+			"senders": *conc, "requests_per_s": float64(done.Load()) / el, "locations_per_s": float64(done.Load()) * float64(*nloc) / el,
+		}
+		out, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := os.WriteFile(*resultsPath, append(out, '\n'), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
 }

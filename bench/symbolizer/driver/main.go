@@ -6,16 +6,23 @@
 //	cold    the index is neither in memory nor stored: the first batch builds it
 //	stored  the serialized index is in the store, not in memory: the first batch loads it
 //	warm    the index is in memory and answers (the in-process result cache is off)
+//	memo    the in-process result cache holds every address of the batches (the index is in
+//	        memory too): a repeated address costs a map lookup
 //	cached  the index is not in memory and every address of the batch is a Redis hit
 //	redis   the same batches' lookups sent straight to Redis, one pipeline of HMGETs per batch
 //	        as the symbolizer sends them, with nothing else: what Redis alone costs on this
 //	        machine, the floor under the cached phase
+//
+// --results PATH also writes the figures as JSON (for bench/report): the wall time of
+// `symbolizer upload` (reading, sending and storing the binary; the cold phase measures the
+// index build, from a store without the serialized index) and one object per phase.
 package main
 
 import (
 	"bufio"
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -55,6 +62,7 @@ var (
 	against       = flag.String("against", "", "only send the same batches in a loop to this running server (for profiling)")
 	duration      = flag.Duration("duration", 20*time.Second, "how long --against runs")
 	gzipResp      = flag.Bool("gzip", false, "accept gzip-compressed responses (loopback does not need them)")
+	resultsPath   = flag.String("results", "", "also write the figures here as JSON")
 )
 
 type proc struct {
@@ -124,8 +132,11 @@ func waitTCP(ctx context.Context, addr string) {
 func startServer(ctx context.Context, store string, extra ...string) (*proc, string) {
 	port := freePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--listen", addr, "--store-dir", store, "--upload-token", "bench",
-		"--result-cache-entries", "0", "--log-level", "warn"}, extra...)
+	args := []string{"serve", "--listen", addr, "--store-dir", store, "--upload-token", "bench", "--log-level", "warn"}
+	if !slices.Contains(extra, "--result-cache-entries") {
+		args = append(args, "--result-cache-entries", "0")
+	}
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, *symbolizerBin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -255,6 +266,7 @@ func (r row) print() {
 	if len(r.lat) == 0 {
 		return
 	}
+	collected.Phases = append(collected.Phases, r.result())
 	var total time.Duration
 	for _, d := range r.lat {
 		total += d
@@ -263,6 +275,66 @@ func (r row) print() {
 		float64(r.n)/total.Seconds(), ms(pct(r.lat, .5)), ms(pct(r.lat, .99)), orDash(len(r.dec) > 0, func() string { return fmt.Sprintf("%.1f", ms(pct(r.dec, .99))) }),
 		orDash(r.cpu > 0, func() string { return fmt.Sprintf("%.1f", ms(r.cpu)/float64(len(r.lat))) }),
 		orDash(r.resolved > 0, func() string { return fmt.Sprintf("%.1f%%", 100*float64(r.resolved)/float64(r.n)) }), orDash(r.rss > 0, func() string { return fmt.Sprintf("%.0f", float64(r.rss)/(1<<20)) }))
+}
+
+// phaseResult is one phase in --results.
+type phaseResult struct {
+	Phase       string  `json:"phase"`
+	Batches     int     `json:"batches"`
+	AddrsPerSec float64 `json:"addrs_per_s"`
+	P50ms       float64 `json:"p50_ms"`
+	P99ms       float64 `json:"p99_ms"`
+	P99DecodeMs float64 `json:"p99_decode_ms,omitempty"`
+	CPUmsBatch  float64 `json:"server_cpu_ms_per_batch,omitempty"`
+	Resolved    float64 `json:"resolved_share,omitempty"`
+	RSSMiB      float64 `json:"rss_mib,omitempty"`
+}
+
+// results is what --results writes.
+type results struct {
+	Binary        string        `json:"binary"`
+	BinaryMiB     float64       `json:"binary_mib"`
+	Batch         int           `json:"batch"`
+	Batches       int           `json:"batches"`
+	Rounds        int           `json:"rounds"`
+	UploadSeconds float64       `json:"upload_s"`
+	Phases        []phaseResult `json:"phases"`
+	RedisMsCached float64       `json:"redis_ms_per_batch_cached"`
+	RedisMsRedis  float64       `json:"redis_ms_per_batch_redis"`
+}
+
+var collected results
+
+func (r row) result() phaseResult {
+	var total time.Duration
+	for _, d := range r.lat {
+		total += d
+	}
+	p := phaseResult{Phase: r.phase, Batches: len(r.lat), AddrsPerSec: float64(r.n) / total.Seconds(),
+		P50ms: ms(pct(r.lat, .5)), P99ms: ms(pct(r.lat, .99)), RSSMiB: float64(r.rss) / (1 << 20)}
+	if len(r.dec) > 0 {
+		p.P99DecodeMs = ms(pct(r.dec, .99))
+	}
+	if r.cpu > 0 {
+		p.CPUmsBatch = ms(r.cpu) / float64(len(r.lat))
+	}
+	if r.n > 0 && r.resolved > 0 {
+		p.Resolved = float64(r.resolved) / float64(r.n)
+	}
+	return p
+}
+
+func writeResults() {
+	if *resultsPath == "" {
+		return
+	}
+	b, err := json.MarshalIndent(collected, "", "  ")
+	if err != nil {
+		log.Fatalf("results: %v", err)
+	}
+	if err := os.WriteFile(*resultsPath, append(b, '\n'), 0o644); err != nil {
+		log.Fatalf("results: %v", err)
+	}
 }
 
 func orDash(ok bool, f func() string) string {
@@ -327,12 +399,16 @@ func main() {
 	fmt.Printf("binary %s (%.1f MiB), batches of %d addresses, %d batches sent %d times in the warm, cached and redis phases, gzip responses: %v\n",
 		*binary, float64(st.Size())/(1<<20), *batch, *batches, *rounds, *gzipResp)
 
+	collected = results{Binary: filepath.Base(*binary), BinaryMiB: float64(st.Size()) / (1 << 20), Batch: *batch, Batches: *batches, Rounds: *rounds}
 	srv, url := startServer(ctx, store)
+	upStart := time.Now()
 	up := exec.CommandContext(ctx, *symbolizerBin, "upload", "--server", url, "--token", "bench", "--progress", "plain", *binary)
 	up.Stdout, up.Stderr = os.Stdout, os.Stderr
 	if err := up.Run(); err != nil {
 		log.Fatalf("upload: %v", err)
 	}
+	collected.UploadSeconds = time.Since(upStart).Seconds()
+	fmt.Printf("upload: %.2f s\n", collected.UploadSeconds)
 	srv.stop()
 
 	printHeader()
@@ -367,6 +443,16 @@ func main() {
 	measure(ctx, "warm", srv, c, reqs).print()
 	srv.stop()
 
+	// memo: the in-process result cache, large enough for every address of the batches,
+	// filled by a first pass.
+	srv, url = startServer(ctx, store, "--result-cache-entries", strconv.Itoa((*batches+1)**batch))
+	c = client(url)
+	for _, req := range reqs {
+		call(ctx, c, req)
+	}
+	measure(ctx, "memo", srv, c, reqs).print()
+	srv.stop()
+
 	// cached: a replica without the index in memory (an index cache too small to keep it)
 	// whose Redis holds every address of the batches: the first pass fills Redis, the
 	// measured second pass is all Redis hits.
@@ -396,7 +482,9 @@ func main() {
 	lat := redisOnly(ctx, rc, reqs)
 	row{phase: "redis", n: len(lat) * *batch, lat: lat}.print()
 	measured := float64(*rounds * len(reqs))
-	fmt.Printf("Redis's own time per batch (commandstats): %.1f ms in the cached phase, %.1f ms in the redis phase\n", cachedRedis/measured, redisMillis(ctx, rc)/measured)
+	collected.RedisMsCached, collected.RedisMsRedis = cachedRedis/measured, redisMillis(ctx, rc)/measured
+	fmt.Printf("Redis's own time per batch (commandstats): %.1f ms in the cached phase, %.1f ms in the redis phase\n", collected.RedisMsCached, collected.RedisMsRedis)
+	writeResults()
 }
 
 func redisClient(url string) *redis.Client {
