@@ -271,6 +271,7 @@ func TestFieldContract(t *testing.T) {
 			{"file_offset", 6, u64, false, ""},
 			{"filename", 7, str, false, ""},
 			{"addresses", 8, u64, true, ""},
+			{"resident_only", 9, b, false, ""},
 		},
 		sym + "SymbolizeResponse": {{"modules", 1, msg, true, sym + "ModuleResult"}},
 		sym + "ModuleResult": {
@@ -447,7 +448,7 @@ func TestFieldContract(t *testing.T) {
 // TestEnumContract pins the enum values that clients switch on.
 func TestEnumContract(t *testing.T) {
 	cases := map[protoreflect.FullName][]string{
-		"profsym.symbolizer.v1.ModuleStatus":  {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING", "EXECUTABLE_NEEDED"},
+		"profsym.symbolizer.v1.ModuleStatus":  {"OK", "NOT_FOUND", "INVALID_DEBUGINFO", "UNAVAILABLE", "INVALID_MAPPING", "EXECUTABLE_NEEDED", "NOT_RESIDENT"},
 		"profsym.symbolizer.v1.Fidelity":      {"SYMBOLS", "LINES", "FULL"},
 		"profsym.debuginfo.v1.BuildIDType":    {"GNU", "GO", "HTLHASH"},
 		"profsym.debuginfo.v1.DebuginfoType":  {"DEBUGINFO", "EXECUTABLE", "SUPPLEMENTARY", "DWARF_PACKAGE"},
