@@ -19,7 +19,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -48,6 +47,7 @@ import (
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/freeport"
 	"github.com/profsym/profsym/pkg/gctune"
+	"github.com/profsym/profsym/pkg/procstat"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
 )
 
@@ -146,21 +146,8 @@ func startServer(ctx context.Context, store string, extra ...string) (*proc, str
 	return &proc{cmd}, "http://" + addr
 }
 
-func peakRSS(p *proc) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+// peakRSS is the server's peak resident set size (VmHWM).
+func peakRSS(p *proc) int64 { return procstat.Memory(p.cmd.Process.Pid, "VmHWM") }
 
 type target struct {
 	gnu, goID, htl string
@@ -233,15 +220,11 @@ func call(ctx context.Context, c symbolizerv1connect.SymbolizerServiceClient, re
 // cpuTime is the server's user+system CPU time so far: on a shared machine it measures the
 // work a batch costs better than wall time does.
 func cpuTime(p *proc) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	d, err := procstat.CPUTime(p.cmd.Process.Pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return d
 }
 
 type row struct {
