@@ -2,10 +2,12 @@ package k8s_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,9 +178,10 @@ func runCollectorUnder(t *testing.T, caps []string) collectorRun {
 
 	bin := serviceBinary(t, "collector")
 	out := filepath.Join(t.TempDir(), "profiles.bin")
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testsupport.FreePort(t))
 	collector := exec.CommandContext(t.Context(), setpriv, "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set, "--",
 		bin, "--output-file="+out, "--pid="+strconv.Itoa(victim.Process.Pid), "--frequency=199", "--interval=2s",
-		"--metrics-addr=127.0.0.1:"+strconv.Itoa(testsupport.FreePort(t)), "--k8s-node-name=test-node")
+		"--metrics-addr="+metricsAddr, "--k8s-node-name=test-node")
 	var logs testsupport.Buffer
 	collector.Stdout, collector.Stderr = &logs, &logs
 	if err := collector.Start(); err != nil {
@@ -190,10 +193,21 @@ func runCollectorUnder(t *testing.T, caps []string) collectorRun {
 	if got := effectiveCaps(t, collector.Process.Pid); got != mask {
 		t.Errorf("collector runs with capabilities %#x; the manifest grants %#x (%v)", got, mask, caps)
 	}
-	select {
-	case err := <-exited:
-		t.Fatalf("collector exited under the manifest's capabilities: %v\n%s", err, logs.String())
-	case <-time.After(7 * time.Second):
+	// Run until the collector has reported two requests with samples in them (by its own
+	// counters, so a loaded machine that starts it slowly only makes the test longer).
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		select {
+		case err := <-exited:
+			t.Fatalf("collector exited under the manifest's capabilities: %v\n%s", err, logs.String())
+		case <-time.After(250 * time.Millisecond):
+		}
+		m := collectorMetrics(metricsAddr)
+		if m["profsym_collector_samples_total"] > 0 && m["profsym_collector_profiles_requests_total"] >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector reported no samples in 2 minutes (%v)\n%s", m, logs.String())
+		}
 	}
 	_ = collector.Process.Signal(os.Interrupt)
 	select {
@@ -259,6 +273,34 @@ func effectiveCaps(t *testing.T, pid int) uint64 {
 	}
 	t.Fatalf("no CapEff in /proc/%d/status", pid)
 	return 0
+}
+
+// collectorMetrics reads the collector's counters from its /metrics (none while it is not
+// serving yet).
+func collectorMetrics(addr string) map[string]float64 {
+	out := map[string]float64{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return out
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out
 }
 
 // readOutput reads the collector's --output-file: uvarint-length-delimited
