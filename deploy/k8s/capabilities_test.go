@@ -169,14 +169,17 @@ func runCollectorUnder(t *testing.T, caps []string) collectorRun {
 		t.Fatalf("build ID of the test program: %+v, %v", want, err)
 	}
 
-	victim := exec.CommandContext(t.Context(), setpriv, "--reuid="+strconv.Itoa(nobody), "--regid="+strconv.Itoa(nobody), "--clear-groups", "--", prog, "60")
+	// The collector is built first: a cold build on a busy machine takes minutes, and the
+	// program must still run when the collector starts. It runs until the test ends (it is
+	// killed then), ten minutes at most.
+	bin := serviceBinary(t, "collector")
+	victim := exec.CommandContext(t.Context(), setpriv, "--reuid="+strconv.Itoa(nobody), "--regid="+strconv.Itoa(nobody), "--clear-groups", "--", prog, "600")
 	victim.Stderr = os.Stderr
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
 
-	bin := serviceBinary(t, "collector")
 	out := filepath.Join(t.TempDir(), "profiles.bin")
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(testsupport.FreePort(t))
 	collector := exec.CommandContext(t.Context(), setpriv, "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set, "--",
