@@ -301,12 +301,12 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	caching := s.results.Enabled()
 	ixKey := f.SHA256 + variant
 	e := s.indexes.Get(ixKey)
-	residentOnly := mod.GetResidentOnly()
 	if e != nil {
 		s.countIndex(true)
-	} else if residentOnly && (!caching || variant != "") {
-		return notResident(mod)
 	} else if !caching || variant != "" {
+		if mod.GetResidentOnly() {
+			return notResident(mod)
+		}
 		// An index that depends on companions says itself what fidelity it reached (the
 		// record's is that of the index built at upload, with the companions then stored).
 		var err error
@@ -350,10 +350,10 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		return res
 	}
 	missIdx := s.cached(ctx, t, keys)
-	if len(missIdx) > 0 && residentOnly {
-		return notResident(mod)
-	}
 	if len(missIdx) > 0 {
+		if mod.GetResidentOnly() {
+			return notResident(mod)
+		}
 		e, err := s.entry(ctx, rec, comps)
 		if err != nil {
 			return unavailable(ctx, mod, err)
