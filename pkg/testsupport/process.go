@@ -217,8 +217,6 @@ func (s *server) startOn(ports []int) (time.Duration, error) {
 	}
 }
 
-// stop ends the current process, if any: SIGTERM to its process group,
-// SIGKILL after stopGrace. Calling it again is a no-op.
 // kill ends the server with SIGKILL and waits for it.
 func (s *server) kill() error {
 	s.mu.Lock()
@@ -239,6 +237,8 @@ func (s *server) kill() error {
 	}
 }
 
+// stop ends the current process, if any: SIGTERM to its process group,
+// SIGKILL after stopGrace. Calling it again is a no-op.
 func (s *server) stop() error {
 	s.mu.Lock()
 	p := s.cur
@@ -266,7 +266,11 @@ func (s *server) stop() error {
 	}
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %v and was killed", s.spec.name, pid, stopGrace)
+		// Only third-party servers run here (Redis, MinIO, debuginfod, toxiproxy): how they
+		// shut down is not under test, and Debian's debuginfod has been seen to ignore SIGTERM
+		// for longer than the grace on a loaded machine. The kill is logged, not failed.
+		s.t.Logf("%s (pid %d) ignored SIGTERM for %v and was killed", s.spec.name, pid, stopGrace)
+		return nil
 	case <-time.After(stopGrace):
 		return fmt.Errorf("%s (pid %d) still running %v after SIGKILL", s.spec.name, pid, stopGrace)
 	}
