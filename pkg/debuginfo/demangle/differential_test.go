@@ -84,17 +84,7 @@ func TestDifferential(t *testing.T) {
 	}
 	t.Logf("all: %s", summary(total))
 	if dir := os.Getenv("DEMANGLE_DIFFS"); dir != "" {
-		for class, b := range lists {
-			file := filepath.Join(dir, strings.Map(func(r rune) rune {
-				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-					return r
-				}
-				return '-'
-			}, strings.ToLower(class))+".txt")
-			if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeClassLists(t, dir, lists)
 	}
 }
 
@@ -349,6 +339,9 @@ func compilePrograms(t *testing.T) []string {
 			out := filepath.Join(dir, strings.TrimSuffix(src, ".cc")+"-"+strings.TrimSuffix(cxx, "++")+"xx")
 			builds = append(builds, build{out: out, argv: []string{cxx, "-O1", "-std=c++17", "-o", out, filepath.Join("testdata", "src", src)}})
 		}
+		// Unoptimized, std::call_once's helpers keep their own symbols.
+		out := filepath.Join(dir, "callonce-"+strings.TrimSuffix(cxx, "++")+"xx")
+		builds = append(builds, build{out: out, argv: []string{cxx, "-O0", "-std=c++17", "-o", out, filepath.Join("testdata", "src", "callonce.cc")}})
 	}
 	if _, err := exec.LookPath("rustc"); err == nil {
 		src := filepath.Join("testdata", "src", "rs.rs")

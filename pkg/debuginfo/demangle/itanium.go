@@ -35,8 +35,8 @@ func itaniumString(name string) (string, bool) {
 	if strings.Contains(name, "adL_Z") {
 		parenthesizeFunctionAddress(a)
 	}
-	if strings.HasPrefix(name, onceFlagPrepare) {
-		onceFlagCallable(a, name)
+	if a, ok = localTemplateParams(fixed, a); !ok {
+		return "", false
 	}
 	return demangle.ASTToString(a, opts...), true
 }
@@ -237,90 +237,18 @@ func parenthesizeFunctionAddress(a demangle.AST) {
 		if op, ok := u.Op.(*demangle.Operator); !ok || op.Name != "&" {
 			return
 		}
-		t, ok := u.Expr.(*demangle.Typed)
-		if !ok {
-			return
-		}
-		switch t.Type.(type) {
-		case *demangle.FunctionType, *demangle.MethodWithQualifiers:
-			u.Expr = &demangle.Name{Name: "(" + demangle.ASTToString(t, opts...) + ")"}
+		switch t := u.Expr.(type) {
+		case *demangle.Typed:
+			switch t.Type.(type) {
+			case *demangle.FunctionType, *demangle.MethodWithQualifiers:
+				u.Expr = &demangle.Name{Name: "(" + demangle.ASTToString(t, opts...) + ")"}
+			}
+		case *demangle.Name:
+			// An external name without parameters (an extern "C" function): LLVM
+			// parenthesizes it too, "&(uv_tcp_getpeername)".
+			u.Expr = &demangle.Name{Name: "(" + t.Name + ")"}
 		}
 	})
-}
-
-// onceFlagPrepare starts the names of libstdc++'s std::once_flag::_Prepare_execution
-// constructors, instantiated by every std::call_once with a local callable.
-const onceFlagPrepare = "_ZZNSt9once_flag18_Prepare_executionC"
-
-// onceFlagParam matches the constructor's parameter spelled as a substitution, "R S<seq>_",
-// after its template arguments and before the local entity.
-var onceFlagParam = regexp.MustCompile(`EERS[0-9A-Z]*_EN[^R]*$`)
-
-// onceFlagCallable corrects the parameter of std::once_flag::_Prepare_execution's constructor
-// in the local names of std::call_once: "_Prepare_execution<call_once<F>(...)::lambda>(S&)"
-// where S repeats call_once's template parameter F. LLVM and libiberty resolve S to F, bound to
-// call_once, whose encoding is complete, and print F&; the module resolves it to the
-// constructor's own template argument, the lambda.
-func onceFlagCallable(a demangle.AST, name string) {
-	if !onceFlagParam.MatchString(name) {
-		return
-	}
-	top, ok := a.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	local, ok := top.Name.(*demangle.Qualified)
-	if !ok || !local.LocalName {
-		return
-	}
-	ctor, ok := local.Scope.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	prep, ok := ctor.Name.(*demangle.Template)
-	fn, ok2 := ctor.Type.(*demangle.FunctionType)
-	if !ok || !ok2 || len(fn.Args) != 1 || len(prep.Args) != 1 {
-		return
-	}
-	ref, ok := fn.Args[0].(*demangle.ReferenceType)
-	if !ok {
-		return
-	}
-	callable, ok := prep.Args[0].(*demangle.Qualified)
-	if !ok || !callable.LocalName {
-		return
-	}
-	callOnce, ok := callable.Scope.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	tmpl, ok := callOnce.Name.(*demangle.Template)
-	if !ok || len(tmpl.Args) == 0 || !isStdName(tmpl.Name, "call_once") {
-		return
-	}
-	// The module's parameter is the constructor's template argument, the local callable.
-	if demangle.ASTToString(ref.Base, opts...) != demangle.ASTToString(callable, opts...) {
-		return
-	}
-	// F& with F a reference collapses to an lvalue reference, as LLVM prints it.
-	switch f := tmpl.Args[0].(type) {
-	case *demangle.ReferenceType:
-		fn.Args[0] = f
-	case *demangle.RvalueReferenceType:
-		fn.Args[0] = &demangle.ReferenceType{Base: f.Base}
-	default:
-		fn.Args[0] = &demangle.ReferenceType{Base: f}
-	}
-}
-
-func isStdName(a demangle.AST, name string) bool {
-	q, ok := a.(*demangle.Qualified)
-	if !ok {
-		return false
-	}
-	scope, ok := q.Scope.(*demangle.Name)
-	n, ok2 := q.Name.(*demangle.Name)
-	return ok && ok2 && scope.Name == "std" && n.Name == name
 }
 
 // walk calls fn on every node of a once: substitutions share subtrees, and a hostile name
