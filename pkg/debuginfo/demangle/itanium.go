@@ -15,9 +15,10 @@ import (
 //   - unresolvedQualifiers: the module counts the template name of an "sr" qualifier as a
 //     substitution candidate, which renumbers every later substitution;
 //   - parenthesizeFunctionAddress: LLVM prints "&(f(int))" for the address of a function with
-//     its parameters, the module "&f(int)";
-//   - onceFlagCallable: the module binds a repeated template parameter of libstdc++'s
-//     std::call_once to std::once_flag::_Prepare_execution's own parameter.
+//     its parameters and "&(f)" for one without, the module "&f(int)" and "&f";
+//   - localTemplateParams: a substitution that repeats a template parameter of another
+//     encoding (std::call_once's callable in the names of its helpers) means that parameter's
+//     argument; the module rebinds it to the template the substitution is read in.
 func itaniumString(name string) (string, bool) {
 	fixed, ok := unresolvedQualifiers(name)
 	if !ok {
@@ -224,10 +225,11 @@ func seqString(k int) string {
 	return "S" + strings.ToUpper(strconv.FormatInt(int64(k-1), 36)) + "_"
 }
 
-// parenthesizeFunctionAddress makes the module print the address of a function with its
-// parameters as LLVM 14 does, "&(f(int))": LLVM parenthesizes the operand of a prefix
-// operator, and GNU c++filt does too where the operand is a function with its parameters,
-// which is where the two agree. The module prints "&f(int)".
+// parenthesizeFunctionAddress makes the module print the address of a function as LLVM 14
+// does, "&(f(int))" and, for an external name without parameters (an extern "C" function),
+// "&(f)": LLVM parenthesizes the operand of a prefix operator, and GNU c++filt does too where
+// the operand is a function with its parameters, which is where the two agree. The module
+// prints "&f(int)" and "&f".
 func parenthesizeFunctionAddress(a demangle.AST) {
 	walk(a, func(n demangle.AST) {
 		u, ok := n.(*demangle.Unary)

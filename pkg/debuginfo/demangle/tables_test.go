@@ -25,6 +25,16 @@ func TestTables(t *testing.T) {
 	}
 }
 
+// TestDecisions checks that every name testdata/src/decisions.tsv records prints as the
+// decision says: a correction that changes one must change its record too.
+func TestDecisions(t *testing.T) {
+	for _, r := range readTable(t, "testdata/src/decisions.tsv") {
+		if got := Name(r[0]); got != r[1] {
+			t.Errorf("Name(%q)\n got  %q\n want %q (decisions.tsv)", r[0], got, r[1])
+		}
+	}
+}
+
 // readTable returns the rows of a tab-separated table, comment lines (#) left out; each row
 // has at least a symbol and the name wanted for it.
 func readTable(t *testing.T, file string) [][]string {
