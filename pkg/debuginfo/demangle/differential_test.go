@@ -260,7 +260,7 @@ func filter(t *testing.T, tool string, names []string) []string {
 }
 
 // loadDecisions reads the symbols of testdata/src/decisions.tsv with their reasons.
-func loadDecisions(t *testing.T) map[string]string {
+func loadDecisions(t testing.TB) map[string]string {
 	t.Helper()
 	f, err := os.Open("testdata/src/decisions.tsv")
 	if err != nil {
@@ -386,10 +386,23 @@ func mangledNames(path string) ([]string, error) {
 	}
 	defer f.Close()
 	set := map[string]bool{}
+	if err := addMangledNames(f, set); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// addMangledNames adds the mangled names of f's symbol tables to set.
+func addMangledNames(f *elf.File, set map[string]bool) error {
 	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
 		syms, err := read()
 		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-			return nil, err
+			return err
 		}
 		for _, s := range syms {
 			// Undefined symbols name other files' functions; copy-relocated data
@@ -403,10 +416,5 @@ func mangledNames(path string) ([]string, error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names, nil
+	return nil
 }

@@ -5,13 +5,16 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -61,6 +64,7 @@ func TestDistribution(t *testing.T) {
 		name string
 	}
 	var slow []timed
+	cpu0 := cpuTime(t)
 	start = time.Now()
 	for i, n := range names {
 		s := time.Now()
@@ -72,6 +76,7 @@ func TestDistribution(t *testing.T) {
 		}
 	}
 	total := time.Since(start)
+	cpu := cpuTime(t) - cpu0
 	runtime.ReadMemStats(&after)
 	for i := range slow {
 		best := time.Duration(1 << 62)
@@ -83,8 +88,8 @@ func TestDistribution(t *testing.T) {
 		slow[i].d = best
 	}
 	sort.Slice(slow, func(a, b int) bool { return slow[a].d > slow[b].d })
-	t.Logf("profsym: %v, %.2f µs a name, %.1f allocations and %.0f bytes a name; slowest name %v (%d bytes): %.120s",
-		total.Round(time.Millisecond), float64(total.Microseconds())/float64(len(names)),
+	t.Logf("profsym: %v (%v CPU, %.2f µs CPU a name), %.1f allocations and %.0f bytes a name; slowest name %v (%d bytes): %.120s",
+		total.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(len(names)),
 		float64(after.Mallocs-before.Mallocs)/float64(len(names)),
 		float64(after.TotalAlloc-before.TotalAlloc)/float64(len(names)), slow[0].d, len(slow[0].name), slow[0].name)
 
@@ -145,28 +150,25 @@ func countPrefix(names []string, prefix string) int {
 	return n
 }
 
-// treeNames returns the sorted, distinct mangled names of every ELF file under root (symbolic
-// links not followed) and the number of ELF files read.
+// treeNames returns the sorted, distinct mangled names of every ELF file under root, and of
+// every ELF member of its ar archives (symbolic links not followed), and the number of ELF
+// files read.
 func treeNames(t *testing.T, root string) ([]string, int) {
 	t.Helper()
-	set := map[string]struct{}{}
+	set := map[string]bool{}
 	files := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() || !isELF(path) {
+		if !d.Type().IsRegular() {
 			return nil
 		}
-		names, err := mangledNames(path)
+		n, err := fileNames(path, set)
 		if err != nil {
 			t.Logf("%s: %v: left out", path, err)
-			return nil
 		}
-		files++
-		for _, n := range names {
-			set[n] = struct{}{}
-		}
+		files += n
 		return nil
 	})
 	if err != nil {
@@ -180,15 +182,59 @@ func treeNames(t *testing.T, root string) ([]string, int) {
 	return names, files
 }
 
-func isELF(path string) bool {
+// fileNames adds the mangled names of path to set when it is an ELF file, or an ar archive
+// (a static library, a Rust rlib) of them, and returns the number of ELF files read.
+func fileNames(path string, set map[string]bool) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return 0, err
 	}
 	defer f.Close()
-	var magic [4]byte
-	_, err = f.Read(magic[:])
-	return err == nil && string(magic[:]) == elf.ELFMAG
+	var magic [8]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return 0, nil
+	}
+	switch {
+	case string(magic[:4]) == elf.ELFMAG:
+		e, err := elf.NewFile(f)
+		if err != nil {
+			return 0, err
+		}
+		return 1, addMangledNames(e, set)
+	case string(magic[:]) == "!<arch>\n":
+		return archiveNames(f, set)
+	}
+	return 0, nil
+}
+
+// archiveNames reads the ELF members of an ar archive (after its magic).
+func archiveNames(f *os.File, set map[string]bool) (int, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	files := 0
+	for off := int64(8); off+60 <= st.Size(); {
+		var hdr [60]byte
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return files, err
+		}
+		size, err := strconv.ParseInt(strings.TrimSpace(string(hdr[48:58])), 10, 64)
+		if err != nil || size < 0 || off+60+size > st.Size() {
+			return files, fmt.Errorf("ar member header at %d: bad size %q", off, hdr[48:58])
+		}
+		member := io.NewSectionReader(f, off+60, size)
+		var m [4]byte
+		if _, err := member.ReadAt(m[:], 0); err == nil && string(m[:]) == elf.ELFMAG {
+			if e, err := elf.NewFile(member); err == nil {
+				if err := addMangledNames(e, set); err == nil {
+					files++
+				}
+			}
+		}
+		off += 60 + size + size%2
+	}
+	return files, nil
 }
 
 func requireTool(t *testing.T, name string) string {
@@ -226,4 +272,15 @@ func BenchmarkNameDistribution(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		_ = Name(names[i%len(names)])
 	}
+}
+
+// cpuTime is the process's CPU time so far (user and system, the garbage collector's
+// included).
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
