@@ -176,7 +176,14 @@ func llvmSpelling(s string) string {
 		s = after[j+1:]
 	}
 	b.WriteString(s)
-	out := b.String()
+	out := unnamedTypes.ReplaceAllStringFunc(b.String(), func(m string) string {
+		// "{unnamed type#1}" is LLVM's "'unnamed'", "{unnamed type#3}" its "'unnamed1'".
+		num := atoi(m[len("{unnamed type#") : len(m)-1])
+		if num <= 1 {
+			return "'unnamed'"
+		}
+		return fmt.Sprintf("'unnamed%d'", num-2)
+	})
 	// GNU marks clones " [clone .cold]"; LLVM puts the whole suffix in one parenthesis.
 	if i := strings.Index(out, " [clone "); i > 0 {
 		suffix := strings.ReplaceAll(out[i:], " [clone ", "")
@@ -185,6 +192,8 @@ func llvmSpelling(s string) string {
 	}
 	return llvmAngles(out)
 }
+
+var unnamedTypes = regexp.MustCompile(`\{unnamed type#[0-9]+\}`)
 
 func closingParen(s string) int {
 	depth := 0

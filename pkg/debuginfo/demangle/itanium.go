@@ -14,6 +14,9 @@ import (
 //
 //   - unresolvedQualifiers: the module counts the template name of an "sr" qualifier as a
 //     substitution candidate, which renumbers every later substitution;
+//   - referenceTemporary: the module reads the "_" that ends a reference temporary's name
+//     (_ZGR <name> [<seq-id>] _) as the start of a discriminator where the name is local or
+//     internal, and fails;
 //   - parenthesizeFunctionAddress: LLVM prints "&(f(int))" for the address of a function with
 //     its parameters and "&(f)" for one without, the module "&f(int)" and "&f";
 //   - localTemplateParams: a substitution that repeats a template parameter of another
@@ -26,7 +29,7 @@ func itaniumString(name string) (string, bool) {
 	}
 	a, err := demangle.ToAST(fixed, opts...)
 	if err != nil {
-		return "", false
+		return referenceTemporary(fixed)
 	}
 	// The module's printer takes time quadratic in the nesting of types ("PPPP...i": about a
 	// second for 8,000 levels); only a long name can nest deep enough for that to matter.
@@ -40,6 +43,32 @@ func itaniumString(name string) (string, bool) {
 		return "", false
 	}
 	return demangle.ASTToString(a, opts...), true
+}
+
+// referenceTemporary demangles "_ZGR <object name> [<seq-id>] _" as LLVM 14 does ("reference
+// temporary for <name>") where the module fails: its name parser takes the final "_" for the
+// start of a discriminator when the name is local ("Z...E1x_") or internal ("L1x_"). The
+// object name is demangled on its own, without the seq-id and the "_".
+func referenceTemporary(name string) (string, bool) {
+	if !strings.HasPrefix(name, "_ZGR") || !strings.HasSuffix(name, "_") || len(name) < 6 {
+		return "", false
+	}
+	inner := name[4 : len(name)-1]
+	for range 2 {
+		if a, err := demangle.ToAST("_Z"+inner, opts...); err == nil {
+			return "reference temporary for " + demangle.ASTToString(a, opts...), true
+		}
+		// A seq-id (base 36, upper case) before the "_".
+		end := len(inner)
+		for end > 0 && (isDigit(inner[end-1]) || inner[end-1] >= 'A' && inner[end-1] <= 'Z') {
+			end--
+		}
+		if end == len(inner) {
+			break
+		}
+		inner = inner[:end]
+	}
+	return "", false
 }
 
 // A name up to shortName bytes is printed whatever its nesting; a longer one only when its

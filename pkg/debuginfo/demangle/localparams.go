@@ -83,7 +83,7 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 	}
 	w := lockstep{first: make([]*occurrence, markers), indexes: indexes, poisoned: make([]bool, markers), left: maxNodes}
 	root := &demangle.Typed{Name: a, Type: &demangle.Name{}} // a parent for the root
-	if !w.walk(a, m, root, 0, nil) {
+	if !w.walk(a, m, root, 0, nil, nil) {
 		return a, true
 	}
 	// Every repetition read under another template than its parameter gets the argument
@@ -196,7 +196,10 @@ type lockstep struct {
 
 // walk goes down the module's tree x and the marked tree y side by side; tmpl is the template
 // whose signature the position is in (as the module pushes it in an encoding).
-func (w *lockstep) walk(x, y, parent demangle.AST, child int, tmpl *demangle.Template) bool {
+//
+// named is the template whose name holds the position, if any: a conversion operator's type
+// ("cv T_") names the parameters of the operator's own template, which follows it.
+func (w *lockstep) walk(x, y, parent demangle.AST, child int, tmpl, named *demangle.Template) bool {
 	if w.left--; w.left < 0 {
 		return false
 	}
@@ -227,15 +230,27 @@ func (w *lockstep) walk(x, y, parent demangle.AST, child int, tmpl *demangle.Tem
 		return false
 	}
 	var sig *demangle.Template
-	if t, ok := x.(*demangle.Typed); ok {
+	switch t := x.(type) {
+	case *demangle.Typed:
 		sig = findTemplate(t.Name)
+	case *demangle.Cast:
+		if named != nil {
+			tmpl = named
+		}
 	}
 	for i := range cx {
-		in := tmpl
+		in, inName := tmpl, named
 		if sig != nil && i == 1 { // Typed's Type: the signature
-			in = sig
+			in, inName = sig, nil
 		}
-		if !w.walk(cx[i], cy[i], x, i, in) {
+		if t, ok := x.(*demangle.Template); ok {
+			if i == 0 {
+				inName = t
+			} else {
+				inName = nil
+			}
+		}
+		if !w.walk(cx[i], cy[i], x, i, in, inName) {
 			return false
 		}
 	}
