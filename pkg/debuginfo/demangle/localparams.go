@@ -39,7 +39,7 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 	if templateSignatures(a) < 2 {
 		return a, true // one template: every parameter is bound to it
 	}
-	pr := prober{left: maxProbeBytes}
+	pr := prober{left: maxMarkerProbeBytes}
 	var b strings.Builder
 	last, markers := 0, 0
 	var indexes []int // the parameter number of each marker
@@ -56,7 +56,7 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 		}
 		if _, ok := pr.substitutionsAt(name[:i]); !ok {
 			if pr.left < 0 {
-				return nil, false
+				return a, true // more parameters than real names have: left as read
 			}
 			continue // not read as a type here (inside a source name, an expression)
 		}
@@ -89,10 +89,11 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 	// Every repetition read under another template than its parameter gets the argument
 	// the parameter was read as.
 	type change struct {
-		o   *occurrence
-		arg demangle.AST
+		field reflect.Value
+		to    demangle.AST
 	}
 	var changes []change
+	fields := map[demangle.AST][]reflect.Value{} // each parent's children, listed once
 	for _, o := range append(w.first, w.later...) {
 		if o == nil {
 			continue
@@ -110,13 +111,18 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 		} else if f.tmpl == o.tmpl {
 			continue
 		}
-		if !canSet(o.parent, o.child, o.node) {
+		fs, ok := fields[o.parent]
+		if !ok {
+			fs = childFields(o.parent)
+			fields[o.parent] = fs
+		}
+		if o.child >= len(fs) || !fs[o.child].CanSet() || fs[o.child].Interface() != o.node {
 			return a, true
 		}
-		changes = append(changes, change{o, f.tmpl.Args[f.index]})
+		changes = append(changes, change{fs[o.child], o.collapse(f.tmpl.Args[f.index])})
 	}
 	for _, c := range changes {
-		setChild(c.o.parent, c.o.child, c.o.collapse(c.arg))
+		c.field.Set(reflect.ValueOf(&c.to).Elem())
 	}
 	return root.Name, true
 }
@@ -329,51 +335,38 @@ func children(a demangle.AST) []demangle.AST {
 	return out
 }
 
-// canSet and setChild reach the child-th child of parent through its fields: the AST and
-// []AST fields, nil ones left out, in the order Traverse visits them.
-func canSet(parent demangle.AST, child int, want demangle.AST) bool {
-	f := childField(parent, child)
-	return f.IsValid() && f.CanSet() && f.Interface() == want
-}
-
-func setChild(parent demangle.AST, child int, to demangle.AST) {
-	childField(parent, child).Set(reflect.ValueOf(&to).Elem())
-}
-
 var astType = reflect.TypeOf((*demangle.AST)(nil)).Elem()
 
-func childField(parent demangle.AST, child int) reflect.Value {
+// childFields returns the settable places of a node's children, in the order Traverse visits
+// them: its AST and []AST fields, nil ones left out.
+func childFields(parent demangle.AST) []reflect.Value {
 	v := reflect.ValueOf(parent)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return reflect.Value{}
+		return nil
 	}
 	v = v.Elem()
-	n := 0
+	var out []reflect.Value
 	for i := 0; i < v.NumField(); i++ {
 		f := v.Field(i)
 		switch {
 		case f.Type() == astType:
-			if f.IsNil() {
-				continue
+			if !f.IsNil() {
+				out = append(out, f)
 			}
-			if n == child {
-				return f
-			}
-			n++
 		case f.Kind() == reflect.Slice && f.Type().Elem() == astType:
 			for j := 0; j < f.Len(); j++ {
-				if f.Index(j).IsNil() {
-					continue
+				if !f.Index(j).IsNil() {
+					out = append(out, f.Index(j))
 				}
-				if n == child {
-					return f.Index(j)
-				}
-				n++
 			}
 		}
 	}
-	return reflect.Value{}
+	return out
 }
+
+// maxMarkerProbeBytes bounds the bytes the probes for template parameters parse for one
+// name: a real name has a few parameters within its first few kilobytes.
+const maxMarkerProbeBytes = 1 << 17
 
 // markerPrefix starts the class names that stand for template parameters in the second
 // parse; no compiler emits an identifier with it.
