@@ -108,9 +108,15 @@ func FuzzName(f *testing.F) {
 		"_RNvNCNKNvNtNtCsjrHSEGnQ3l9_3std2io5stdio14OUTPUT_CAPTURE0023___RUST_STD_INTERNAL_VAL",
 		"_RINvC3foo3barNcNvC3foo3qux0E",
 		"_Z1fPPPPPPPPPPPPPPPPi",
+		"_ZSt11__addressofIZSt9call_onceIZ4workRSt6vectorIiSaIiEEEUlvE_JEEvRSt9once_flagOT_DpOT0_EUlvE_EPS8_RS8_",
+		"_ZGRZ1fvE1x_",
 	} {
 		f.Add(s)
 	}
+	// Many repetitions of a local name's template parameter: the corrections' probes and
+	// walks are bounded (maxMarkerProbeBytes, maxNodes).
+	f.Add("_Z1hIZ1fIiEvT_E1xEv" + strings.Repeat("PT_", 3000))
+	f.Add("_Z1hIZ1fIiEvT_E1xEv" + strings.Repeat("PS1_", 8000))
 	f.Fuzz(func(t *testing.T, s string) {
 		out := Name(s)
 		if len(out) > maxOutput+len(s)+3 {

@@ -84,17 +84,7 @@ func TestDifferential(t *testing.T) {
 	}
 	t.Logf("all: %s", summary(total))
 	if dir := os.Getenv("DEMANGLE_DIFFS"); dir != "" {
-		for class, b := range lists {
-			file := filepath.Join(dir, strings.Map(func(r rune) rune {
-				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-					return r
-				}
-				return '-'
-			}, strings.ToLower(class))+".txt")
-			if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeClassLists(t, dir, lists)
 	}
 }
 
@@ -186,7 +176,14 @@ func llvmSpelling(s string) string {
 		s = after[j+1:]
 	}
 	b.WriteString(s)
-	out := b.String()
+	out := unnamedTypes.ReplaceAllStringFunc(b.String(), func(m string) string {
+		// "{unnamed type#1}" is LLVM's "'unnamed'", "{unnamed type#3}" its "'unnamed1'".
+		num := atoi(m[len("{unnamed type#") : len(m)-1])
+		if num <= 1 {
+			return "'unnamed'"
+		}
+		return fmt.Sprintf("'unnamed%d'", num-2)
+	})
 	// GNU marks clones " [clone .cold]"; LLVM puts the whole suffix in one parenthesis.
 	if i := strings.Index(out, " [clone "); i > 0 {
 		suffix := strings.ReplaceAll(out[i:], " [clone ", "")
@@ -195,6 +192,8 @@ func llvmSpelling(s string) string {
 	}
 	return llvmAngles(out)
 }
+
+var unnamedTypes = regexp.MustCompile(`\{unnamed type#[0-9]+\}`)
 
 func closingParen(s string) int {
 	depth := 0
@@ -270,7 +269,7 @@ func filter(t *testing.T, tool string, names []string) []string {
 }
 
 // loadDecisions reads the symbols of testdata/src/decisions.tsv with their reasons.
-func loadDecisions(t *testing.T) map[string]string {
+func loadDecisions(t testing.TB) map[string]string {
 	t.Helper()
 	f, err := os.Open("testdata/src/decisions.tsv")
 	if err != nil {
@@ -349,6 +348,9 @@ func compilePrograms(t *testing.T) []string {
 			out := filepath.Join(dir, strings.TrimSuffix(src, ".cc")+"-"+strings.TrimSuffix(cxx, "++")+"xx")
 			builds = append(builds, build{out: out, argv: []string{cxx, "-O1", "-std=c++17", "-o", out, filepath.Join("testdata", "src", src)}})
 		}
+		// Unoptimized, std::call_once's helpers keep their own symbols.
+		out := filepath.Join(dir, "callonce-"+strings.TrimSuffix(cxx, "++")+"xx")
+		builds = append(builds, build{out: out, argv: []string{cxx, "-O0", "-std=c++17", "-o", out, filepath.Join("testdata", "src", "callonce.cc")}})
 	}
 	if _, err := exec.LookPath("rustc"); err == nil {
 		src := filepath.Join("testdata", "src", "rs.rs")
@@ -393,10 +395,23 @@ func mangledNames(path string) ([]string, error) {
 	}
 	defer f.Close()
 	set := map[string]bool{}
+	if err := addMangledNames(f, set); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// addMangledNames adds the mangled names of f's symbol tables to set.
+func addMangledNames(f *elf.File, set map[string]bool) error {
 	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
 		syms, err := read()
 		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-			return nil, err
+			return err
 		}
 		for _, s := range syms {
 			// Undefined symbols name other files' functions; copy-relocated data
@@ -410,10 +425,5 @@ func mangledNames(path string) ([]string, error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names, nil
+	return nil
 }

@@ -14,10 +14,14 @@ import (
 //
 //   - unresolvedQualifiers: the module counts the template name of an "sr" qualifier as a
 //     substitution candidate, which renumbers every later substitution;
+//   - referenceTemporary: the module reads the "_" that ends a reference temporary's name
+//     (_ZGR <name> [<seq-id>] _) as the start of a discriminator where the name is local or
+//     internal, and fails;
 //   - parenthesizeFunctionAddress: LLVM prints "&(f(int))" for the address of a function with
-//     its parameters, the module "&f(int)";
-//   - onceFlagCallable: the module binds a repeated template parameter of libstdc++'s
-//     std::call_once to std::once_flag::_Prepare_execution's own parameter.
+//     its parameters and "&(f)" for one without, the module "&f(int)" and "&f";
+//   - localTemplateParams: a substitution that repeats a template parameter of another
+//     encoding (std::call_once's callable in the names of its helpers) means that parameter's
+//     argument; the module rebinds it to the template the substitution is read in.
 func itaniumString(name string) (string, bool) {
 	fixed, ok := unresolvedQualifiers(name)
 	if !ok {
@@ -25,7 +29,7 @@ func itaniumString(name string) (string, bool) {
 	}
 	a, err := demangle.ToAST(fixed, opts...)
 	if err != nil {
-		return "", false
+		return referenceTemporary(fixed)
 	}
 	// The module's printer takes time quadratic in the nesting of types ("PPPP...i": about a
 	// second for 8,000 levels); only a long name can nest deep enough for that to matter.
@@ -35,10 +39,36 @@ func itaniumString(name string) (string, bool) {
 	if strings.Contains(name, "adL_Z") {
 		parenthesizeFunctionAddress(a)
 	}
-	if strings.HasPrefix(name, onceFlagPrepare) {
-		onceFlagCallable(a, name)
+	if a, ok = localTemplateParams(fixed, a); !ok {
+		return "", false
 	}
 	return demangle.ASTToString(a, opts...), true
+}
+
+// referenceTemporary demangles "_ZGR <object name> [<seq-id>] _" as LLVM 14 does ("reference
+// temporary for <name>") where the module fails: its name parser takes the final "_" for the
+// start of a discriminator when the name is local ("Z...E1x_") or internal ("L1x_"). The
+// object name is demangled on its own, without the seq-id and the "_".
+func referenceTemporary(name string) (string, bool) {
+	if !strings.HasPrefix(name, "_ZGR") || !strings.HasSuffix(name, "_") || len(name) < 6 {
+		return "", false
+	}
+	inner := name[4 : len(name)-1]
+	for range 2 {
+		if a, err := demangle.ToAST("_Z"+inner, opts...); err == nil {
+			return "reference temporary for " + demangle.ASTToString(a, opts...), true
+		}
+		// A seq-id (base 36, upper case) before the "_".
+		end := len(inner)
+		for end > 0 && (isDigit(inner[end-1]) || inner[end-1] >= 'A' && inner[end-1] <= 'Z') {
+			end--
+		}
+		if end == len(inner) {
+			break
+		}
+		inner = inner[:end]
+	}
+	return "", false
 }
 
 // A name up to shortName bytes is printed whatever its nesting; a longer one only when its
@@ -224,10 +254,11 @@ func seqString(k int) string {
 	return "S" + strings.ToUpper(strconv.FormatInt(int64(k-1), 36)) + "_"
 }
 
-// parenthesizeFunctionAddress makes the module print the address of a function with its
-// parameters as LLVM 14 does, "&(f(int))": LLVM parenthesizes the operand of a prefix
-// operator, and GNU c++filt does too where the operand is a function with its parameters,
-// which is where the two agree. The module prints "&f(int)".
+// parenthesizeFunctionAddress makes the module print the address of a function as LLVM 14
+// does, "&(f(int))" and, for an external name without parameters (an extern "C" function),
+// "&(f)": LLVM parenthesizes the operand of a prefix operator, and GNU c++filt does too where
+// the operand is a function with its parameters, which is where the two agree. The module
+// prints "&f(int)" and "&f".
 func parenthesizeFunctionAddress(a demangle.AST) {
 	walk(a, func(n demangle.AST) {
 		u, ok := n.(*demangle.Unary)
@@ -237,90 +268,18 @@ func parenthesizeFunctionAddress(a demangle.AST) {
 		if op, ok := u.Op.(*demangle.Operator); !ok || op.Name != "&" {
 			return
 		}
-		t, ok := u.Expr.(*demangle.Typed)
-		if !ok {
-			return
-		}
-		switch t.Type.(type) {
-		case *demangle.FunctionType, *demangle.MethodWithQualifiers:
-			u.Expr = &demangle.Name{Name: "(" + demangle.ASTToString(t, opts...) + ")"}
+		switch t := u.Expr.(type) {
+		case *demangle.Typed:
+			switch t.Type.(type) {
+			case *demangle.FunctionType, *demangle.MethodWithQualifiers:
+				u.Expr = &demangle.Name{Name: "(" + demangle.ASTToString(t, opts...) + ")"}
+			}
+		case *demangle.Name:
+			// An external name without parameters (an extern "C" function): LLVM
+			// parenthesizes it too, "&(uv_tcp_getpeername)".
+			u.Expr = &demangle.Name{Name: "(" + t.Name + ")"}
 		}
 	})
-}
-
-// onceFlagPrepare starts the names of libstdc++'s std::once_flag::_Prepare_execution
-// constructors, instantiated by every std::call_once with a local callable.
-const onceFlagPrepare = "_ZZNSt9once_flag18_Prepare_executionC"
-
-// onceFlagParam matches the constructor's parameter spelled as a substitution, "R S<seq>_",
-// after its template arguments and before the local entity.
-var onceFlagParam = regexp.MustCompile(`EERS[0-9A-Z]*_EN[^R]*$`)
-
-// onceFlagCallable corrects the parameter of std::once_flag::_Prepare_execution's constructor
-// in the local names of std::call_once: "_Prepare_execution<call_once<F>(...)::lambda>(S&)"
-// where S repeats call_once's template parameter F. LLVM and libiberty resolve S to F, bound to
-// call_once, whose encoding is complete, and print F&; the module resolves it to the
-// constructor's own template argument, the lambda.
-func onceFlagCallable(a demangle.AST, name string) {
-	if !onceFlagParam.MatchString(name) {
-		return
-	}
-	top, ok := a.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	local, ok := top.Name.(*demangle.Qualified)
-	if !ok || !local.LocalName {
-		return
-	}
-	ctor, ok := local.Scope.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	prep, ok := ctor.Name.(*demangle.Template)
-	fn, ok2 := ctor.Type.(*demangle.FunctionType)
-	if !ok || !ok2 || len(fn.Args) != 1 || len(prep.Args) != 1 {
-		return
-	}
-	ref, ok := fn.Args[0].(*demangle.ReferenceType)
-	if !ok {
-		return
-	}
-	callable, ok := prep.Args[0].(*demangle.Qualified)
-	if !ok || !callable.LocalName {
-		return
-	}
-	callOnce, ok := callable.Scope.(*demangle.Typed)
-	if !ok {
-		return
-	}
-	tmpl, ok := callOnce.Name.(*demangle.Template)
-	if !ok || len(tmpl.Args) == 0 || !isStdName(tmpl.Name, "call_once") {
-		return
-	}
-	// The module's parameter is the constructor's template argument, the local callable.
-	if demangle.ASTToString(ref.Base, opts...) != demangle.ASTToString(callable, opts...) {
-		return
-	}
-	// F& with F a reference collapses to an lvalue reference, as LLVM prints it.
-	switch f := tmpl.Args[0].(type) {
-	case *demangle.ReferenceType:
-		fn.Args[0] = f
-	case *demangle.RvalueReferenceType:
-		fn.Args[0] = &demangle.ReferenceType{Base: f.Base}
-	default:
-		fn.Args[0] = &demangle.ReferenceType{Base: f}
-	}
-}
-
-func isStdName(a demangle.AST, name string) bool {
-	q, ok := a.(*demangle.Qualified)
-	if !ok {
-		return false
-	}
-	scope, ok := q.Scope.(*demangle.Name)
-	n, ok2 := q.Name.(*demangle.Name)
-	return ok && ok2 && scope.Name == "std" && n.Name == name
 }
 
 // walk calls fn on every node of a once: substitutions share subtrees, and a hostile name

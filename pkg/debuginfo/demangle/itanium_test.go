@@ -33,6 +33,16 @@ func TestItaniumCorrections(t *testing.T) {
 			"int lib::internal::callMember<lib::internal::Regexp, &(lib::internal::Regexp::size() const)>(lib::internal::Regexp const&)",
 		},
 		{
+			"a substitution repeating call_once's parameter in _Prepare_execution's signature (g++ 12)",
+			"_ZNSt9once_flag18_Prepare_executionC1IZSt9call_onceIZ4workRSt6vectorIiSaIiEEEUlvE_JEEvRS_OT_DpOT0_EUlvE_EERS9_",
+			"std::once_flag::_Prepare_execution::_Prepare_execution<void std::call_once<work(std::vector<int, std::allocator<int> >&)::'lambda'()>(std::once_flag&, work(std::vector<int, std::allocator<int> >&)::'lambda'()&&)::'lambda'()>(work(std::vector<int, std::allocator<int> >&)::'lambda'()&)",
+		},
+		{
+			"a substitution repeating call_once's parameter in __addressof's signature (g++ 12)",
+			"_ZSt11__addressofIZSt9call_onceIZ4workRSt6vectorIiSaIiEEEUlvE_JEEvRSt9once_flagOT_DpOT0_EUlvE_EPS8_RS8_",
+			"work(std::vector<int, std::allocator<int> >&)::'lambda'()* std::__addressof<void std::call_once<work(std::vector<int, std::allocator<int> >&)::'lambda'()>(std::once_flag&, work(std::vector<int, std::allocator<int> >&)::'lambda'()&&)::'lambda'()>(work(std::vector<int, std::allocator<int> >&)::'lambda'()&)",
+		},
+		{
 			"call_once's callable in once_flag::_Prepare_execution (g++)",
 			"_ZZNSt9once_flag18_Prepare_executionC4IZSt9call_onceIZ4mainEUlvE_JEEvRS_OT_DpOT0_EUlvE_EERS5_ENUlvE_4_FUNEv",
 			"std::once_flag::_Prepare_execution::_Prepare_execution<void std::call_once<main::'lambda'()>(std::once_flag&, main::'lambda'()&&)::'lambda'()>(main::'lambda'()&)::'lambda'()::_FUN()",
