@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench bench-report testdata fuzz fuzz-seeds demo clean
+.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench bench-report testdata fuzz fuzz-seeds demo cluster-up cluster-down clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -117,6 +117,18 @@ bench-report: ## Run the bench/ scripts in one run (10 to 15 minutes on 2 cores;
 demo: ## The whole pipeline on this machine for a short while, then a symbolized profile (run as root; DEMO_FLAGS="--duration 30s").
 	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.
 	@gotool=$$(command -v $(GO) || echo /usr/local/go/bin/go); $$gotool run ./demo $(DEMO_FLAGS)
+
+# `make cluster-up`: the single-node cluster of e2e/cluster (etcd, the control plane, containerd,
+# the kubelet, kube-proxy, CoreDNS) in a network namespace of its own, CLUSTER_NAME, with its
+# files in CLUSTER_DIR; its daemons run on after make returns, until `make cluster-down`. kubectl
+# runs inside the namespace: `ip netns exec $(CLUSTER_NAME) kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig ...`.
+CLUSTER_DIR ?= $(or $(TMPDIR),/tmp)/profsym-cluster
+CLUSTER_NAME ?= profsym-cluster
+cluster-up: ## Bring the single-node test cluster up in network namespace CLUSTER_NAME (run as root, after make deps); prints the kubeconfig and the containerd socket.
+	@gotool=$$(command -v $(GO) || echo /usr/local/go/bin/go); $$gotool run ./e2e/cluster/cmd/cluster up -dir $(CLUSTER_DIR) -name $(CLUSTER_NAME)
+
+cluster-down: ## Take the cluster of make cluster-up down completely (processes, containers, mounts, network namespace, cgroups, files).
+	@gotool=$$(command -v $(GO) || echo /usr/local/go/bin/go); $$gotool run ./e2e/cluster/cmd/cluster down -dir $(CLUSTER_DIR)
 
 clean: ## Remove build outputs.
 	rm -rf $(BIN) testdata/build
