@@ -70,7 +70,7 @@ type builder struct {
 
 func main() {
 	out := flag.String("out", "bin/images", "folder to write the image tarballs and the index to")
-	archs := flag.String("arch", "amd64", "architectures, comma-separated: amd64, arm64 (images of Debian binaries are amd64 only)")
+	archs := flag.String("arch", "amd64", "architectures, comma-separated: amd64, arm64 (redis, minio, workload-c and workload-python are amd64 only)")
 	only := flag.String("only", "", "build only these images, comma-separated (default all): "+strings.Join(allKeys(), ","))
 	root := flag.String("repo", ".", "the repository's root")
 	flag.Parse()
@@ -88,8 +88,9 @@ func allKeys() []string {
 	return append(slices.Clone(Services), "pause", "redis", "minio", "workload-c", "workload-go", "workload-python")
 }
 
-// debianOnly are the images made of this machine's (amd64) Debian binaries or C compiler.
-var debianOnly = map[string]bool{"redis": true, "minio": true, "workload-c": true, "workload-python": true}
+// amd64Only are the images made of this machine's Debian binaries or C compiler, and MinIO
+// (go install cannot put a cross-compiled binary in a tools folder).
+var amd64Only = map[string]bool{"redis": true, "minio": true, "workload-c": true, "workload-python": true}
 
 func run(ctx context.Context, root, out string, archs []string, only string) error {
 	root, err := filepath.Abs(root)
@@ -133,8 +134,8 @@ func run(ctx context.Context, root, out string, archs []string, only string) err
 	var index []IndexEntry
 	for _, arch := range archs {
 		for _, k := range keys {
-			if debianOnly[k] && arch != "amd64" {
-				slog.Info("skipped: built from this machine's amd64 Debian binaries only", "image", k, "arch", arch)
+			if amd64Only[k] && arch != "amd64" {
+				slog.Info("skipped: built for amd64 only", "image", k, "arch", arch)
 				continue
 			}
 			start := time.Now()
@@ -314,7 +315,7 @@ func (b *builder) image(key, arch, name string) (v1.Image, error) {
 	case "redis":
 		return b.redis(arch)
 	case "minio":
-		return b.minio(arch)
+		return b.minio(arch, name)
 	}
 	return nil, fmt.Errorf("no image %q", key)
 }
@@ -494,19 +495,55 @@ func (b *builder) redis(arch string) (v1.Image, error) {
 	})
 }
 
-func (b *builder) minio(arch string) (v1.Image, error) {
-	bin := toolPath("minio")
+// minio builds the image of the MinIO release the manifests name (quay.io/minio/minio:RELEASE.X):
+// that release's module version (the proxy resolves the tag), built static as MinIO's own
+// releases are, once, into the tools folder as minio-RELEASE.X.
+func (b *builder) minio(arch, name string) (v1.Image, error) {
+	release := name[strings.LastIndex(name, ":")+1:]
+	if !strings.HasPrefix(release, "RELEASE.") {
+		return nil, fmt.Errorf("MinIO image %s: the tag is not a MinIO release (RELEASE.<time>)", name)
+	}
+	bin := toolPath("minio-" + release)
 	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("minio (.ci/install-deps builds it into the tools folder): %w", err)
+		gobin := filepath.Join(b.tmp, "minio-gobin")
+		start := time.Now()
+		slog.Info("building MinIO (once; about 3 minutes on 2 cores)", "module", minioModule+"@"+release, "into", bin)
+		cmd := exec.CommandContext(b.ctx, "go", "install", "-trimpath", minioModule+"@"+release)
+		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go install %s@%s: %w\n%s", minioModule, release, err, o)
+		}
+		if err := copyFile(filepath.Join(gobin, "minio"), bin); err != nil {
+			return nil, err
+		}
+		slog.Info("built MinIO", "release", release, "took", time.Since(start).Round(time.Second))
 	}
 	files := []ociimage.Entry{
 		ociimage.HostFile("/usr/bin/minio", 0o755, bin),
 		{Path: "/data", Mode: os.ModeDir | 0o755, UID: 1000, GID: 1000},
 	}
 	// The manifests run it as 1000:1000 with "server /data ..." as arguments.
-	return b.onBase(arch, files, []string{bin}, ociimage.Config{
+	return b.onBase(arch, files, nil, ociimage.Config{
 		User: "1000:1000", Entrypoint: []string{"/usr/bin/minio"}, WorkingDir: "/",
 	})
+}
+
+const minioModule = "github.com/minio/minio"
+
+// copyFile copies an executable to dst through a temporary file beside it.
+func copyFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
 }
 
 func (b *builder) python(arch string) (v1.Image, error) {
