@@ -38,6 +38,15 @@ images: ## Build the service images for linux/amd64 and linux/arm64 with docker 
 			--build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/$$s:$(IMAGE_TAG) $(if $(IMAGES_PUSH),--push) . || exit 1; \
 	done
 
+# `make images-offline`: every image the cluster on this machine runs, built without Docker and
+# without pulling (deploy/imagebuild reads the Dockerfiles; see deploy/docker/README.md), as OCI
+# tarballs in IMAGES_OUT/linux-ARCH/ with IMAGES_OUT/images.txt and index.json listing them.
+IMAGES_OUT ?= bin/images
+IMAGES_ARCH ?= amd64
+.PHONY: images-offline
+images-offline: ## Build the images offline as OCI tarballs in bin/images (IMAGES_ARCH=amd64,arm64) for ctr images import.
+	$(GO) run ./deploy/imagebuild -out $(IMAGES_OUT) -arch $(IMAGES_ARCH)
+
 generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
 	$(GO) tool -modfile=tools/go.mod buf generate
 	$(GO) generate ./services/collector/...

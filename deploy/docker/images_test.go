@@ -5,7 +5,6 @@
 package docker_test
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/profsym/profsym/pkg/dockerfile"
 )
 
 const repoRoot = "../.."
@@ -30,45 +31,13 @@ var services = []service{
 	{"gateway", "services/gateway", "."},
 }
 
-// instruction is one Dockerfile instruction with its continuation lines joined.
-type instruction struct {
-	line      int
-	cmd, args string
-}
-
-func parse(t *testing.T, path string) []instruction {
+func parse(t *testing.T, path string) []dockerfile.Instruction {
 	t.Helper()
-	f, err := os.Open(path)
+	ins, err := dockerfile.ParseFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []instruction
-	var cur strings.Builder
-	start, n := 0, 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
-			continue
-		}
-		if cur.Len() == 0 {
-			start = n
-		}
-		if cont, ok := strings.CutSuffix(line, `\`); ok {
-			cur.WriteString(cont + " ")
-			continue
-		}
-		cur.WriteString(line)
-		cmd, args, _ := strings.Cut(cur.String(), " ")
-		out = append(out, instruction{start, strings.ToUpper(cmd), strings.TrimSpace(args)})
-		cur.Reset()
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return ins
 }
 
 var goBuild = regexp.MustCompile(`(^|&&\s*|;\s*)((?:[A-Z_]+=\S+\s+)*)go build\b`)
@@ -83,30 +52,30 @@ func TestDockerfilesCrossCompile(t *testing.T) {
 			path := filepath.Join(repoRoot, "deploy", "docker", s.name+".Dockerfile")
 			ins := parse(t, path)
 			type stage struct {
-				from     instruction
+				from     dockerfile.Instruction
 				args     map[string]bool
 				builds   []string // env assignments of each go build
 				copyFrom bool
 			}
 			var stages []*stage
 			for _, in := range ins {
-				switch in.cmd {
+				switch in.Cmd {
 				case "FROM":
 					stages = append(stages, &stage{from: in, args: map[string]bool{}})
 				case "ARG":
 					if len(stages) == 0 {
 						continue
 					}
-					for _, a := range strings.Fields(in.args) {
+					for _, a := range strings.Fields(in.Args) {
 						name, _, _ := strings.Cut(a, "=")
 						stages[len(stages)-1].args[name] = true
 					}
 				case "RUN":
-					for _, m := range goBuild.FindAllStringSubmatch(in.args, -1) {
+					for _, m := range goBuild.FindAllStringSubmatch(in.Args, -1) {
 						stages[len(stages)-1].builds = append(stages[len(stages)-1].builds, m[2])
 					}
 				case "COPY":
-					if strings.Contains(in.args, "--from=") {
+					if strings.Contains(in.Args, "--from=") {
 						stages[len(stages)-1].copyFrom = true
 					}
 				}
@@ -119,12 +88,12 @@ func TestDockerfilesCrossCompile(t *testing.T) {
 				if len(st.builds) == 0 {
 					continue
 				}
-				if !strings.HasPrefix(st.from.args, "--platform=$BUILDPLATFORM ") {
-					t.Errorf("%s:%d: a stage that runs go build starts %q: want FROM --platform=$BUILDPLATFORM (cross-compile, no emulation)", path, st.from.line, "FROM "+st.from.args)
+				if !strings.HasPrefix(st.from.Args, "--platform=$BUILDPLATFORM ") {
+					t.Errorf("%s:%d: a stage that runs go build starts %q: want FROM --platform=$BUILDPLATFORM (cross-compile, no emulation)", path, st.from.Line, "FROM "+st.from.Args)
 				}
 				for _, a := range []string{"TARGETOS", "TARGETARCH"} {
 					if !st.args[a] {
-						t.Errorf("%s:%d: the build stage does not declare ARG %s", path, st.from.line, a)
+						t.Errorf("%s:%d: the build stage does not declare ARG %s", path, st.from.Line, a)
 					}
 				}
 				for _, env := range st.builds {
@@ -141,8 +110,8 @@ func TestDockerfilesCrossCompile(t *testing.T) {
 				t.Fatalf("%s: no go build found", path)
 			}
 			last := stages[len(stages)-1]
-			if strings.HasPrefix(last.from.args, "--platform") {
-				t.Errorf("%s:%d: the image stage pins a platform (%q): it must take the target's", path, last.from.line, last.from.args)
+			if strings.HasPrefix(last.from.Args, "--platform") {
+				t.Errorf("%s:%d: the image stage pins a platform (%q): it must take the target's", path, last.from.Line, last.from.Args)
 			}
 			if !last.copyFrom {
 				t.Errorf("%s: the image stage copies nothing from the build stage", path)
