@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/redis/go-redis/v9"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/pkg/lease"
@@ -301,5 +302,58 @@ func TestRetentionTurnedOnLate(t *testing.T) {
 	s.clock.SetDay(431, 0)
 	if res, err := sw.Sweep(context.Background()); err != nil || res.Deleted != 3 {
 		t.Fatalf("sweep 31 days later: %+v, %v; want the 3 unused records deleted", res, err)
+	}
+}
+
+// redisSweeps adapts leases in Redis to the sweeper, as the server does with --redis-url.
+type redisSweeps struct{ m *lease.Manager }
+
+func (s redisSweeps) TryLock(ctx context.Context, key string) (func(), <-chan struct{}, bool, error) {
+	l, err := s.m.TryAcquire(ctx, key)
+	if err != nil || l == nil {
+		return nil, nil, false, err
+	}
+	return l.Release, l.Lost(), true, nil
+}
+
+// TestSweepRedisLease runs two sweepers at once with their lease in a real Redis: while one
+// sweeps, the other finds the lease held and deletes nothing; when Redis is gone, neither
+// sweeps.
+func TestSweepRedisLease(t *testing.T) {
+	rs := testsupport.StartRedis(t)
+	newLocks := func() Locker {
+		c := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		return redisSweeps{lease.New(c, lease.Options{TTL: 10 * time.Second, Logger: quiet})}
+	}
+	st, err := store.NewFolder(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSimulation(t, st, newTemplate(t), nil)
+	s.run(t, simOptions{names: 2, days: 60, compacts: true})
+	s.clock.SetDay(60, 12)
+	p := yearPolicy()
+	keep := s.expected(p, s.clock.Now())
+	lockA, lockB := newLocks(), newLocks()
+	swB := NewSweeper(s.meta, s.usage[1], SweeperOptions{Policy: p, Now: s.clock.Now, Locks: lockB, Logger: quiet})
+	var bRes Result
+	var bErr error
+	var once sync.Once
+	swA := NewSweeper(s.meta, s.usage[0], SweeperOptions{Policy: p, Now: s.clock.Now, Locks: lockA, Logger: quiet,
+		Deleted: func() { once.Do(func() { bRes, bErr = swB.Sweep(context.Background()) }) }})
+	res, err := swA.Sweep(context.Background())
+	if err != nil || bErr != nil {
+		t.Fatal(err, bErr)
+	}
+	if res.Deleted != len(s.builds)-len(keep) || res.Deleted == 0 {
+		t.Errorf("replica A deleted %d; the policy deletes %d of %d", res.Deleted, len(s.builds)-len(keep), len(s.builds))
+	}
+	if bRes.Skipped != "another replica is sweeping" || bRes.Deleted != 0 {
+		t.Errorf("replica B during A's sweep: %+v", bRes)
+	}
+	rs.Stop()
+	if res, err := swB.Sweep(context.Background()); err != nil || res.Skipped == "" {
+		t.Errorf("a sweep without Redis: %+v, %v; want it skipped", res, err)
 	}
 }
