@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
+
+	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
 // Records returns every record that holds a file (available or invalid), by key: what
@@ -59,4 +62,68 @@ func (m *Catalog) DeleteIf(ctx context.Context, key string, still func(*Record) 
 		return false, err
 	}
 	return true, nil
+}
+
+// SweepOrphans deletes the objects under records/ whose record is gone: an index or string
+// table that a lookup, which read the record before it was deleted, stored after. Each record
+// directory is looked at again under the record's lock, which an upload takes before it
+// writes anything there, so an upload starting meanwhile keeps its objects. dryRun counts
+// without deleting. It returns the objects deleted (or that would be).
+func (m *Catalog) SweepOrphans(ctx context.Context, dryRun bool) (int, error) {
+	keys, err := m.s.List(ctx, "records/")
+	if err != nil {
+		return 0, err
+	}
+	objs := map[string][]string{}
+	live := map[string]bool{}
+	for _, k := range keys {
+		dir, base := path.Split(k)
+		dir = strings.TrimSuffix(dir, "/")
+		if base == "record.json" {
+			live[dir] = true
+		} else {
+			objs[dir] = append(objs[dir], k)
+		}
+	}
+	n := 0
+	for dir, ks := range objs {
+		if live[dir] {
+			continue
+		}
+		if dryRun {
+			n += len(ks)
+			continue
+		}
+		deleted, err := m.deleteOrphans(ctx, dir, ks)
+		n += deleted
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (m *Catalog) deleteOrphans(ctx context.Context, dir string, keys []string) (int, error) {
+	unlock, err := m.lockedShared(ctx, dir, m.opt.InitiateWait)
+	if errors.Is(err, ErrLocked) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	if _, err := m.s.Size(ctx, dir+"/record.json"); err == nil {
+		return 0, nil // an upload made the record again
+	} else if !errors.Is(err, store.ErrNotExist) {
+		return 0, err
+	}
+	n := 0
+	for _, k := range keys {
+		if err := m.s.Delete(ctx, k); err != nil {
+			return n, err
+		}
+		m.opt.Logger.Info("deleted an object whose record is gone", "object", k)
+		n++
+	}
+	return n, nil
 }

@@ -357,3 +357,44 @@ func TestSweepRedisLease(t *testing.T) {
 		t.Errorf("a sweep without Redis: %+v, %v; want it skipped", res, err)
 	}
 }
+
+// TestOrphanObjects checks that a sweep deletes an index stored after its record was deleted
+// (a lookup that read the record before), and nothing of a record that exists.
+func TestOrphanObjects(t *testing.T) {
+	st, err := store.NewFolder(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSimulation(t, st, newTemplate(t), nil)
+	gone, kept := s.add(t, "svc", debuginfov1.UploadSource_UPLOAD_SOURCE_NODE), s.add(t, "svc", debuginfov1.UploadSource_UPLOAD_SOURCE_NODE)
+	ctx := context.Background()
+	if ok, err := s.meta.DeleteIf(ctx, gone.key, func(*catalog.Record) bool { return true }); !ok || err != nil {
+		t.Fatalf("delete: %v %v", ok, err)
+	}
+	late := gone.key + "/0123.index"
+	if err := st.Put(ctx, late, bytes.NewReader([]byte("late")), 4); err != nil {
+		t.Fatal(err)
+	}
+	before, err := st.List(ctx, kept.key+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := NewSweeper(s.meta, s.usage[0], SweeperOptions{Policy: Policy{KeepBuilds: 1}, DryRun: true, Now: s.clock.Now, Logger: quiet})
+	if res, err := sw.Sweep(ctx); err != nil || res.Orphans != 1 {
+		t.Fatalf("dry run: %+v, %v; want 1 orphan object listed", res, err)
+	}
+	if _, err := st.Size(ctx, late); err != nil {
+		t.Fatalf("a dry run deleted %s: %v", late, err)
+	}
+	sw = NewSweeper(s.meta, s.usage[0], SweeperOptions{Policy: Policy{KeepBuilds: 1}, Now: s.clock.Now, Logger: quiet})
+	if res, err := sw.Sweep(ctx); err != nil || res.Orphans != 1 || res.Deleted != 0 {
+		t.Fatalf("sweep: %+v, %v; want 1 orphan object deleted and no record", res, err)
+	}
+	if _, err := st.Size(ctx, late); err == nil {
+		t.Errorf("%s is left", late)
+	}
+	after, err := st.List(ctx, kept.key+"/")
+	if err != nil || len(after) != len(before) {
+		t.Errorf("objects of the kept record: %v before, %v after (%v)", before, after, err)
+	}
+}

@@ -94,6 +94,8 @@ type Result struct {
 	// Changed counts records the plan would delete that changed before their turn.
 	Changed int
 	Failed  int
+	// Orphans counts objects deleted (in a dry run: that would be) whose record was gone.
+	Orphans int
 	// FoldedUsage counts usage day files folded into the summary.
 	FoldedUsage int
 	Took        time.Duration
@@ -217,12 +219,19 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			}
 		}
 	}
+	// Objects of records deleted (now or before) that a lookup stored after the deletion.
+	orphans, err := s.meta.SweepOrphans(ctx, s.opt.DryRun)
+	res.Orphans = orphans
+	if err != nil {
+		s.opt.Logger.Warn("retention: delete objects whose record is gone", "err", err)
+		res.Failed++
+	}
 	res.Took = time.Since(start)
 	s.kept.Set(float64(res.Kept))
 	s.took.Set(res.Took.Seconds())
 	s.opt.Logger.Info("retention: sweep done", "policy", s.opt.Policy.String(), "dry_run", s.opt.DryRun, "kept", res.Kept,
 		"deleted", res.Deleted, "deleted_bytes", res.DeletedBytes, "changed", res.Changed, "failed", res.Failed,
-		"usage_files_folded", res.FoldedUsage, "took", res.Took)
+		"orphan_objects", res.Orphans, "usage_files_folded", res.FoldedUsage, "took", res.Took)
 	if res.Failed > 0 {
 		return res, errors.New("retention: some deletions failed (logged); the next sweep tries again")
 	}

@@ -285,8 +285,14 @@ func lookup(ctx context.Context, sym *symbolizeapi.Service, id string, addr uint
 		return 0, err
 	}
 	r := resp.Msg.GetModules()[0]
-	if r.GetStatus() == symbolizerv1.ModuleStatus_MODULE_STATUS_OK && (len(r.GetFrameCounts()) != 1 || r.GetFrameCounts()[0] == 0) {
-		return 0, fmt.Errorf("%s: OK without a frame", id)
+	switch r.GetStatus() {
+	case symbolizerv1.ModuleStatus_MODULE_STATUS_OK:
+		if len(r.GetFrameCounts()) != 1 || r.GetFrameCounts()[0] == 0 {
+			return 0, fmt.Errorf("%s: OK without a frame", id)
+		}
+	case symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND:
+	default:
+		return r.GetStatus(), fmt.Errorf("%s: %v: %s", id, r.GetStatus(), r.GetMessage())
 	}
 	return r.GetStatus(), nil
 }
