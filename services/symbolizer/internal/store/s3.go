@@ -123,7 +123,8 @@ type s3Body struct {
 	key string
 }
 
-// Open learns the size with a HEAD and the bytes come with the first Read's GET: an object
+// Read reads the object. Open learns the size with a HEAD and the bytes come with the first
+// Read's GET: an object
 // deleted in between (retention, or a delete by hand) answers that GET NoSuchKey, named as
 // ErrNotExist like a missing object at Open, so readers take it for gone, not for a store
 // failure.
