@@ -313,6 +313,7 @@ func TestFieldContract(t *testing.T) {
 			{"sha256", 4, str, false, ""},
 			{"size", 5, u64, false, ""},
 			{"source", 6, enum, false, dbg + "UploadSource"},
+			{"name", 7, str, false, ""},
 		},
 		dbg + "InitiateUploadResponse": {
 			{"upload_id", 1, str, false, ""},
@@ -362,6 +363,8 @@ func TestFieldContract(t *testing.T) {
 			{"uploaded_at", 10, msg, false, "google.protobuf.Timestamp"},
 			{"has_program_headers", 11, b, false, ""},
 			{"companions", 12, msg, true, dbg + "Companion"},
+			{"name", 13, str, false, ""},
+			{"last_used", 14, msg, false, "google.protobuf.Timestamp"},
 		},
 		dbg + "Companion": {
 			{"kind", 1, enum, false, dbg + "CompanionKind"},

@@ -100,6 +100,9 @@ type File struct {
 	SHA256      string // hex
 	Size        int64
 	Source      debuginfov1.UploadSource
+	// Name is the binary's name (optional): the server's retention keeps the last builds
+	// of each name.
+	Name string
 }
 
 // ShouldUpload asks whether the server wants f.
@@ -117,7 +120,7 @@ func (c *Client) ShouldUpload(ctx context.Context, f File) (*debuginfov1.ShouldU
 // upload of a different file is under way.
 func (c *Client) InitiateUpload(ctx context.Context, f File) (*debuginfov1.InitiateUploadResponse, error) {
 	resp, err := c.rpc.InitiateUpload(ctx, connect.NewRequest(&debuginfov1.InitiateUploadRequest{
-		BuildId: f.BuildID, BuildIdType: f.BuildIDType, Type: f.Type, Sha256: f.SHA256, Size: uint64(f.Size), Source: f.Source}))
+		BuildId: f.BuildID, BuildIdType: f.BuildIDType, Type: f.Type, Sha256: f.SHA256, Size: uint64(f.Size), Source: f.Source, Name: f.Name}))
 	if err != nil {
 		return nil, err
 	}

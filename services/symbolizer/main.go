@@ -24,6 +24,7 @@ type cli struct {
 		List    uploadcli.ListCmd       `cmd:"" help:"List the records a server stores."`
 		Get     uploadcli.GetCmd        `cmd:"" help:"Print the record a server stores under an ID."`
 		Delete  uploadcli.DeleteCmd     `cmd:"" help:"Delete a stored file and its record from a server."`
+		Usage   uploadcli.UsageCmd      `cmd:"" help:"List the stored files with their name, source, size, age and last use (what retention decides on), the least recently used first."`
 		Missing uploadcli.MissingCmd    `cmd:"" help:"List the binaries whose frames a server could not resolve or whose companions (dwz supplementary file, DWARF package) are missing, the most unresolved first, and why: what to upload next."`
 	} `cmd:"" help:"Work with debuginfo files."`
 

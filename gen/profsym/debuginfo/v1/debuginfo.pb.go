@@ -940,7 +940,14 @@ type Debuginfo struct {
 	// Files the stored file's DWARF needs beside it (a dwz supplementary file, the DWARF
 	// package of a `-gsplit-dwarf` build), with whether each is stored now. Empty when the
 	// DWARF needs none.
-	Companions    []*Companion `protobuf:"bytes,12,rep,name=companions,proto3" json:"companions,omitempty"`
+	Companions []*Companion `protobuf:"bytes,12,rep,name=companions,proto3" json:"companions,omitempty"`
+	// Name of the binary, as uploaded (`InitiateUploadRequest.name`), else as Symbolize last
+	// saw it in a module's file name; empty when neither is known.
+	Name string `protobuf:"bytes,13,opt,name=name,proto3" json:"name,omitempty"`
+	// When symbolization or the debuginfod paths last used the file, to the day and as far
+	// as the replicas have written it down (every few minutes); unset when no use was
+	// recorded. `uploaded_at` is a use too, for retention.
+	LastUsed      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1055,6 +1062,20 @@ func (x *Debuginfo) GetHasProgramHeaders() bool {
 func (x *Debuginfo) GetCompanions() []*Companion {
 	if x != nil {
 		return x.Companions
+	}
+	return nil
+}
+
+func (x *Debuginfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Debuginfo) GetLastUsed() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsed
 	}
 	return nil
 }
@@ -1300,7 +1321,11 @@ type InitiateUploadRequest struct {
 	// `FinishUpload` checks the stored bytes against it.
 	Size uint64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	// Origin of the file. Required.
-	Source        UploadSource `protobuf:"varint,6,opt,name=source,proto3,enum=profsym.debuginfo.v1.UploadSource" json:"source,omitempty"`
+	Source UploadSource `protobuf:"varint,6,opt,name=source,proto3,enum=profsym.debuginfo.v1.UploadSource" json:"source,omitempty"`
+	// Name of the binary, such as the file's base name (`symbolizer upload` sends it).
+	// Optional, at most 255 bytes of UTF-8 without control characters (`INVALID_ARGUMENT`
+	// otherwise). Retention keeps the last builds of each name (`--retention-keep-builds`).
+	Name          string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1375,6 +1400,13 @@ func (x *InitiateUploadRequest) GetSource() UploadSource {
 		return x.Source
 	}
 	return UploadSource_UPLOAD_SOURCE_UNSPECIFIED
+}
+
+func (x *InitiateUploadRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // InitiateUploadResponse says where and how to send the bytes.
@@ -2168,7 +2200,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x11debug_compression\x18\t \x01(\x0e2(.profsym.debuginfo.v1.SectionCompressionR\x10debugCompression\x12\x1f\n" +
 	"\vdwarf_error\x18\n" +
 	" \x01(\tR\n" +
-	"dwarfError\"\xe3\x04\n" +
+	"dwarfError\"\xb0\x05\n" +
 	"\tDebuginfo\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x120\n" +
@@ -2185,7 +2217,9 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x13has_program_headers\x18\v \x01(\bR\x11hasProgramHeaders\x12?\n" +
 	"\n" +
 	"companions\x18\f \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\n" +
-	"companions\"\x90\x01\n" +
+	"companions\x12\x12\n" +
+	"\x04name\x18\r \x01(\tR\x04name\x127\n" +
+	"\tlast_used\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"\x90\x01\n" +
 	"\tCompanion\x127\n" +
 	"\x04kind\x18\x01 \x01(\x0e2#.profsym.debuginfo.v1.CompanionKindR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12:\n" +
@@ -2200,14 +2234,15 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\x14ShouldUploadResponse\x12#\n" +
 	"\rshould_upload\x18\x01 \x01(\bR\fshouldUpload\x12@\n" +
 	"\x06reason\x18\x02 \x01(\x0e2(.profsym.debuginfo.v1.ShouldUploadReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x9a\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xae\x02\n" +
 	"\x15InitiateUploadRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x127\n" +
 	"\x04type\x18\x03 \x01(\x0e2#.profsym.debuginfo.v1.DebuginfoTypeR\x04type\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12:\n" +
-	"\x06source\x18\x06 \x01(\x0e2\".profsym.debuginfo.v1.UploadSourceR\x06source\"\xf4\x02\n" +
+	"\x06source\x18\x06 \x01(\x0e2\".profsym.debuginfo.v1.UploadSourceR\x06source\x12\x12\n" +
+	"\x04name\x18\a \x01(\tR\x04name\"\xf4\x02\n" +
 	"\x16InitiateUploadResponse\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x1d\n" +
 	"\n" +
@@ -2391,50 +2426,51 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	11, // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
 	30, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
 	13, // 9: profsym.debuginfo.v1.Debuginfo.companions:type_name -> profsym.debuginfo.v1.Companion
-	6,  // 10: profsym.debuginfo.v1.Companion.kind:type_name -> profsym.debuginfo.v1.CompanionKind
-	7,  // 11: profsym.debuginfo.v1.Companion.state:type_name -> profsym.debuginfo.v1.CompanionState
-	0,  // 12: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	1,  // 13: profsym.debuginfo.v1.ShouldUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
-	2,  // 14: profsym.debuginfo.v1.ShouldUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	3,  // 15: profsym.debuginfo.v1.ShouldUploadResponse.reason:type_name -> profsym.debuginfo.v1.ShouldUploadReason
-	0,  // 16: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	1,  // 17: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
-	2,  // 18: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	29, // 19: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	30, // 20: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 21: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
-	0,  // 22: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	12, // 23: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
-	12, // 24: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
-	0,  // 25: profsym.debuginfo.v1.DeleteRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	0,  // 26: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
-	9,  // 27: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
-	8,  // 28: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	30, // 29: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
-	30, // 30: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
-	13, // 31: profsym.debuginfo.v1.Coverage.missing_companions:type_name -> profsym.debuginfo.v1.Companion
-	8,  // 32: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	30, // 33: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
-	26, // 34: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
-	14, // 35: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
-	16, // 36: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
-	18, // 37: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
-	20, // 38: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
-	22, // 39: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
-	24, // 40: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
-	27, // 41: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
-	15, // 42: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
-	17, // 43: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
-	19, // 44: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
-	21, // 45: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
-	23, // 46: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
-	25, // 47: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
-	28, // 48: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	30, // 10: profsym.debuginfo.v1.Debuginfo.last_used:type_name -> google.protobuf.Timestamp
+	6,  // 11: profsym.debuginfo.v1.Companion.kind:type_name -> profsym.debuginfo.v1.CompanionKind
+	7,  // 12: profsym.debuginfo.v1.Companion.state:type_name -> profsym.debuginfo.v1.CompanionState
+	0,  // 13: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	1,  // 14: profsym.debuginfo.v1.ShouldUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
+	2,  // 15: profsym.debuginfo.v1.ShouldUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
+	3,  // 16: profsym.debuginfo.v1.ShouldUploadResponse.reason:type_name -> profsym.debuginfo.v1.ShouldUploadReason
+	0,  // 17: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	1,  // 18: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
+	2,  // 19: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
+	29, // 20: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	30, // 21: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 22: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	0,  // 23: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	12, // 24: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
+	12, // 25: profsym.debuginfo.v1.ListResponse.debuginfos:type_name -> profsym.debuginfo.v1.Debuginfo
+	0,  // 26: profsym.debuginfo.v1.DeleteRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	0,  // 27: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
+	9,  // 28: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
+	8,  // 29: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	30, // 30: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
+	30, // 31: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
+	13, // 32: profsym.debuginfo.v1.Coverage.missing_companions:type_name -> profsym.debuginfo.v1.Companion
+	8,  // 33: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	30, // 34: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 35: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
+	14, // 36: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
+	16, // 37: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
+	18, // 38: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
+	20, // 39: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
+	22, // 40: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
+	24, // 41: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
+	27, // 42: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
+	15, // 43: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
+	17, // 44: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
+	19, // 45: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
+	21, // 46: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
+	23, // 47: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
+	25, // 48: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
+	28, // 49: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_profsym_debuginfo_v1_debuginfo_proto_init() }

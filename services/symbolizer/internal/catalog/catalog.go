@@ -57,6 +57,8 @@ type File struct {
 	// for a file that needs none, and for records written before it was kept. Read with
 	// other companions, the file has another quality (see QualityWith).
 	QualityVariant string `json:"quality_variant,omitempty"`
+	// Name is the binary's name as the uploader gave it ("" when none was given).
+	Name string `json:"name,omitempty"`
 }
 
 // Exec is what a record keeps of an executable of its binary while its file is a separate
@@ -121,7 +123,7 @@ func (r *Record) Proto() *debuginfov1.Debuginfo {
 		d := &debuginfov1.Debuginfo{
 			BuildId: f.BuildID.ID, BuildIdType: f.BuildID.Type, Type: f.Type, Source: f.Source,
 			State: f.State, Quality: f.Quality.Proto(), Sha256: f.SHA256, Size: f.Size,
-			UploadedAt: timestamppb.New(f.UploadedAt), HasProgramHeaders: headers,
+			UploadedAt: timestamppb.New(f.UploadedAt), HasProgramHeaders: headers, Name: f.Name,
 		}
 		for _, id := range r.ids()[1:] {
 			d.Ids = append(d.Ids, &debuginfov1.BinaryID{Type: id.Type, Id: id.ID})
@@ -131,7 +133,7 @@ func (r *Record) Proto() *debuginfov1.Debuginfo {
 	if u := r.Pending; u != nil {
 		return &debuginfov1.Debuginfo{
 			BuildId: u.BuildID.ID, BuildIdType: u.BuildID.Type, Type: u.Type, Source: u.Source,
-			State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_UPLOADING, Sha256: u.SHA256, Size: u.Size,
+			State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_UPLOADING, Sha256: u.SHA256, Size: u.Size, Name: u.Name,
 		}
 	}
 	return nil
@@ -164,6 +166,9 @@ type Options struct {
 	// FinishWait is how long FinishUpload, Delete and MarkInvalid wait for such a record
 	// (default 2m: another replica may be verifying a large file).
 	FinishWait time.Duration
+	// Annotate, when set, adds what others know of a record (its last use) to its API form
+	// in Get, List and FinishUpload answers.
+	Annotate func(ctx context.Context, r *Record, d *debuginfov1.Debuginfo)
 }
 
 // Locker locks a key across replicas. Lock returns ErrLocked when another replica held the
@@ -345,6 +350,9 @@ func (m *Catalog) deletePending(ctx context.Context, p *Upload) {
 	}
 }
 
+// The file goes first: a lookup that read the record before it was deleted then finds no file
+// to build an index from, so it cannot store an index that nothing names any more (see
+// docs/design/0010-retention.md).
 func (m *Catalog) deleteFile(ctx context.Context, f *File) {
 	keys := []string{f.Object, f.IndexObject(), f.StringsObject()}
 	// Indexes built with companions are stored under variants of the file's key.
@@ -432,6 +440,14 @@ func (m *Catalog) Delete(ctx context.Context, id ID) error {
 	if r.Current == nil {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
+	return m.deleteLocked(ctx, r)
+}
+
+// deleteLocked removes record r, whose lock the caller holds: its aliases first, so that from
+// then on every ID of it resolves to nothing, then the record, then its files, and the
+// binary's DWARF package.
+func (m *Catalog) deleteLocked(ctx context.Context, r *Record) error {
+	key := r.Key
 	for _, a := range r.Aliases {
 		var cur alias
 		if err := m.readJSON(ctx, aliasKey(a), &cur); err == nil && cur.Record == key {
@@ -513,6 +529,9 @@ func (m *Catalog) List(ctx context.Context, pageSize int, token string) ([]*debu
 				// companions stored since they were verified a read more (a build, once).
 				if err := m.describeCompanions(ctx, r.Current, d); err != nil {
 					return nil, "", err
+				}
+				if m.opt.Annotate != nil {
+					m.opt.Annotate(ctx, r, d)
 				}
 			}
 			all = append(all, d)

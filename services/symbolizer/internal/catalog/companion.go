@@ -241,6 +241,9 @@ func (m *Catalog) Describe(ctx context.Context, r *Record) (*debuginfov1.Debugin
 	if err := m.describeCompanions(ctx, r.Current, d); err != nil {
 		return nil, err
 	}
+	if m.opt.Annotate != nil {
+		m.opt.Annotate(ctx, r, d)
+	}
 	return d, nil
 }
 

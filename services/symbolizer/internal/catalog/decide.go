@@ -22,6 +22,8 @@ type Upload struct {
 	Type      debuginfov1.DebuginfoType `json:"type"`
 	Source    debuginfov1.UploadSource  `json:"source"`
 	ExpiresAt time.Time                 `json:"expires_at"`
+	// Name is the binary's name as the uploader gave it (optional).
+	Name string `json:"name,omitempty"`
 }
 
 // Object is where the upload's bytes are PUT.
@@ -34,6 +36,8 @@ type Desc struct {
 	SHA256  string
 	Size    uint64
 	Source  debuginfov1.UploadSource
+	// Name is the binary's name (optional; retention keeps the last builds of each name).
+	Name string
 }
 
 // Decision is a ShouldUpload answer.
@@ -162,7 +166,7 @@ func (m *Catalog) Initiate(ctx context.Context, d Desc) (*Upload, error) {
 	}
 	r.Pending = &Upload{
 		ID: hex.EncodeToString(rnd[:]), BuildID: d.BuildID, SHA256: d.SHA256, Size: d.Size,
-		Type: d.Type, Source: d.Source, ExpiresAt: now.Add(m.opt.UploadTTL).UTC(),
+		Type: d.Type, Source: d.Source, ExpiresAt: now.Add(m.opt.UploadTTL).UTC(), Name: d.Name,
 	}
 	if err := m.saveRecord(ctx, r); err != nil {
 		return nil, err

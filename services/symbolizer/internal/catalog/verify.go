@@ -158,7 +158,7 @@ func (m *Catalog) verify(ctx context.Context, p *Upload, size uint64) (*File, *I
 		return &File{
 			UploadID: p.ID, BuildID: p.BuildID, Type: p.Type, Source: p.Source,
 			State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE, SHA256: sum, Size: size,
-			UploadedAt: m.opt.Now().UTC(), PackageUnits: units,
+			UploadedAt: m.opt.Now().UTC(), PackageUnits: units, Name: p.Name,
 		}, &Inspection{}, nil
 	}
 	ins, err := Inspect(path, m.opt.Limits, func(supID, gnu string) (Companions, debuginfo.Options, func(), error) {
@@ -196,7 +196,7 @@ func (m *Catalog) verify(ctx context.Context, p *Upload, size uint64) (*File, *I
 		State: debuginfov1.DebuginfoState_DEBUGINFO_STATE_AVAILABLE, Quality: ins.Quality,
 		SHA256: sum, Size: size, UploadedAt: m.opt.Now().UTC(), Loads: ins.Loads, Runnable: ins.Runnable,
 		Fidelity: fidelityOf(ins), Supplementary: ins.Supplementary, SkeletonUnits: ins.SkeletonUnits,
-		SupplementaryOf: ins.SupplementaryOf, QualityVariant: ins.Companions.Variant(),
+		SupplementaryOf: ins.SupplementaryOf, QualityVariant: ins.Companions.Variant(), Name: p.Name,
 	}, ins, nil
 }
 

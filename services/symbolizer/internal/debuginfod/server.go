@@ -16,8 +16,9 @@ import (
 )
 
 // Handler serves the store read-only at /buildid/<id>/debuginfo and /buildid/<id>/executable.
-// tokens is nil when reads are open; log nil means slog.Default().
-func Handler(md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger) http.Handler {
+// tokens is nil when reads are open; log nil means slog.Default(); used, when set, is told the
+// key of each record served (the record of last use that retention reads).
+func Handler(md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger, used func(recordKey, filename string)) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -63,6 +64,9 @@ func Handler(md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger) http.Ha
 			http.Error(w, "not found", http.StatusNotFound)
 			return
 		}
+		if used != nil {
+			used(rec.Key, "")
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("X-Debuginfod-Size", strconv.FormatUint(f.Size, 10))
 		if l, ok := md.Store().(store.Localer); ok {
@@ -76,6 +80,11 @@ func Handler(md *catalog.Catalog, tokens *auth.Tokens, log *slog.Logger) http.Ha
 			}
 		}
 		rc, size, err := md.Store().Open(r.Context(), f.Object)
+		if errors.Is(err, store.ErrNotExist) {
+			// Deleted after the record was read: gone, as a lookup now finds it.
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return

@@ -8,6 +8,7 @@ import (
 	"github.com/profsym/profsym/pkg/degraded"
 	"github.com/profsym/profsym/pkg/lease"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
+	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
 )
 
@@ -37,6 +38,24 @@ func (l *leaseLocks) builds() symbolizeapi.BuildLocker {
 		return nil
 	}
 	return buildLocks{l}
+}
+
+// sweeps returns the retention sweep's locker, nil when there are no leases.
+func (l *leaseLocks) sweeps() retention.Locker {
+	if l == nil {
+		return nil
+	}
+	return sweepLocks{l}
+}
+
+type sweepLocks struct{ *leaseLocks }
+
+func (s sweepLocks) TryLock(ctx context.Context, key string) (func(), <-chan struct{}, bool, error) {
+	ls, err := s.m.TryAcquire(ctx, key)
+	if err != nil || ls == nil {
+		return nil, nil, false, err
+	}
+	return ls.Release, ls.Lost(), true, nil
 }
 
 type recordLocks struct{ *leaseLocks }

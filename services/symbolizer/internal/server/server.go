@@ -32,6 +32,9 @@ import (
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -47,6 +50,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
 	"github.com/profsym/profsym/services/symbolizer/internal/ui"
@@ -95,6 +99,13 @@ type Config struct {
 	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
 	SymbolizeBudget int64         `name:"symbolize-memory-budget" default:"536870912" env:"SYMBOLIZER_SYMBOLIZE_MEMORY_BUDGET" help:"Bytes that Symbolize requests in flight may cost, reserved from each request's size before it is decoded (a compressed request reserves the largest legal size); over it, callers get resource_exhausted at once."`
 
+	UsageInterval     time.Duration `name:"usage-interval" default:"5m" env:"SYMBOLIZER_USAGE_INTERVAL" help:"How often this replica writes down which stored files Symbolize and the debuginfod paths used (usage/ in the store: one small object per day, rewritten only when the day's set grew). Retention and 'symbolizer debuginfo usage' read it."`
+	RetentionUsedDays int           `name:"retention-keep-used-days" env:"SYMBOLIZER_RETENTION_KEEP_USED_DAYS" help:"Retention: keep every file used (or uploaded) in the last this many days. Retention is off, and everything is kept, while every --retention-keep-* is 0; with any set, a file none of them keeps is deleted."`
+	RetentionBuilds   int           `name:"retention-keep-builds" env:"SYMBOLIZER_RETENTION_KEEP_BUILDS" help:"Retention: keep the last this many uploads of each binary name (the name 'symbolizer upload' sends, else the file name Symbolize last saw)."`
+	RetentionCIDays   int           `name:"retention-keep-ci-days" env:"SYMBOLIZER_RETENTION_KEEP_CI_DAYS" help:"Retention: keep every file uploaded from CI in the last this many days."`
+	RetentionDryRun   bool          `name:"retention-dry-run" env:"SYMBOLIZER_RETENTION_DRY_RUN" help:"Retention: log and count what the policy would delete (symbolizer_retention_records_total{result=\"dry_run\"}) and delete nothing."`
+	RetentionInterval time.Duration `name:"retention-interval" default:"1h" env:"SYMBOLIZER_RETENTION_INTERVAL" help:"How often a replica tries to sweep (one at a time across replicas, through the leases of --lease-ttl); the first try is at start."`
+
 	CoverageInterval time.Duration `name:"coverage-interval" default:"1m" env:"SYMBOLIZER_COVERAGE_INTERVAL" help:"How often this replica writes its tally of what Symbolize resolved (coverage/ in the store; read by ListCoverage, /ui/ and 'symbolizer debuginfo missing')."`
 	CoverageEntries  int           `name:"coverage-entries" default:"100000" env:"SYMBOLIZER_COVERAGE_ENTRIES" help:"Binaries tallied in memory; beyond it the least recently seen is dropped."`
 
@@ -110,6 +121,19 @@ type Config struct {
 	Pprof         bool   `name:"pprof" env:"SYMBOLIZER_PPROF" help:"Serve Go profiling at /debug/pprof/ (guarded like writes: it needs a token)."`
 	LogFormat     string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
 	LogLevel      string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
+}
+
+// retentionPolicy checks the retention flags.
+func (c *Config) retentionPolicy() (retention.Policy, error) {
+	if c.RetentionUsedDays < 0 || c.RetentionBuilds < 0 || c.RetentionCIDays < 0 {
+		return retention.Policy{}, errors.New("--retention-keep-used-days, --retention-keep-builds and --retention-keep-ci-days must not be negative")
+	}
+	if c.RetentionInterval <= 0 || c.UsageInterval <= 0 {
+		return retention.Policy{}, errors.New("--retention-interval and --usage-interval must be positive")
+	}
+	day := 24 * time.Hour
+	return retention.Policy{UsedWithin: time.Duration(c.RetentionUsedDays) * day, KeepBuilds: c.RetentionBuilds,
+		CIWithin: time.Duration(c.RetentionCIDays) * day}, nil
 }
 
 // Run serves until SIGINT or SIGTERM.
@@ -166,6 +190,9 @@ type Server struct {
 	ready    atomic.Bool
 	// admission bounds the memory of Symbolize requests in flight.
 	admission *admission
+	// Usage records which records lookups used; Retention deletes what the policy does not keep.
+	Usage     *retention.Usage
+	Retention *retention.Sweeper
 }
 
 func readSecret(value, file, what string) (string, error) {
@@ -304,6 +331,11 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 
+	policy, err := c.retentionPolicy()
+	if err != nil {
+		return nil, err
+	}
+	s.Usage = retention.NewUsage(s.Store, retention.UsageOptions{Logger: log, Registerer: s.Metrics.Registry})
 	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
 	ixCache := indexcache.New(c.IndexCacheBytes)
 	var sym *symbolizeapi.Service
@@ -316,6 +348,19 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
 		},
 		Locker: locks.catalog(),
+		Annotate: func(ctx context.Context, r *catalog.Record, d *debuginfov1.Debuginfo) {
+			used, err := s.Usage.Read(ctx)
+			if err != nil {
+				log.Warn("read usage", "err", err)
+				return
+			}
+			if e, ok := used[r.Key]; ok {
+				d.LastUsed = timestamppb.New(e.LastUsed())
+				if d.Name == "" {
+					d.Name = e.Name
+				}
+			}
+		},
 	})
 
 	var rc *resultcache.Cache
@@ -355,7 +400,15 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
 		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
 		StringsCacheBytes: c.StringsBytes, Observe: s.Coverage.Record, BuildLocks: locks.builds(),
+		Used: s.Usage.Use,
 	})
+	s.Retention = retention.NewSweeper(s.Meta, s.Usage, retention.SweeperOptions{
+		Policy: policy, DryRun: c.RetentionDryRun, Locks: locks.sweeps(), Logger: log,
+		Registerer: s.Metrics.Registry, Deleted: sym.Forget,
+	})
+	if policy.Enabled() {
+		log.Info("retention", "policy", policy.String(), "dry_run", c.RetentionDryRun, "every", c.RetentionInterval)
+	}
 	up := uploadapi.New(s.Meta, s.Metrics, log)
 	up.PublicURL = c.PublicURL
 	up.Changed = sym.Forget
@@ -388,7 +441,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/upload/", up.PutHandler(s.Tokens))
-	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, s.Readers, log))
+	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, s.Readers, log, s.Usage.Use))
 	mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, s.Readers, log))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { s.writeProbe(w, "healthz") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -569,6 +622,15 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	go s.sweep(ctx)
+	go s.Retention.Run(ctx, s.cfg.RetentionInterval)
+	// Usage's last write happens when usageCtx ends, like the coverage tally's.
+	usageCtx, usageStop := context.WithCancel(ctx)
+	usageDone := make(chan struct{})
+	go func() {
+		defer close(usageDone)
+		s.Usage.Run(usageCtx, s.cfg.UsageInterval)
+	}()
+	defer func() { usageStop(); <-usageDone }()
 	// The tally's last write happens when covCtx ends; waiting for it keeps a stop from losing
 	// the last interval.
 	covCtx, covStop := context.WithCancel(ctx)

@@ -123,10 +123,20 @@ type s3Body struct {
 	key string
 }
 
+// Read reads the object. Open learns the size with a HEAD and the bytes come with the first
+// Read's GET: an object
+// deleted in between (retention, or a delete by hand) answers that GET NoSuchKey, named as
+// ErrNotExist like a missing object at Open, so readers take it for gone, not for a store
+// failure.
 func (b *s3Body) Read(p []byte) (int, error) {
 	n, err := b.obj.Read(p)
-	if err != nil && minio.ToErrorResponse(err).Code == "PreconditionFailed" {
-		err = fmt.Errorf("s3 %s: %w (%w)", b.key, ErrChanged, err)
+	if err != nil {
+		switch minio.ToErrorResponse(err).Code {
+		case "PreconditionFailed":
+			err = fmt.Errorf("s3 %s: %w (%w)", b.key, ErrChanged, err)
+		case minio.NoSuchKey:
+			err = fmt.Errorf("s3 %s: %w (%w)", b.key, ErrNotExist, err)
+		}
 	}
 	return n, err
 }

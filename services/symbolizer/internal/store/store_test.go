@@ -245,3 +245,29 @@ func TestS3ObjectReplacedWhileRead(t *testing.T) {
 		t.Fatalf("read of a replaced object: %d bytes, %v; want ErrChanged", len(got), err)
 	}
 }
+
+// TestS3ObjectDeletedWhileRead deletes an object between Open (its size) and the first Read
+// (its bytes): the read says the object does not exist, as Open would have.
+func TestS3ObjectDeletedWhileRead(t *testing.T) {
+	m := testsupport.StartMinIO(t)
+	m.NewBucket(t, "psym")
+	s, err := NewS3(S3Config{Endpoint: m.Endpoint(), Bucket: "psym", Region: m.Region(), AccessKey: m.AccessKey(), SecretKey: m.SecretKey(), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := s.Put(ctx, "records/x/f", strings.NewReader("bytes"), 5); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := s.Open(ctx, "records/x/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := s.Delete(ctx, "records/x/f"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(rc); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("read of a deleted object: %d bytes, %v; want ErrNotExist", len(got), err)
+	}
+}

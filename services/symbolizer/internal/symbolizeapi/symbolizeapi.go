@@ -58,6 +58,9 @@ type Options struct {
 	// of files whose index is not in memory; 0 means 256 MiB.
 	StringsCacheBytes int64
 	Logger            *slog.Logger
+	// Used, when set, is told the key of every record a module was found in, and the
+	// module's file name (the record of last use that retention reads).
+	Used func(recordKey, filename string)
 	// Observe, when set, is told every module's answer (the coverage tally).
 	Observe func(*symbolizerv1.Module, *symbolizerv1.ModuleResult)
 	// BuildLocks, when set, makes one of the replicas sharing the store build an index the
@@ -223,9 +226,18 @@ func failed(mod *symbolizerv1.Module, st symbolizerv1.ModuleStatus, msg string) 
 }
 
 func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
+	return s.moduleTry(ctx, mod, false)
+}
+
+// moduleTry answers a module; again is set on the second try, after the record read first
+// was replaced while it was read.
+func (s *Service) moduleTry(ctx context.Context, mod *symbolizerv1.Module, again bool) *symbolizerv1.ModuleResult {
 	rec, id, st, msg := s.find(ctx, mod)
 	if st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		return failed(mod, st, msg)
+	}
+	if s.opt.Used != nil {
+		s.opt.Used(rec.Key, mod.GetFilename())
 	}
 	f := rec.Current
 	if f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_INVALID {
@@ -278,7 +290,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 
 	comps, err := s.companions(ctx, f)
 	if err != nil {
-		return unavailable(ctx, mod, err)
+		return s.unavailable(ctx, mod, id, f, again, err)
 	}
 	variant := comps.Variant()
 	res := &symbolizerv1.ModuleResult{
@@ -311,7 +323,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		// record's is that of the index built at upload, with the companions then stored).
 		var err error
 		if e, err = s.entry(ctx, rec, comps); err != nil {
-			return unavailable(ctx, mod, err)
+			return s.unavailable(ctx, mod, id, f, again, err)
 		}
 	}
 	if e != nil && variant != "" {
@@ -325,7 +337,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 	} else {
 		var err error
 		if strs, err = s.stringTable(ctx, rec, comps); err != nil {
-			return unavailable(ctx, mod, err)
+			return s.unavailable(ctx, mod, id, f, again, err)
 		}
 	}
 	tagKeys := func() {
@@ -356,7 +368,7 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 		}
 		e, err := s.entry(ctx, rec, comps)
 		if err != nil {
-			return unavailable(ctx, mod, err)
+			return s.unavailable(ctx, mod, id, f, again, err)
 		}
 		if e.Index.Strings().Tag() != strs.Tag() {
 			// The stored string table is not this index's (written by another version of
@@ -424,6 +436,26 @@ func (s *Service) programHeaders(ctx context.Context, rec *catalog.Record, id ca
 }
 
 // unavailable is the answer for a module whose index (or string table) could not be had.
+// unavailable answers a module whose record was found but whose objects could not be read.
+// An object that is gone may have been deleted (by hand, or by retention) after the record
+// was read: when the ID now resolves to nothing, the module is answered as not found, never
+// with half of a deleted record; when it resolves to another file (deleted, then uploaded
+// again), the module is answered once more from that one.
+func (s *Service) unavailable(ctx context.Context, mod *symbolizerv1.Module, id catalog.ID, f *catalog.File, again bool, err error) *symbolizerv1.ModuleResult {
+	if errors.Is(err, store.ErrNotExist) && ctx.Err() == nil {
+		rec, rerr := s.meta.Resolve(ctx, id)
+		switch {
+		case errors.Is(rerr, catalog.ErrNotFound):
+			s.Forget()
+			return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs (deleted while it was read)")
+		case rerr == nil && rec.Current.SHA256 != f.SHA256 && !again:
+			s.Forget()
+			return s.moduleTry(ctx, mod, true)
+		}
+	}
+	return unavailable(ctx, mod, err)
+}
+
 func unavailable(ctx context.Context, mod *symbolizerv1.Module, err error) *symbolizerv1.ModuleResult {
 	if errors.Is(err, errInvalid) {
 		return failed(mod, symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO, err.Error())

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -90,10 +92,33 @@ func desc(r descReq) (catalog.Desc, error) {
 	if r.GetSize() == 0 {
 		return catalog.Desc{}, invalid("size: required (greater than zero)")
 	}
-	return catalog.Desc{
+	d := catalog.Desc{
 		BuildID: catalog.ID{Type: r.GetBuildIdType(), ID: r.GetBuildId()},
 		Type:    r.GetType(), SHA256: r.GetSha256(), Size: r.GetSize(), Source: r.GetSource(),
-	}, nil
+	}
+	if n, ok := r.(interface{ GetName() string }); ok {
+		if err := checkName(n.GetName()); err != nil {
+			return catalog.Desc{}, invalid("name: %v", err)
+		}
+		d.Name = n.GetName()
+	}
+	return d, nil
+}
+
+// checkName accepts a binary's name: at most 255 bytes of UTF-8 without control characters.
+func checkName(name string) error {
+	if len(name) > 255 {
+		return fmt.Errorf("%d bytes, over 255", len(name))
+	}
+	if !utf8.ValidString(name) {
+		return errors.New("not UTF-8")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("control character %U", r)
+		}
+	}
+	return nil
 }
 
 // storeErr maps a store failure to UNAVAILABLE.

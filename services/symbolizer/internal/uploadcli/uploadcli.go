@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/cenkalti/backoff/v5"
@@ -90,6 +92,7 @@ type UploadCmd struct {
 	// NoPackDWO turns off packing the .dwo files of -gsplit-dwarf builds.
 	NoPackDWO bool   `name:"no-pack-dwo" help:"Do not pack the loose .dwo files of a -gsplit-dwarf build. By default, an executable or debug file whose skeleton units name .dwo files, uploaded without its DWARF package (no X.dwp beside X, none among the files), gets one made from the .dwo files where the compiler wrote them (or beside it), uploaded as its DWARF package under its GNU build ID: without it the server has line tables only, no functions or inlined frames."`
 	DryRun    bool   `name:"dry-run" help:"Ask the server, upload nothing."`
+	Name      string `help:"Name of the binary the files are builds of, for the server's retention (which keeps the last builds of each name); default: each file's name without .debug or .dbg (none for files named by build ID under .build-id/)."`
 	Retries   uint   `default:"5" help:"Attempts per step for transient failures."`
 	Progress  string `default:"auto" enum:"auto,bar,plain" help:"Progress output: a bar on a terminal, plain lines otherwise."`
 
@@ -116,6 +119,32 @@ type candidate struct {
 	id     string
 	idType debuginfov1.BuildIDType
 	typ    debuginfov1.DebuginfoType
+}
+
+// nameOf is the binary name sent with the file at path.
+func (u *UploadCmd) nameOf(path string) string {
+	if u.Name != "" {
+		return u.Name
+	}
+	if filepath.Base(filepath.Dir(filepath.Dir(path))) == ".build-id" {
+		return ""
+	}
+	name := filepath.Base(path)
+	for _, ext := range []string{".debug", ".dbg"} {
+		name = strings.TrimSuffix(name, ext)
+	}
+	// The server takes 255 bytes of UTF-8 without control characters.
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(name, ""))
+	for len(name) > 255 {
+		_, n := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-n]
+	}
+	return name
 }
 
 // Run uploads and prints one line per file; it fails when any file failed.
@@ -405,7 +434,7 @@ func (u *UploadCmd) send(ctx context.Context, client *uploadclient.Client, c *ca
 	// together in a build directory, go one after the other.
 	unlock := u.ids.Lock(c.id)
 	defer unlock()
-	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source()}
+	file := uploadclient.File{BuildID: c.id, BuildIDType: c.idType, Type: c.typ, SHA256: c.sha, Size: c.size, Source: u.source(), Name: u.nameOf(c.path)}
 	should, err := uploadclient.Retry(ctx, u.Retries, func() (*debuginfov1.ShouldUploadResponse, error) {
 		return client.ShouldUpload(ctx, file)
 	})
