@@ -97,8 +97,10 @@ type resolvedCompanions struct {
 }
 
 type resolved struct {
-	rec   *catalog.Record
-	until time.Time
+	rec *catalog.Record
+	// arriving is set for an ID not found whose upload is under way (catalog.Arriving).
+	arriving bool
+	until    time.Time
 }
 
 // New returns the service. fetch may be nil.
@@ -225,7 +227,12 @@ func failed(mod *symbolizerv1.Module, st symbolizerv1.ModuleStatus, msg string) 
 func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
 	rec, id, st, msg := s.find(ctx, mod)
 	if st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
-		return failed(mod, st, msg)
+		r := failed(mod, st, msg)
+		if st == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND && s.arriving(mod) {
+			r.UploadInProgress = true
+			r.Message = "an upload of this binary is under way; ask again in a few seconds"
+		}
+		return r
 	}
 	f := rec.Current
 	if f.State == debuginfov1.DebuginfoState_DEBUGINFO_STATE_INVALID {
@@ -636,16 +643,39 @@ func (s *Service) resolve(ctx context.Context, id catalog.ID) (*catalog.Record, 
 		return nil, err
 	}
 	ttl := s.opt.ResolveTTL
+	arriving := false
 	if rec == nil {
 		ttl /= 5 // a missing file may be uploaded any moment
+		// Whether it is being uploaded right now: a caller that can wait asks again soon.
+		// A store that cannot tell is taken as no upload.
+		if a, aerr := s.meta.Arriving(ctx, id); aerr == nil {
+			arriving = a
+		}
 	}
 	s.mu.Lock()
 	if len(s.resolved) > 100000 {
 		s.resolved = map[catalog.ID]resolved{}
 	}
-	s.resolved[id] = resolved{rec, now.Add(ttl)}
+	s.resolved[id] = resolved{rec: rec, arriving: arriving, until: now.Add(ttl)}
 	s.mu.Unlock()
 	return rec, err
+}
+
+// arriving reports whether an upload under one of mod's IDs, which find did not find, is
+// under way (as resolve last saw it).
+func (s *Service) arriving(mod *symbolizerv1.Module) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range []catalog.ID{
+		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: mod.GetGnuBuildId()},
+		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, ID: mod.GetGoBuildId()},
+		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, ID: mod.GetHtlhash()},
+	} {
+		if id.ID != "" && s.resolved[id].arriving {
+			return true
+		}
+	}
+	return false
 }
 
 var errInvalid = errors.New("invalid debuginfo")
