@@ -21,12 +21,16 @@ var ErrHoldFull = errors.New("symbolize: the profiles held for arriving debuginf
 // HoldConfig configures a Holder. Zero values take the defaults noted.
 type HoldConfig struct {
 	// For bounds how long a profile is held past its arrival (default 30s); then it goes on
-	// as it is, its frames unsymbolized and counted.
+	// as it is, its frames unsymbolized and counted. Its last pass ends a margin before (the
+	// smaller of Retry and a tenth of For), so that a late answer on a loaded machine does
+	// not carry it past For.
 	For time.Duration
 	// MaxBytes bounds the held profiles, by their protobuf size (default 64 MiB): an export
 	// that arrives while they take it is refused with ErrHoldFull.
 	MaxBytes int64
-	// Retry is how long a held profile waits before it is asked again (default 1s).
+	// Retry is how long a held profile waits before it is asked again (default 1s); the wait
+	// doubles after each pass that leaves frames waiting, up to four times Retry, so that a
+	// long index load is not asked after every second by every profile that waits for it.
 	Retry time.Duration
 	// Parallel is the most held profiles asked again at once (default 4).
 	Parallel int
@@ -70,8 +74,11 @@ type Holder struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
-	sem  chan struct{}
-	wg   sync.WaitGroup // passes and emissions in flight
+	// ctx bounds the passes; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup // passes and emissions in flight
 }
 
 type heldProfiles struct {
@@ -109,6 +116,7 @@ func NewHolder(sym *Symbolizer, cfg HoldConfig, permanent func(error) bool) *Hol
 	}
 	h := &Holder{sym: sym, cfg: cfg, permanent: permanent, items: map[*heldProfiles]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{}), sem: make(chan struct{}, cfg.Parallel)}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	go h.loop()
 	return h
 }
@@ -153,7 +161,7 @@ func (h *Holder) Process(ctx context.Context, pd pprofile.Profiles, emit EmitFun
 // Close ends the hold: every profile still held goes on as it is (Expired), and Close
 // returns when they have, or when ctx ends.
 func (h *Holder) Close(ctx context.Context) error {
-	h.once.Do(func() { close(h.stop) })
+	h.once.Do(func() { close(h.stop); h.cancel() })
 	select {
 	case <-h.done:
 	case <-ctx.Done():
@@ -189,6 +197,13 @@ func (h *Holder) remove(it *heldProfiles) {
 	h.mu.Unlock()
 }
 
+// margin is how much before the end of its hold a profile is handed on, so that its last
+// pass and the hand-over, late on a loaded machine, still end within For.
+func (h *Holder) margin() time.Duration { return min(h.cfg.Retry, h.cfg.For/10) }
+
+// ends returns when a held profile's last pass must end.
+func (h *Holder) ends(it *heldProfiles) time.Time { return it.arrived.Add(h.cfg.For - h.margin()) }
+
 // loop wakes a few times per Retry: a held profile whose hold ended goes on, one that is
 // due is asked again (at most Parallel at once; the others wait for the next wake).
 func (h *Holder) loop() {
@@ -211,7 +226,7 @@ func (h *Holder) loop() {
 		}
 		h.mu.Unlock()
 		for _, it := range due {
-			expired := now.Sub(it.arrived) >= h.cfg.For
+			expired := !now.Before(h.ends(it))
 			if !expired {
 				select {
 				case h.sem <- struct{}{}:
@@ -239,10 +254,13 @@ func (h *Holder) loop() {
 // pass asks again for a held profile's waiting frames, within what is left of its hold,
 // and hands it on when none waits any more.
 func (h *Holder) pass(it *heldProfiles) {
-	left := time.Until(it.arrived.Add(h.cfg.For))
-	ctx, cancel := context.WithTimeout(context.Background(), max(left, time.Millisecond))
+	ctx, cancel := context.WithDeadline(h.ctx, h.ends(it))
 	rep := h.sym.Process(ctx, it.pd)
 	cancel()
+	if h.ctx.Err() != nil {
+		// Closing: Close hands it on as it is.
+		return
+	}
 	it.passes++
 	it.symbols += rep.Symbolized
 	it.last = rep
@@ -250,12 +268,12 @@ func (h *Holder) pass(it *heldProfiles) {
 		h.hand(it, false)
 		return
 	}
-	if time.Since(it.arrived) >= h.cfg.For {
+	if !time.Now().Before(h.ends(it)) {
 		h.hand(it, true)
 		return
 	}
 	h.mu.Lock()
-	it.next = time.Now().Add(h.cfg.Retry)
+	it.next = time.Now().Add(min(h.cfg.Retry<<min(it.passes-1, 2), 4*h.cfg.Retry))
 	it.busy = false
 	h.mu.Unlock()
 }

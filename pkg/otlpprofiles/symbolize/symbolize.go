@@ -108,6 +108,8 @@ type Symbolizer struct {
 	health     *degraded.Tracker
 	// lastOK is when a call was last answered (unix nanoseconds; New's time at first).
 	lastOK atomic.Int64
+	// opens counts the breaker's openings.
+	opens atomic.Int64
 }
 
 // New returns a Symbolizer with cfg's defaults filled in.
@@ -167,6 +169,7 @@ func New(cfg Config) *Symbolizer {
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			switch to {
 			case gobreaker.StateOpen:
+				s.opens.Add(1)
 				log.Warn("symbolizer calls stopped: passing data on unsymbolized at once", "after_consecutive_failures", cfg.BreakerFailures, "retry_in", cfg.BreakerOpen, "from", from.String())
 			case gobreaker.StateClosed:
 				log.Info("symbolizer calls resumed: a probe call succeeded")
@@ -220,6 +223,9 @@ func IsDown(err error) bool {
 	}
 	return false
 }
+
+// BreakerOpens returns how many times the breaker opened.
+func (s *Symbolizer) BreakerOpens() int64 { return s.opens.Load() }
 
 // BreakerOpen reports whether symbolizer calls are stopped after repeated failures.
 func (s *Symbolizer) BreakerOpen() bool { return s.breaker.State() != gobreaker.StateClosed }
