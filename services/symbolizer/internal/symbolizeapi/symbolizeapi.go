@@ -225,10 +225,10 @@ func failed(mod *symbolizerv1.Module, st symbolizerv1.ModuleStatus, msg string) 
 }
 
 func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symbolizerv1.ModuleResult {
-	rec, id, st, msg := s.find(ctx, mod)
+	rec, id, st, msg, arriving := s.find(ctx, mod)
 	if st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
 		r := failed(mod, st, msg)
-		if st == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND && s.arriving(mod) {
+		if st == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND && arriving {
 			r.UploadInProgress = true
 			r.Message = "an upload of this binary is under way; ask again in a few seconds"
 		}
@@ -586,7 +586,7 @@ func fidelity(f index.Fidelity) symbolizerv1.Fidelity {
 
 // find resolves the module's IDs in the order GNU, Go, htlhash, then asks debuginfod for the
 // GNU build ID.
-func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.Record, catalog.ID, symbolizerv1.ModuleStatus, string) {
+func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (_ *catalog.Record, _ catalog.ID, _ symbolizerv1.ModuleStatus, _ string, arriving bool) {
 	var ids []catalog.ID
 	if v := mod.GetGnuBuildId(); v != "" {
 		ids = append(ids, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: v})
@@ -599,48 +599,55 @@ func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.
 	}
 	var storeErr error
 	for _, id := range ids {
-		rec, err := s.resolve(ctx, id)
+		rec, up, err := s.resolveArriving(ctx, id)
 		if err == nil {
-			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, "", false
 		}
+		arriving = arriving || up
 		if !errors.Is(err, catalog.ErrNotFound) {
 			storeErr = err
 		}
 	}
 	if storeErr != nil {
 		s.opt.Logger.Warn("store lookup failed", "filename", mod.GetFilename(), "err", storeErr)
-		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(storeErr)
+		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(storeErr), false
 	}
 	if gnu := mod.GetGnuBuildId(); gnu != "" && s.fetch != nil {
 		found, err := s.fetch.Fetch(ctx, gnu)
 		if err != nil {
-			return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error()
+			return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error(), false
 		}
 		if found {
 			s.Forget()
 			id := catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}
 			if rec, err := s.resolve(ctx, id); err == nil {
-				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, "", false
 			}
 		}
 	}
-	return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs"
+	return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs", arriving
 }
 
 func (s *Service) resolve(ctx context.Context, id catalog.ID) (*catalog.Record, error) {
+	rec, _, err := s.resolveArriving(ctx, id)
+	return rec, err
+}
+
+// resolveArriving is resolve, and for an ID not found whether an upload of it is under way.
+func (s *Service) resolveArriving(ctx context.Context, id catalog.ID) (*catalog.Record, bool, error) {
 	now := time.Now()
 	s.mu.Lock()
 	r, ok := s.resolved[id]
 	s.mu.Unlock()
 	if ok && now.Before(r.until) {
 		if r.rec == nil {
-			return nil, catalog.ErrNotFound
+			return nil, r.arriving, catalog.ErrNotFound
 		}
-		return r.rec, nil
+		return r.rec, false, nil
 	}
 	rec, err := s.meta.Resolve(ctx, id)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
-		return nil, err
+		return nil, false, err
 	}
 	ttl := s.opt.ResolveTTL
 	arriving := false
@@ -658,24 +665,7 @@ func (s *Service) resolve(ctx context.Context, id catalog.ID) (*catalog.Record, 
 	}
 	s.resolved[id] = resolved{rec: rec, arriving: arriving, until: now.Add(ttl)}
 	s.mu.Unlock()
-	return rec, err
-}
-
-// arriving reports whether an upload under one of mod's IDs, which find did not find, is
-// under way (as resolve last saw it).
-func (s *Service) arriving(mod *symbolizerv1.Module) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range []catalog.ID{
-		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: mod.GetGnuBuildId()},
-		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GO, ID: mod.GetGoBuildId()},
-		{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_HTLHASH, ID: mod.GetHtlhash()},
-	} {
-		if id.ID != "" && s.resolved[id].arriving {
-			return true
-		}
-	}
-	return false
+	return rec, arriving, err
 }
 
 var errInvalid = errors.New("invalid debuginfo")
