@@ -220,7 +220,7 @@ func (h *Holder) loop() {
 		h.mu.Lock()
 		var due []*heldProfiles
 		for it := range h.items {
-			if !it.busy && !now.Before(it.next) {
+			if !it.busy && (!now.Before(it.next) || !now.Before(h.ends(it))) {
 				due = append(due, it)
 			}
 		}
