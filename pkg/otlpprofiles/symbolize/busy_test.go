@@ -21,7 +21,7 @@ import (
 )
 
 // TestBusyIsNotDown runs the gateway's engine and affinity router against three real
-// symbolizer replicas, one of them behind toxiproxy. Made slow (every answer 3 s late, past
+// symbolizer replicas behind toxiproxy. Made slow (every answer 6 s late, past
 // the router's attempt timeout and the engine's call timeout), that replica is busy, not
 // down: no breaker opens, its binaries come back unsymbolized for a reason a hold waits out,
 // the others' are symbolized. Killed, a replica fails over to the next owners, and still no
@@ -57,7 +57,7 @@ func TestBusyIsNotDown(t *testing.T) {
 	other := (owner + 1) % len(reps)
 	var logs testsupport.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	router, err := affinity.New(affinity.Config{Scheme: "http", Static: addrs, AttemptTimeout: 300 * time.Millisecond,
+	router, err := affinity.New(affinity.Config{Scheme: "http", Static: addrs, AttemptTimeout: time.Second,
 		EjectFor: 2 * time.Second, BalanceFactor: 0, Logger: log,
 		NewClient: func(b string) symbolizerv1connect.SymbolizerServiceClient {
 			return symbolize.NewClient(http.DefaultClient, b, "")
@@ -67,7 +67,7 @@ func TestBusyIsNotDown(t *testing.T) {
 	}
 	router.Start()
 	t.Cleanup(router.Close)
-	s := symbolize.New(symbolize.Config{Client: router, Timeout: 2 * time.Second, CallTimeout: time.Second,
+	s := symbolize.New(symbolize.Config{Client: router, Timeout: 4 * time.Second, CallTimeout: 3 * time.Second,
 		CacheEntries: -1, BreakerFailures: 2, BreakerOpen: time.Minute, Logger: log})
 
 	// Every replica answers: all frames symbolized (each replica loads what it owns).
@@ -76,12 +76,12 @@ func TestBusyIsNotDown(t *testing.T) {
 		t.Fatalf("before any fault: report %+v, want all %d frames symbolized", rep, len(cases))
 	}
 
-	// Busy: every answer of the first binary's owner comes 3 s late.
-	if _, err := slow.AddToxic("late", "latency", "downstream", 1, toxiproxy.Attributes{"latency": 3000}); err != nil {
+	// Busy: every answer of the first binary's owner comes 6 s late.
+	if _, err := slow.AddToxic("late", "latency", "downstream", 1, toxiproxy.Attributes{"latency": 6000}); err != nil {
 		t.Fatal(err)
 	}
 	var symbolized, waiting int
-	for i := range 8 {
+	for i := range 5 {
 		pd, _ := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
 		rep := s.Process(t.Context(), pd)
 		if s.BreakerOpen() || rep.Unresolved[symbolize.ReasonBreakerOpen] > 0 {
