@@ -21,12 +21,14 @@ import (
 )
 
 // TestBusyIsNotDown runs the gateway's engine and affinity router against three real
-// symbolizer replicas behind toxiproxy. Made slow (every answer 6 s late, past
-// the router's attempt timeout and the engine's call timeout), that replica is busy, not
-// down: no breaker opens, its binaries come back unsymbolized for a reason a hold waits out,
-// the others' are symbolized. Killed, a replica fails over to the next owners, and still no
-// breaker opens. Every replica refusing opens the breaker. And without a router, one
-// replica that answers late never opens it, while the same replica refusing connections does.
+// symbolizer replicas behind toxiproxy. Made slow (every answer 6 s late, past the router's
+// attempt timeout and the engine's call timeout), a replica is busy, not down: no breaker
+// opens, its binaries come back unsymbolized for a reason a hold waits out, the others' are
+// symbolized. Killed (refusing), a replica is passed over by the router and its binaries fail
+// over to their next owners. Every replica refusing: requests pass on at once, counted, and
+// no breaker opens that would delay recovery once they are back. Without a router, one
+// symbolizer that answers late never opens the breaker; one that has answered nothing for
+// BreakerGiveUp does.
 func TestBusyIsNotDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three symbolizers and toxiproxy")
@@ -121,20 +123,22 @@ func TestBusyIsNotDown(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	// Every replica refusing: down. The breaker opens, and requests pass on at once.
+	// Every replica refusing: requests pass on at once, nothing waited for.
 	for _, r := range reps {
 		r.Stop()
 	}
-	for i := 0; i < 10 && !s.BreakerOpen(); i++ {
-		pd, _ := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
-		s.Process(t.Context(), pd)
+	for i := range 6 {
+		pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
+		rep := s.Process(t.Context(), pd)
+		if rep.Unresolved[symbolize.ReasonSymbolizerError] != len(cases) || len(rep.Retry) != 0 {
+			t.Fatalf("every replica refusing, request %d: report %+v, want every frame symbolizer_error and none waiting", i, rep)
+		}
 	}
-	if !s.BreakerOpen() {
-		t.Fatalf("every replica refusing: the breaker stayed closed\n%s", logs.String())
+	if s.BreakerOpen() {
+		t.Fatal("every replica refusing: the breaker opened, which would delay recovery")
 	}
-	pd, cases = otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
-	if rep := s.Process(t.Context(), pd); rep.Unresolved[symbolize.ReasonBreakerOpen] != len(cases) {
-		t.Fatalf("breaker open: report %+v, want all %d frames breaker_open", rep, len(cases))
+	if !strings.Contains(logs.String(), "symbolizer replica failed") {
+		t.Fatalf("the router did not pass over the refusing replicas:\n%s", logs.String())
 	}
 
 	// Without a router: one symbolizer, late then refusing.
@@ -151,14 +155,16 @@ func TestBusyIsNotDown(t *testing.T) {
 				i, rep, direct.BreakerOpen())
 		}
 	}
-	if err := slow.Disable(); err != nil { // connections refused
-		t.Fatal(err)
-	}
-	for i := 0; i < 10 && !direct.BreakerOpen(); i++ {
+	// Hung: it has answered nothing for BreakerGiveUp (a short one here).
+	hung := symbolize.New(symbolize.Config{Client: symbolize.NewClient(http.DefaultClient, "http://"+slow.Listen, ""),
+		Timeout: time.Second, CallTimeout: 500 * time.Millisecond, CacheEntries: -1, BreakerFailures: 2, BreakerOpen: time.Minute,
+		BreakerGiveUp: 100 * time.Millisecond, Logger: log})
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 10 && !hung.BreakerOpen(); i++ {
 		pd, _ := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
-		direct.Process(t.Context(), pd)
+		hung.Process(t.Context(), pd)
 	}
-	if !direct.BreakerOpen() {
-		t.Fatal("symbolizer refusing connections: the breaker stayed closed")
+	if !hung.BreakerOpen() {
+		t.Fatal("a symbolizer that answered nothing past BreakerGiveUp: the breaker stayed closed")
 	}
 }

@@ -84,12 +84,15 @@ type Config struct {
 	Concurrency int
 	// CacheEntries bounds the result cache (default 262144; negative disables it).
 	CacheEntries int
-	// BreakerFailures consecutive calls that found the symbolizer down open the breaker
+	// BreakerFailures consecutive calls that found the symbolizer hung open the breaker
 	// (default 5): for BreakerOpen (default 10s) no call is made and data passes on
-	// unsymbolized at once, then one probe call decides whether to close it again. Down is
-	// a refusal or a failed connection (UNAVAILABLE, a 5xx answer, connection refused or
-	// reset): busy is not down, so a call that ran into its deadline counts only when the
-	// symbolizer has answered no call for BreakerGiveUp (default 30s), as a hung one does.
+	// unsymbolized at once, then one probe call decides whether to close it again. Hung is a
+	// call that ran into its deadline when the symbolizer has answered no call for
+	// BreakerGiveUp (default 30s). Busy is not down: a deadline while it still answers other
+	// calls counts neither way. A refusal or a failed connection (UNAVAILABLE, a 5xx answer,
+	// connection refused) costs no wait, so it opens no breaker here either, which would
+	// only delay recovery: the affinity router passes over such a replica itself (eject_for)
+	// and sends its binaries to their next owners.
 	BreakerFailures int
 	BreakerOpen     time.Duration
 	BreakerGiveUp   time.Duration
@@ -159,10 +162,10 @@ func New(cfg Config) *Symbolizer {
 		MaxRequests: 1,
 		Timeout:     cfg.BreakerOpen,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
-		// A symbolizer that refuses or cannot be reached is down: calls stop for a while. One
-		// that is busy (loading indexes, verifying uploads) answers late or answers per module
-		// what it cannot answer yet: its deadlines count neither way, unless it has answered
-		// nothing for BreakerGiveUp (hung, not busy). An answer with an error code of the
+		// Only a hung symbolizer costs every request its whole deadline: deadlines count once
+		// it has answered nothing for BreakerGiveUp. One that is busy (loading indexes,
+		// verifying uploads) answers late or per module what it cannot answer yet, and one
+		// that refuses costs nothing: neither counts. An answer with an error code of the
 		// request's own (invalid argument, limits, credentials) is an answer.
 		IsSuccessful: func(err error) bool { return s.callOutcome(err) != outcomeDown },
 		IsExcluded:   func(err error) bool { return s.callOutcome(err) == outcomeExcluded },
@@ -187,15 +190,16 @@ const (
 	outcomeExcluded
 )
 
-// callOutcome sorts a call's error for the breaker: down (refused, unreachable, a 5xx
-// answer, or deadlines after BreakerGiveUp without any answer), excluded (busy: a deadline
-// while the symbolizer still answers other calls; the caller's cancellation) or answered.
+// callOutcome sorts a call's error for the breaker: down (deadlines after BreakerGiveUp
+// without any answer: hung), excluded (busy: a deadline while the symbolizer still answers
+// other calls; refused or unreachable, which costs no wait; the caller's cancellation) or
+// answered.
 func (s *Symbolizer) callOutcome(err error) callOutcomeKind {
 	if err == nil {
 		return outcomeAnswered
 	}
 	if IsDown(err) {
-		return outcomeDown
+		return outcomeExcluded
 	}
 	if errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 		if time.Since(time.Unix(0, s.lastOK.Load())) > s.cfg.BreakerGiveUp {
