@@ -4,12 +4,13 @@
 # Service), and the two side by side: 200 simulated nodes, 2 gateways, 3 symbolizers on MinIO
 # and a Redis Cluster of three masters with a replica each, 300 binaries (150 stored, 150
 # released during the drill; 4 over 100 MB, 30 of 16 to 72 MB, the rest small), phases steady
-# / release / a replica killed and restarted. `make test` runs the short variant (24 nodes, 30
-# binaries, one over 100 MB). The run without affinity reports, rather than fails on, the
+# / release (RELEASES times in a row, default 5, each with binaries never seen; the worst is
+# reported) / a replica killed and restarted. `make test` runs the short variant (24 nodes, 30
+# binaries, one over 100 MB, two releases). The run without affinity reports, rather than fails on, the
 # coverage it misses. Needs .ci/install-deps (MinIO, redis, helm, golangci-lint, toxiproxy).
 #
 #   bench/scale/run.sh
-#   NODES=100 BINARIES=100 MEDIUM=10 LARGE=2 bench/scale/run.sh
+#   NODES=100 BINARIES=100 MEDIUM=10 LARGE=2 RELEASES=3 bench/scale/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
@@ -21,7 +22,7 @@ for affinity in true false; do
 	start=$(date +%s)
 	"$work/drill.test" -test.count=1 -test.timeout 60m -test.run TestReleaseDay -test.v \
 		-drill.nodes="${NODES:-200}" -drill.binaries="${BINARIES:-300}" -drill.medium="${MEDIUM:-30}" \
-		-drill.large="${LARGE:-4}" -drill.affinity="$affinity" -drill.report="$work/$affinity.tsv" |
+		-drill.large="${LARGE:-4}" -drill.releases="${RELEASES:-5}" -drill.affinity="$affinity" -drill.report="$work/$affinity.tsv" |
 		grep -E 'drill_test.go:[0-9]+: |^(--- |ok|FAIL|PASS)' | grep -v -E 'ready at|cluster of' || status=1
 	echo "($(($(date +%s) - start)) s)"
 done

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -423,6 +424,8 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	if len(reps) == 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no symbolizer replica known"))
 	}
+	// Header builds its map on first use: taken here, before the calls read it at once.
+	hdr := req.Header()
 	mods := req.Msg.GetModules()
 	states := make([]modState, len(mods))
 	for i, m := range mods {
@@ -476,7 +479,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 			p := groups[rp]
 			go func() {
 				defer rp.inflight.Add(-1)
-				resp, err := r.call(ctx, rp, req, p)
+				resp, err := r.call(ctx, rp, req, hdr, p)
 				results <- result{rp, p, resp, err}
 			}()
 		}
@@ -538,7 +541,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	return connect.NewResponse(&symbolizerv1.SymbolizeResponse{Modules: out}), nil
 }
 
-func (r *Router) call(ctx context.Context, rp *replica, req *connect.Request[symbolizerv1.SymbolizeRequest], p *part) (*symbolizerv1.SymbolizeResponse, error) {
+func (r *Router) call(ctx context.Context, rp *replica, req *connect.Request[symbolizerv1.SymbolizeRequest], hdr http.Header, p *part) (*symbolizerv1.SymbolizeResponse, error) {
 	sub := &symbolizerv1.SymbolizeRequest{Modules: make([]*symbolizerv1.Module, len(p.idx))}
 	for k, i := range p.idx {
 		m := req.Msg.GetModules()[i]
@@ -550,7 +553,7 @@ func (r *Router) call(ctx context.Context, rp *replica, req *connect.Request[sym
 		sub.Modules[k] = m
 	}
 	creq := connect.NewRequest(sub)
-	for k, v := range req.Header() {
+	for k, v := range hdr {
 		creq.Header()[k] = v
 	}
 	rp.calls.Add(1)

@@ -284,6 +284,7 @@ func TestFieldContract(t *testing.T) {
 			{"frames", 8, msg, false, sym + "FrameTable"},
 			{"strings", 9, str, true, ""},
 			{"companions", 10, msg, true, dbg + "Companion"},
+			{"upload_in_progress", 11, b, false, ""},
 		},
 		sym + "FrameTable": {
 			{"function_names", 1, u32, true, ""},

@@ -142,7 +142,7 @@ func measureModule(b []byte) (nstrs, strBytes int, ok bool) {
 			return 0, 0, false
 		}
 		switch f.tag {
-		case tagStatus, tagFidelity, tagResolvedID, tagResolvedIDType, tagMessage:
+		case tagStatus, tagFidelity, tagResolvedID, tagResolvedIDType, tagMessage, tagUploading:
 			// Singular: proto.Unmarshal keeps the last, as the second pass does.
 		case tagFrameCounts, tagFrames:
 			if seen&(1<<(f.tag>>3)) != 0 {
@@ -194,6 +194,8 @@ func (d *decoder) module(b []byte) (*symbolizerv1.ModuleResult, bool) {
 			m.Fidelity = symbolizerv1.Fidelity(int32(f.varint))
 		case tagResolvedIDType:
 			m.ResolvedBuildIdType = debuginfov1.BuildIDType(int32(f.varint))
+		case tagUploading:
+			m.UploadInProgress = f.varint != 0
 		case tagMessage, tagResolvedID:
 			if !utf8.Valid(f.payload) {
 				return nil, false

@@ -98,8 +98,9 @@ const (
 	tagFrameCounts     = 7<<3 | wireBytes
 	tagFrames          = 8<<3 | wireBytes
 	tagStrings         = 9<<3 | wireBytes
-	tagCompanions      = 10<<3 | wireBytes // rare (dwz, split DWARF): encoded by proto
-	firstFrameTableTag = 1<<3 | wireBytes  // FrameTable's six packed columns are fields 1 to 6
+	tagCompanions      = 10<<3 | wireBytes  // rare (dwz, split DWARF): encoded by proto
+	tagUploading       = 11<<3 | wireVarint // ModuleResult.upload_in_progress
+	firstFrameTableTag = 1<<3 | wireBytes   // FrameTable's six packed columns are fields 1 to 6
 )
 
 // AppendSymbolizeResponse appends r in the protobuf wire format, as proto.Marshal would. It
@@ -156,6 +157,9 @@ func (s *moduleSizes) measure(m *symbolizerv1.ModuleResult) {
 	for _, c := range m.Companions {
 		sz := proto.Size(c)
 		n += 1 + protowire.SizeVarint(uint64(sz)) + sz
+	}
+	if m.UploadInProgress {
+		n += 2
 	}
 	s.total = n
 }
@@ -214,6 +218,9 @@ func appendModule(b []byte, m *symbolizerv1.ModuleResult, s *moduleSizes) ([]byt
 		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, c); err != nil {
 			return nil, fmt.Errorf("companions[%d]: %w", i, err)
 		}
+	}
+	if m.UploadInProgress {
+		b = append(b, tagUploading, 1)
 	}
 	return b, nil
 }

@@ -59,6 +59,7 @@ func randomResponse(r *rand.Rand) *symbolizerv1.SymbolizeResponse {
 			ResolvedBuildId:     str(),
 			ResolvedBuildIdType: debuginfov1.BuildIDType(enum()),
 			FrameCounts:         col(r.IntN(40)),
+			UploadInProgress:    r.IntN(3) == 0,
 		}
 		if r.IntN(4) > 0 {
 			m.Frames = &symbolizerv1.FrameTable{FunctionNames: col(rows), LinkageNames: col(rows), Files: col(rows),

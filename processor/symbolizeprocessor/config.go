@@ -60,6 +60,10 @@ type Config struct {
 	// Affinity sends each binary's lookups to the symbolizer replica that owns its build ID,
 	// rather than to whichever replica the endpoint's connection reached.
 	Affinity AffinityConfig `mapstructure:"affinity"`
+	// Hold keeps the profiles whose frames wait only for debuginfo that is arriving (an
+	// upload under way, an index loading) or for a busy replica, and symbolizes them when
+	// the answer exists; the rest of each batch goes on at once.
+	Hold HoldConfig `mapstructure:"hold"`
 
 	// prevent unkeyed literals
 	_ struct{}
@@ -95,6 +99,22 @@ type AffinityConfig struct {
 	GiveUpAfter time.Duration `mapstructure:"give_up_after"`
 }
 
+// HoldConfig bounds the hold in time and memory. A held profile goes on when its frames are
+// answered, or at the end of timeout, as it is, its waiting frames counted unsymbolized.
+// While max_bytes are held, a new batch is refused with a retryable error (its sender's
+// OTLP exporter retries it): the Collector's queues and memory limiter stay in charge.
+type HoldConfig struct {
+	// Enabled turns the hold on (default). Off, such frames go on unsymbolized at once.
+	Enabled bool `mapstructure:"enabled"`
+	// Timeout is the most a profile is held past its arrival.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// MaxBytes bounds the held profiles by their protobuf size (in memory, pdata takes a
+	// few times that).
+	MaxBytes int64 `mapstructure:"max_bytes"`
+	// RetryInterval is how long a held profile waits between two asks.
+	RetryInterval time.Duration `mapstructure:"retry_interval"`
+}
+
 func createDefaultConfig() *Config {
 	return &Config{
 		Timeout:        2 * time.Second,
@@ -109,6 +129,12 @@ func createDefaultConfig() *Config {
 			BalanceFactor:   1.25,
 			EjectFor:        10 * time.Second,
 			GiveUpAfter:     30 * time.Second,
+		},
+		Hold: HoldConfig{
+			Enabled:       true,
+			Timeout:       30 * time.Second,
+			MaxBytes:      64 << 20,
+			RetryInterval: time.Second,
 		},
 	}
 }
@@ -160,7 +186,25 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Affinity.validate(c.Timeout)...)
+	errs = append(errs, c.Hold.validate()...)
 	return errors.Join(errs...)
+}
+
+func (h *HoldConfig) validate() []error {
+	if !h.Enabled {
+		return nil
+	}
+	var errs []error
+	if h.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("hold.timeout %v: must be positive (or hold.enabled: false)", h.Timeout))
+	}
+	if h.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("hold.max_bytes %d: must be positive", h.MaxBytes))
+	}
+	if h.RetryInterval <= 0 || (h.Timeout > 0 && h.RetryInterval >= h.Timeout) {
+		errs = append(errs, fmt.Errorf("hold.retry_interval %v: must be positive and below hold.timeout (%v)", h.RetryInterval, h.Timeout))
+	}
+	return errs
 }
 
 func (a *AffinityConfig) validate(timeout time.Duration) []error {

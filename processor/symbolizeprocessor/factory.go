@@ -33,7 +33,7 @@ func createProfiles(ctx context.Context, set processor.Settings, cfg component.C
 	if !ok {
 		return nil, fmt.Errorf("symbolize processor: config of type %T, want *Config", cfg)
 	}
-	p, err := newProcessor(c, set.TelemetrySettings)
+	p, err := newProcessor(c, set.TelemetrySettings, next)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,10 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -28,6 +31,8 @@ import (
 
 type symbolizeProcessor struct {
 	cfg    *Config
+	next   xconsumer.Profiles
+	hold   *symbolize.Holder
 	logger *zap.Logger
 	tel    *telemetry
 	sym    *symbolize.Symbolizer
@@ -39,17 +44,28 @@ type symbolizeProcessor struct {
 	tracer trace.Tracer
 }
 
-func newProcessor(cfg *Config, set component.TelemetrySettings) (*symbolizeProcessor, error) {
-	tel, err := newTelemetry(set)
-	if err != nil {
-		return nil, fmt.Errorf("symbolize processor telemetry: %w", err)
-	}
+func newProcessor(cfg *Config, set component.TelemetrySettings, next xconsumer.Profiles) (*symbolizeProcessor, error) {
 	tp := set.TracerProvider
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return &symbolizeProcessor{cfg: cfg, logger: set.Logger, tel: tel, tp: tp,
-		tracer: tp.Tracer("github.com/profsym/profsym/processor/symbolizeprocessor")}, nil
+	p := &symbolizeProcessor{cfg: cfg, next: next, logger: set.Logger, tp: tp,
+		tracer: tp.Tracer("github.com/profsym/profsym/processor/symbolizeprocessor")}
+	tel, err := newTelemetry(set, p.held)
+	if err != nil {
+		return nil, fmt.Errorf("symbolize processor telemetry: %w", err)
+	}
+	p.tel = tel
+	return p, nil
+}
+
+// held returns the bytes of profiles held (0 before start and without a hold).
+func (p *symbolizeProcessor) held() int64 {
+	if h := p.hold; h != nil {
+		_, b := h.Held()
+		return b
+	}
+	return 0
 }
 
 // start builds the symbolizer client: TLS files and the token file are read here, so a
@@ -121,16 +137,38 @@ func (p *symbolizeProcessor) start(ctx context.Context, _ component.Host) error 
 		OnCall:         p.tel.onCall,
 		Logger:         slog.New(zapslog.NewHandler(p.logger.Core())),
 	})
+	if h := p.cfg.Hold; h.Enabled {
+		p.hold = symbolize.NewHolder(p.sym, symbolize.HoldConfig{For: h.Timeout, MaxBytes: h.MaxBytes, Retry: h.RetryInterval,
+			Logger: slog.New(zapslog.NewHandler(p.logger.Core()))}, consumererror.IsPermanent)
+	}
 	return nil
 }
 
-func (p *symbolizeProcessor) shutdown(context.Context) error {
+func (p *symbolizeProcessor) shutdown(ctx context.Context) error {
+	var err error
+	if p.hold != nil {
+		// What is held goes on as it is.
+		err = p.hold.Close(ctx)
+	}
 	if p.router != nil {
 		p.router.Close()
 	}
 	if p.hc != nil {
 		p.hc.CloseIdleConnections()
 	}
+	return err
+}
+
+// emitHeld hands on profiles the hold kept, when their frames were answered or the hold
+// ended.
+func (p *symbolizeProcessor) emitHeld(ctx context.Context, pd pprofile.Profiles, res symbolize.HoldResult) error {
+	if err := p.next.ConsumeProfiles(ctx, pd); err != nil {
+		if consumererror.IsPermanent(err) {
+			p.tel.recordHeld(ctx, res)
+		}
+		return err
+	}
+	p.tel.recordHeld(ctx, res)
 	return nil
 }
 
@@ -152,8 +190,20 @@ func (p *symbolizeProcessor) processProfiles(ctx context.Context, pd pprofile.Pr
 		return pd, nil
 	}
 	ctx, span := p.tracer.Start(ctx, "symbolize", trace.WithAttributes(attribute.Int("profsym.profiles", pd.ProfileCount())))
-	rep := p.sym.Process(ctx, pd)
-	p.tel.record(ctx, rep)
+	var rep symbolize.Report
+	held := false
+	if p.hold != nil {
+		var err error
+		if pd, rep, held, err = p.hold.Process(ctx, pd, p.emitHeld); err != nil {
+			// Full: the batch is refused whole, for its sender to retry (UNAVAILABLE).
+			p.tel.holdRefused.Add(ctx, 1)
+			span.End()
+			return pd, err
+		}
+	} else {
+		rep = p.sym.Process(ctx, pd)
+	}
+	p.tel.record(ctx, rep, held)
 	unresolved := 0
 	for _, n := range rep.Unresolved {
 		unresolved += n
@@ -162,8 +212,11 @@ func (p *symbolizeProcessor) processProfiles(ctx context.Context, pd pprofile.Pr
 		attribute.Int("profsym.locations.unresolved", unresolved), attribute.Int("profsym.cache_hits", rep.CacheHits),
 		attribute.Int("profsym.symbolizer_calls", rep.Calls))
 	span.End()
-	if n := rep.Unresolved[symbolize.ReasonDeadline] + rep.Unresolved[symbolize.ReasonSymbolizerError]; n > 0 {
+	if n := rep.Unresolved[symbolize.ReasonDeadline] + rep.Unresolved[symbolize.ReasonSymbolizerError]; n > 0 && !held {
 		p.logger.Debug("frames passed on unsymbolized", zap.Int("frames", n), zap.Any("reasons", rep.Unresolved))
+	}
+	if held && pd.ResourceProfiles().Len() == 0 {
+		return pd, processorhelper.ErrSkipProcessingData // every profile is held
 	}
 	return pd, nil
 }

@@ -250,6 +250,9 @@ func TestPassesThroughWhenSymbolizerIsDown(t *testing.T) {
 			cfg.Endpoint = tc.endpoint
 			cfg.Deadline = deadline
 			cfg.Timeout = time.Minute // the deadline, not the call timeout, must end the wait
+			// Without the hold: it would keep the batch a silent symbolizer leaves unanswered
+			// (deadline) up to hold.timeout (TestHoldArriving covers the hold's end).
+			cfg.Hold.Enabled = false
 			p := start(t, cfg)
 			pd, cases := otlptest.BuildRequest(t, otlptest.ShapeEBPF, bins)
 			in := pprofile.NewProfiles()

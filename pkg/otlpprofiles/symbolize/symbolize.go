@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,9 +34,12 @@ import (
 // Reasons a location that needed symbols did not get them (label values of the unresolved
 // metric).
 const (
-	ReasonNoBuildID        = "no_build_id"
-	ReasonDisabled         = "disabled"
-	ReasonNotFound         = "not_found"
+	ReasonNoBuildID = "no_build_id"
+	ReasonDisabled  = "disabled"
+	ReasonNotFound  = "not_found"
+	// ReasonArriving: not found, but an upload of the binary is under way (the symbolizer
+	// said upload_in_progress): its debuginfo arrives within seconds.
+	ReasonArriving         = "arriving"
 	ReasonInvalidDebuginfo = "invalid_debuginfo"
 	ReasonUnavailable      = "unavailable"
 	ReasonInvalidMapping   = "invalid_mapping"
@@ -80,12 +84,18 @@ type Config struct {
 	Concurrency int
 	// CacheEntries bounds the result cache (default 262144; negative disables it).
 	CacheEntries int
-	// BreakerFailures consecutive calls that ran into their deadline open the breaker
-	// (default 5): for
-	// BreakerOpen (default 10s) no call is made and data passes on unsymbolized at once,
-	// then one probe call decides whether to close it again.
+	// BreakerFailures consecutive calls that found the symbolizer hung open the breaker
+	// (default 5): for BreakerOpen (default 10s) no call is made and data passes on
+	// unsymbolized at once, then one probe call decides whether to close it again. Hung is a
+	// call that ran into its deadline when the symbolizer has answered no call for
+	// BreakerGiveUp (default 30s). Busy is not down: a deadline while it still answers other
+	// calls counts neither way. A refusal or a failed connection (UNAVAILABLE, a 5xx answer,
+	// connection refused) costs no wait, so it opens no breaker here either, which would
+	// only delay recovery: the affinity router passes over such a replica itself (eject_for)
+	// and sends its binaries to their next owners.
 	BreakerFailures int
 	BreakerOpen     time.Duration
+	BreakerGiveUp   time.Duration
 	// OnCall, if set, is told the duration and outcome of every symbolizer call.
 	OnCall func(d time.Duration, err error)
 	// Logger receives warnings about unusable answers (default slog.Default()).
@@ -99,6 +109,10 @@ type Symbolizer struct {
 	frameTypes map[string]bool
 	breaker    *gobreaker.CircuitBreaker[*connect.Response[symbolizerv1.SymbolizeResponse]]
 	health     *degraded.Tracker
+	// lastOK is when a call was last answered (unix nanoseconds; New's time at first).
+	lastOK atomic.Int64
+	// opens counts the breaker's openings.
+	opens atomic.Int64
 }
 
 // New returns a Symbolizer with cfg's defaults filled in.
@@ -132,27 +146,33 @@ func New(cfg Config) *Symbolizer {
 	if cfg.BreakerOpen <= 0 {
 		cfg.BreakerOpen = 10 * time.Second
 	}
+	if cfg.BreakerGiveUp <= 0 {
+		cfg.BreakerGiveUp = 30 * time.Second
+	}
 	ft := make(map[string]bool, len(cfg.FrameTypes))
 	for _, t := range cfg.FrameTypes {
 		ft[t] = true
 	}
 	s := &Symbolizer{cfg: cfg, cache: newLRU(cfg.CacheEntries), frameTypes: ft,
 		health: degraded.New("symbolizer", "profiles pass on with the symbols the cache holds, the rest unsymbolized", time.Minute, cfg.Logger)}
+	s.lastOK.Store(time.Now().UnixNano())
 	log := cfg.Logger
 	s.breaker = gobreaker.NewCircuitBreaker[*connect.Response[symbolizerv1.SymbolizeResponse]](gobreaker.Settings{
 		Name:        "symbolizer",
 		MaxRequests: 1,
 		Timeout:     cfg.BreakerOpen,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
-		// Only calls that ran into their deadline count: a hung symbolizer costs every request
-		// its whole deadline, while a refused connection or an error answer costs nothing and
-		// must not delay recovery.
-		IsSuccessful: func(err error) bool {
-			return !errors.Is(err, context.DeadlineExceeded) && connect.CodeOf(err) != connect.CodeDeadlineExceeded
-		},
+		// Only a hung symbolizer costs every request its whole deadline: deadlines count once
+		// it has answered nothing for BreakerGiveUp. One that is busy (loading indexes,
+		// verifying uploads) answers late or per module what it cannot answer yet, and one
+		// that refuses costs nothing: neither counts. An answer with an error code of the
+		// request's own (invalid argument, limits, credentials) is an answer.
+		IsSuccessful: func(err error) bool { return s.callOutcome(err) != outcomeDown },
+		IsExcluded:   func(err error) bool { return s.callOutcome(err) == outcomeExcluded },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			switch to {
 			case gobreaker.StateOpen:
+				s.opens.Add(1)
 				log.Warn("symbolizer calls stopped: passing data on unsymbolized at once", "after_consecutive_failures", cfg.BreakerFailures, "retry_in", cfg.BreakerOpen, "from", from.String())
 			case gobreaker.StateClosed:
 				log.Info("symbolizer calls resumed: a probe call succeeded")
@@ -161,6 +181,55 @@ func New(cfg Config) *Symbolizer {
 	})
 	return s
 }
+
+type callOutcomeKind int
+
+const (
+	outcomeAnswered callOutcomeKind = iota
+	outcomeDown
+	outcomeExcluded
+)
+
+// callOutcome sorts a call's error for the breaker: down (deadlines after BreakerGiveUp
+// without any answer: hung), excluded (busy: a deadline while the symbolizer still answers
+// other calls; refused or unreachable, which costs no wait; the caller's cancellation) or
+// answered.
+func (s *Symbolizer) callOutcome(err error) callOutcomeKind {
+	if err == nil {
+		return outcomeAnswered
+	}
+	if IsDown(err) {
+		return outcomeExcluded
+	}
+	if errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
+		if time.Since(time.Unix(0, s.lastOK.Load())) > s.cfg.BreakerGiveUp {
+			return outcomeDown
+		}
+		return outcomeExcluded
+	}
+	if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+		return outcomeExcluded
+	}
+	return outcomeAnswered
+}
+
+// IsDown reports whether a failed Symbolize call says the symbolizer is down rather than
+// busy: it refused the call or could not be reached (UNAVAILABLE: connection refused or
+// reset, shutting down, a 502/503/504 or 429 answer), or failed inside (INTERNAL, UNKNOWN:
+// other 5xx answers). A deadline is not down.
+func IsDown(err error) bool {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown:
+		return true
+	}
+	return false
+}
+
+// BreakerOpens returns how many times the breaker opened.
+func (s *Symbolizer) BreakerOpens() int64 { return s.opens.Load() }
 
 // BreakerOpen reports whether symbolizer calls are stopped after repeated failures.
 func (s *Symbolizer) BreakerOpen() bool { return s.breaker.State() != gobreaker.StateClosed }
@@ -185,6 +254,22 @@ type Report struct {
 	Unresolved map[string]int
 	// Rewrite is what was added to the dictionary.
 	Rewrite otlpprofiles.SymbolStats
+	// Retry lists the locations (dictionary indices) left unsymbolized for a reason that
+	// passes within seconds (Retryable): their debuginfo is arriving, or their replica was
+	// busy. A Holder holds the profiles that reference them and asks again.
+	Retry []int32
+}
+
+// Retryable reports whether a location unsymbolized for reason may be symbolized within
+// seconds when asked again: its binary's upload is under way (arriving), its index was
+// loading or its replica busy (unavailable), or the call ran out of time (deadline). A
+// symbolizer found down (breaker_open, symbolizer_error) is not waited for.
+func Retryable(reason string) bool {
+	switch reason {
+	case ReasonArriving, ReasonUnavailable, ReasonDeadline:
+		return true
+	}
+	return false
 }
 
 // modKey names one binary under one mapping: the unit the symbolizer normalizes addresses in.
@@ -376,6 +461,9 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 		switch {
 		case o.reason != "":
 			rep.Unresolved[o.reason]++
+			if Retryable(o.reason) {
+				rep.Retry = append(rep.Retry, int32(i))
+			}
 		case len(o.entry.frames) == 0:
 			rep.Unresolved[ReasonNoFrames]++
 		default:
@@ -511,6 +599,7 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 		return failAll(ReasonSymbolizerError)
 	}
 	s.health.OKStarted(start)
+	s.lastOK.Store(time.Now().UnixNano())
 	if len(resp.Msg.GetModules()) != len(req.Modules) {
 		return failAll(ReasonBadResponse)
 	}
@@ -528,6 +617,9 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			}
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND:
 			reason = ReasonNotFound
+			if r.GetUploadInProgress() {
+				reason = ReasonArriving
+			}
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_DEBUGINFO:
 			reason = ReasonInvalidDebuginfo
 		case symbolizerv1.ModuleStatus_MODULE_STATUS_INVALID_MAPPING:

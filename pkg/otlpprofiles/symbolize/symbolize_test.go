@@ -232,16 +232,16 @@ func TestCallTimeout(t *testing.T) {
 	}
 }
 
-// TestBreaker: a symbolizer that accepts calls and never answers costs the first requests
-// their deadline; after BreakerFailures of them, requests pass on at once, unsymbolized and
-// counted; once the symbolizer answers again, a probe closes the breaker and symbolization
+// TestBreaker: a symbolizer that accepts calls and has answered nothing for BreakerGiveUp
+// (hung, not busy) costs the first requests their deadline; after BreakerFailures of them,
+// requests pass on at once, unsymbolized and counted; once the symbolizer answers again, a probe closes the breaker and symbolization
 // resumes by itself. The logs tell the outage's start and end.
 func TestBreaker(t *testing.T) {
 	h := &symbolizetest.Synthetic{}
 	h.Hung.Store(true)
 	var logs testsupport.Buffer
 	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, h), Timeout: 150 * time.Millisecond,
-		BreakerFailures: 3, BreakerOpen: 300 * time.Millisecond, CacheEntries: -1,
+		BreakerFailures: 3, BreakerOpen: 300 * time.Millisecond, BreakerGiveUp: time.Millisecond, CacheEntries: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 3 {
 		if rep := s.Process(t.Context(), request(0x51)); rep.Unresolved[symbolize.ReasonDeadline] != 1 {

@@ -477,9 +477,15 @@ type ModuleResult struct {
 	// in state `COMPANION_STATE_MISSING` is why `fidelity` is lower than the file could
 	// give (`message` says so too): the answers come from the sources that remain and are
 	// never guessed. Once the companion is uploaded, later answers read it.
-	Companions    []*v1.Companion `protobuf:"bytes,10,rep,name=companions,proto3" json:"companions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Companions []*v1.Companion `protobuf:"bytes,10,rep,name=companions,proto3" json:"companions,omitempty"`
+	// Set with `MODULE_STATUS_NOT_FOUND` when an upload of the binary under one of the
+	// module's IDs is under way (reserved with `InitiateUpload` and not yet finished or
+	// verified): its debuginfo is arriving, and the module is worth asking again within
+	// seconds. A client that can wait (the gateway holds such a profile for a bounded time)
+	// asks again; others take the answer as `MODULE_STATUS_NOT_FOUND`.
+	UploadInProgress bool `protobuf:"varint,11,opt,name=upload_in_progress,json=uploadInProgress,proto3" json:"upload_in_progress,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ModuleResult) Reset() {
@@ -573,6 +579,13 @@ func (x *ModuleResult) GetCompanions() []*v1.Companion {
 		return x.Companions
 	}
 	return nil
+}
+
+func (x *ModuleResult) GetUploadInProgress() bool {
+	if x != nil {
+		return x.UploadInProgress
+	}
+	return false
 }
 
 // FrameTable holds frames column by column: row `r` of every column describes the same
@@ -701,7 +714,7 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\taddresses\x18\b \x03(\x04R\taddresses\x12#\n" +
 	"\rresident_only\x18\t \x01(\bR\fresidentOnly\"R\n" +
 	"\x11SymbolizeResponse\x12=\n" +
-	"\amodules\x18\x01 \x03(\v2#.profsym.symbolizer.v1.ModuleResultR\amodules\"\xf0\x03\n" +
+	"\amodules\x18\x01 \x03(\v2#.profsym.symbolizer.v1.ModuleResultR\amodules\"\x9e\x04\n" +
 	"\fModuleResult\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.profsym.symbolizer.v1.ModuleStatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12;\n" +
@@ -714,7 +727,8 @@ const file_profsym_symbolizer_v1_symbolizer_proto_rawDesc = "" +
 	"\n" +
 	"companions\x18\n" +
 	" \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\n" +
-	"companionsJ\x04\b\x06\x10\aR\tlocations\"\xbf\x01\n" +
+	"companions\x12,\n" +
+	"\x12upload_in_progress\x18\v \x01(\bR\x10uploadInProgressJ\x04\b\x06\x10\aR\tlocations\"\xbf\x01\n" +
 	"\n" +
 	"FrameTable\x12%\n" +
 	"\x0efunction_names\x18\x01 \x03(\rR\rfunctionNames\x12#\n" +

@@ -326,6 +326,20 @@ func (m *Catalog) Resolve(ctx context.Context, id ID) (*Record, error) {
 	return r, nil
 }
 
+// Arriving reports whether debuginfo under id, which Resolve did not find, is on its way: an
+// upload reserved under id and not expired (its bytes being sent, or verified), or a
+// verified file whose IDs are being pointed at it. It costs one read of the store.
+func (m *Catalog) Arriving(ctx context.Context, id ID) (bool, error) {
+	r, err := m.loadRecord(ctx, recordKey(id))
+	if err != nil {
+		return false, err
+	}
+	if p := r.Pending; p != nil && m.opt.Now().Before(p.ExpiresAt) {
+		return true, nil
+	}
+	return r.Current != nil, nil
+}
+
 func (m *Catalog) saveRecord(ctx context.Context, r *Record) error {
 	return m.writeJSON(ctx, r.Key+"/record.json", r)
 }

@@ -100,8 +100,10 @@ type resolvedCompanions struct {
 }
 
 type resolved struct {
-	rec   *catalog.Record
-	until time.Time
+	rec *catalog.Record
+	// arriving is set for an ID not found whose upload is under way (catalog.Arriving).
+	arriving bool
+	until    time.Time
 }
 
 // New returns the service. fetch may be nil.
@@ -232,9 +234,14 @@ func (s *Service) module(ctx context.Context, mod *symbolizerv1.Module) *symboli
 // moduleTry answers a module; again is set on the second try, after the record read first
 // was replaced while it was read.
 func (s *Service) moduleTry(ctx context.Context, mod *symbolizerv1.Module, again bool) *symbolizerv1.ModuleResult {
-	rec, id, st, msg := s.find(ctx, mod)
+	rec, id, st, msg, arriving := s.find(ctx, mod)
 	if st != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
-		return failed(mod, st, msg)
+		r := failed(mod, st, msg)
+		if st == symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND && arriving {
+			r.UploadInProgress = true
+			r.Message = "an upload of this binary is under way; ask again in a few seconds"
+		}
+		return r
 	}
 	if s.opt.Used != nil {
 		s.opt.Used(rec.Key, mod.GetFilename())
@@ -611,7 +618,7 @@ func fidelity(f index.Fidelity) symbolizerv1.Fidelity {
 
 // find resolves the module's IDs in the order GNU, Go, htlhash, then asks debuginfod for the
 // GNU build ID.
-func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.Record, catalog.ID, symbolizerv1.ModuleStatus, string) {
+func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (_ *catalog.Record, _ catalog.ID, _ symbolizerv1.ModuleStatus, _ string, arriving bool) {
 	var ids []catalog.ID
 	if v := mod.GetGnuBuildId(); v != "" {
 		ids = append(ids, catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: v})
@@ -624,60 +631,73 @@ func (s *Service) find(ctx context.Context, mod *symbolizerv1.Module) (*catalog.
 	}
 	var storeErr error
 	for _, id := range ids {
-		rec, err := s.resolve(ctx, id)
+		rec, up, err := s.resolveArriving(ctx, id)
 		if err == nil {
-			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+			return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, "", false
 		}
+		arriving = arriving || up
 		if !errors.Is(err, catalog.ErrNotFound) {
 			storeErr = err
 		}
 	}
 	if storeErr != nil {
 		s.opt.Logger.Warn("store lookup failed", "filename", mod.GetFilename(), "err", storeErr)
-		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(storeErr)
+		return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, publicReason(storeErr), false
 	}
 	if gnu := mod.GetGnuBuildId(); gnu != "" && s.fetch != nil {
 		found, err := s.fetch.Fetch(ctx, gnu)
 		if err != nil {
-			return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error()
+			return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_UNAVAILABLE, err.Error(), false
 		}
 		if found {
 			s.Forget()
 			id := catalog.ID{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: gnu}
 			if rec, err := s.resolve(ctx, id); err == nil {
-				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, ""
+				return rec, id, symbolizerv1.ModuleStatus_MODULE_STATUS_OK, "", false
 			}
 		}
 	}
-	return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs"
+	return nil, catalog.ID{}, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND, "no debuginfo stored under any of the module's IDs", arriving
 }
 
 func (s *Service) resolve(ctx context.Context, id catalog.ID) (*catalog.Record, error) {
+	rec, _, err := s.resolveArriving(ctx, id)
+	return rec, err
+}
+
+// resolveArriving is resolve, and for an ID not found whether an upload of it is under way.
+func (s *Service) resolveArriving(ctx context.Context, id catalog.ID) (*catalog.Record, bool, error) {
 	now := time.Now()
 	s.mu.Lock()
 	r, ok := s.resolved[id]
 	s.mu.Unlock()
 	if ok && now.Before(r.until) {
 		if r.rec == nil {
-			return nil, catalog.ErrNotFound
+			return nil, r.arriving, catalog.ErrNotFound
 		}
-		return r.rec, nil
+		return r.rec, false, nil
 	}
 	rec, err := s.meta.Resolve(ctx, id)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
-		return nil, err
+		return nil, false, err
 	}
 	ttl := s.opt.ResolveTTL
+	arriving := false
 	if rec == nil {
 		ttl /= 5 // a missing file may be uploaded any moment
+		// Whether it is being uploaded right now: a caller that can wait asks again soon.
+		// A store that cannot tell is taken as no upload.
+		if a, aerr := s.meta.Arriving(ctx, id); aerr == nil {
+			arriving = a
+		}
 	}
 	s.mu.Lock()
 	if len(s.resolved) > 100000 {
 		s.resolved = map[catalog.ID]resolved{}
 	}
-	s.resolved[id] = resolved{rec, now.Add(ttl)}
+	s.resolved[id] = resolved{rec: rec, arriving: arriving, until: now.Add(ttl)}
 	s.mu.Unlock()
-	return rec, err
+	return rec, arriving, err
 }
 
 var errInvalid = errors.New("invalid debuginfo")
