@@ -1,0 +1,257 @@
+//go:build linux
+
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/profsym/profsym/e2e/cluster"
+)
+
+// chartValues make deploy/helm/profsym run on the single amd64 node with the images imported
+// from the offline builder: one replica of each service, the chart's in-cluster Redis, and
+// never a pull.
+const chartValues = `architectures: [amd64]
+images:
+  pullPolicy: Never
+gateway:
+  minReplicas: 1
+  maxReplicas: 1
+symbolizer:
+  minReplicas: 1
+  maxReplicas: 1
+  redis:
+    mode: in-cluster
+`
+
+// chartImages are the offline builder's images the chart runs with chartValues.
+var chartImages = "symbolizer,gateway,collector,redis"
+
+// TestChartOnCluster installs the Helm chart on the cluster with the images the offline builder
+// makes from the Dockerfiles, and checks every pod (symbolizer, gateway, the collector
+// DaemonSet, Redis) becomes Ready through its own probes, run by the real kubelet.
+func TestChartOnCluster(t *testing.T) {
+	needCluster(t)
+	helm := filepath.Join(cluster.DefaultToolsDir(), "helm")
+	if _, err := os.Stat(helm); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("helm (bash .ci/install-deps): %v", err)
+		}
+		t.Skipf("helm (bash .ci/install-deps): %v", err)
+	}
+	ctx := t.Context()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The images build while the cluster comes up.
+	imgDir := t.TempDir()
+	built := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		cmd := exec.CommandContext(ctx, "go", "run", "./deploy/imagebuild", "-repo", root, "-out", imgDir, "-arch", "amd64", "-only", chartImages)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go run ./deploy/imagebuild: %w\n%s", err, out)
+		}
+		built <- err
+	}()
+	c, err := cluster.Up(ctx, cluster.Config{Dir: t.TempDir(), Logger: log})
+	if err != nil {
+		if berr := <-built; berr != nil {
+			t.Log(berr)
+		}
+		t.Fatalf("cluster up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Down(context.Background()); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+	})
+	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("images built in %v", time.Since(start).Round(time.Millisecond))
+	imported := importImages(ctx, t, c, imgDir)
+	t.Logf("imported %s", strings.Join(imported, ", "))
+
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(chartValues), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helmHome := t.TempDir()
+	install := exec.CommandContext(ctx, "nsenter", "--net="+c.NetnsPath, "--",
+		helm, "install", "profsym", filepath.Join(root, "deploy/helm/profsym"), "--kubeconfig", c.Kubeconfig, "-f", values, "--timeout", "2m")
+	install.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(helmHome, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(helmHome, "config"), "HELM_DATA_HOME="+filepath.Join(helmHome, "data"))
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	installed := time.Now()
+
+	// The Secrets the chart names and never creates (values.yaml): the upload and read tokens.
+	secrets := []string{
+		"create secret generic profsym-upload-tokens -n profsym --from-literal=tokens=upload-token-e2e",
+		"create secret generic profsym-read-token -n profsym --from-literal=token=read-token-e2e",
+		"create secret generic profsym-upload-token -n profsym-collector --from-literal=token=upload-token-e2e",
+	}
+	for _, s := range secrets {
+		if out, err := c.Kubectl(ctx, nil, strings.Fields(s)...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{ // app.kubernetes.io/name -> namespace
+		"symbolizer": "profsym", "gateway": "profsym", "profsym-redis": "profsym", "collector": "profsym-collector",
+	}
+	if err := waitChartReady(ctx, t, client, want, 5*time.Minute); err != nil {
+		for _, ns := range []string{"profsym", "profsym-collector"} {
+			out, _ := c.Kubectl(context.Background(), nil, "describe", "pods", "-n", ns)
+			t.Logf("kubectl describe pods -n %s:\n%s", ns, out)
+			logs, _ := c.Kubectl(context.Background(), nil, "logs", "-n", ns, "--all-containers", "--prefix", "--tail=40", "-l", "app.kubernetes.io/part-of=profsym")
+			t.Logf("logs -n %s:\n%s", ns, logs)
+		}
+		t.Fatal(err)
+	}
+	t.Logf("every pod Ready %v after helm install", time.Since(installed).Round(time.Millisecond))
+
+	// Nothing could have been pulled: every container of the chart says Never.
+	for _, ns := range []string{"profsym", "profsym-collector"} {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			for _, ctr := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				if ctr.ImagePullPolicy != corev1.PullNever {
+					t.Errorf("%s/%s container %s: imagePullPolicy %s, want Never (images.pullPolicy)", ns, p.Name, ctr.Name, ctr.ImagePullPolicy)
+				}
+			}
+		}
+	}
+	// The collector is Ready once its eBPF programs are attached (/readyz): with the chart's
+	// capabilities, not privileged, under the runtime's default seccomp profile.
+	logs, err := c.Kubectl(ctx, nil, "logs", "-n", "profsym-collector", "-l", "app.kubernetes.io/name=collector", "--tail=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), "eBPF sampler attached") {
+		t.Errorf("the collector is Ready but its log does not say the eBPF sampler attached:\n%s", logs)
+	}
+}
+
+// importImages imports every image tarball the builder listed in DIR/images.txt.
+func importImages(ctx context.Context, t *testing.T, c *cluster.Cluster, dir string) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "images.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text()) // PLATFORM NAME FILE
+		if len(fields) != 3 {
+			t.Fatalf("images.txt: line %q: want PLATFORM NAME FILE", sc.Text())
+		}
+		if err := c.ImportImage(ctx, filepath.Join(dir, fields[2])); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, fields[1])
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// waitChartReady waits until, for each app.kubernetes.io/name of want, a pod of it exists in its
+// namespace and every such pod is Ready with no container restarted; it logs each one's state
+// when it changes.
+func waitChartReady(ctx context.Context, t *testing.T, client *kubernetes.Clientset, want map[string]string, timeout time.Duration) error {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := map[string]string{}
+	for {
+		notReady := []string{}
+		for app, ns := range want {
+			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items) == 0 {
+				notReady = append(notReady, app+": no pod")
+				continue
+			}
+			for _, p := range pods.Items {
+				state := podState(&p)
+				if last[p.Name] != state {
+					t.Logf("%s/%s: %s", ns, p.Name, state)
+					last[p.Name] = state
+				}
+				if state != "Ready" {
+					notReady = append(notReady, p.Name+": "+state)
+				}
+			}
+		}
+		if len(notReady) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not Ready after %v: %s", timeout, strings.Join(notReady, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// podState is "Ready", or what keeps the pod from it: its phase, waiting reasons, restarts.
+func podState(p *corev1.Pod) string {
+	var parts []string
+	ready := false
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.RestartCount > 0 {
+			parts = append(parts, fmt.Sprintf("%s restarted %d times", cs.Name, cs.RestartCount))
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				parts = append(parts, fmt.Sprintf("last exit %d (%s)", t.ExitCode, t.Reason))
+			}
+		}
+		if w := cs.State.Waiting; w != nil {
+			parts = append(parts, cs.Name+" waiting: "+w.Reason+" "+w.Message)
+		}
+	}
+	if ready && len(parts) == 0 {
+		return "Ready"
+	}
+	return string(p.Status.Phase) + " " + strings.Join(parts, ", ")
+}
