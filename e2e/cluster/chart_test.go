@@ -10,10 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -38,7 +40,8 @@ symbolizer:
 `
 
 // chartImages are the offline builder's images the chart runs with chartValues.
-var chartImages = "symbolizer,gateway,collector,redis"
+// The C workload (deploy/imagebuild/workloads/cchain) is what the collector profiles.
+var chartImages = "symbolizer,gateway,collector,redis,workload-c"
 
 // TestChartOnCluster installs the Helm chart on the cluster with the images the offline builder
 // makes from the Dockerfiles, and checks every pod (symbolizer, gateway, the collector
@@ -72,7 +75,8 @@ func TestChartOnCluster(t *testing.T) {
 		}
 		built <- err
 	}()
-	c, err := cluster.Up(ctx, cluster.Config{Dir: t.TempDir(), Logger: log})
+	clusterDir := t.TempDir()
+	c, err := cluster.Up(ctx, cluster.Config{Dir: clusterDir, Logger: log})
 	if err != nil {
 		if berr := <-built; berr != nil {
 			t.Log(berr)
@@ -159,6 +163,102 @@ func TestChartOnCluster(t *testing.T) {
 	if !strings.Contains(string(logs), "eBPF sampler attached") {
 		t.Errorf("the collector is Ready but its log does not say the eBPF sampler attached:\n%s", logs)
 	}
+
+	t.Run("workload profiled", func(t *testing.T) {
+		checkWorkloadProfiled(ctx, t, c, client, clusterDir)
+	})
+}
+
+// workloadPod is the C workload the collector profiles, in a namespace of its own.
+const workloadPod = `apiVersion: v1
+kind: Namespace
+metadata: {name: workload}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cchain, namespace: workload}
+spec:
+  containers:
+    - name: cchain
+      image: localhost/profsym/workload-c:e2e
+      imagePullPolicy: Never
+      resources: {limits: {cpu: 200m}}
+`
+
+// checkWorkloadProfiled runs the C workload and waits for a profile of it in the gateway's
+// pprof files (the gateway pod's /tmp emptyDir, read on the node): its resource attributes
+// (the pprof file's comments) must name the pod, as the gateway's k8s_attributes adds them.
+func checkWorkloadProfiled(ctx context.Context, t *testing.T, c *cluster.Cluster, client *kubernetes.Clientset, clusterDir string) {
+	if out, err := c.Kubectl(ctx, []byte(workloadPod), "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, nil, "wait", "-n", "workload", "--for=condition=Ready", "pod/cchain", "--timeout=2m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	gws, err := client.CoreV1().Pods("profsym").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gateway"})
+	if err != nil || len(gws.Items) != 1 {
+		t.Fatalf("gateway pods: %v (%d)", err, len(gws.Items))
+	}
+	dir := filepath.Join(clusterDir, "kubelet", "root", "pods", string(gws.Items[0].UID), "volumes", "kubernetes.io~empty-dir", "tmp", "pprof")
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
+	seen := 0
+	var last []string
+	for time.Now().Before(deadline) {
+		files, _ := filepath.Glob(filepath.Join(dir, "profile-*.pb.gz"))
+		for _, f := range files[min(seen, len(files)):] {
+			p, err := readPprof(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(p.Comments, "k8s.pod.name=cchain") {
+				continue
+			}
+			t.Logf("%s after %v: %d samples, resource %q", filepath.Base(f), time.Since(start).Round(time.Second), len(p.Sample), p.Comments)
+			if !slices.Contains(p.Comments, "k8s.namespace.name=workload") || !slices.Contains(p.Comments, "k8s.container.name=cchain") {
+				t.Errorf("resource attributes %q: want k8s.namespace.name=workload and k8s.container.name=cchain", p.Comments)
+			}
+			t.Logf("functions: %s", strings.Join(functions(p), " "))
+			return
+		}
+		seen = len(files)
+		if len(files) > 0 {
+			p, err := readPprof(files[len(files)-1])
+			if err == nil {
+				last = p.Comments
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("no profile of pod cchain in %s after 3m (%d files; the last one's resource: %q)", dir, seen, last)
+}
+
+func readPprof(file string) (*profile.Profile, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return p, nil
+}
+
+// functions are the distinct function names of p's samples.
+func functions(p *profile.Profile) []string {
+	var names []string
+	for _, s := range p.Sample {
+		for _, l := range s.Location {
+			for _, ln := range l.Line {
+				if ln.Function != nil && !slices.Contains(names, ln.Function.Name) {
+					names = append(names, ln.Function.Name)
+				}
+			}
+		}
+	}
+	return names
 }
 
 // importImages imports every image tarball the builder listed in DIR/images.txt.
