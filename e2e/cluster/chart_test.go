@@ -218,7 +218,19 @@ func checkWorkloadProfiled(ctx context.Context, t *testing.T, c *cluster.Cluster
 			if !slices.Contains(p.Comments, "k8s.namespace.name=workload") || !slices.Contains(p.Comments, "k8s.container.name=cchain") {
 				t.Errorf("resource attributes %q: want k8s.namespace.name=workload and k8s.container.name=cchain", p.Comments)
 			}
-			t.Logf("functions: %s", strings.Join(functions(p), " "))
+			if fs := functions(p); len(fs) > 0 {
+				t.Errorf("functions %q before the workload's binary is in the store: want none (nothing uploads it)", fs)
+			}
+			pid := ""
+			for _, c := range p.Comments {
+				if v, ok := strings.CutPrefix(c, "process.pid="); ok {
+					pid = v
+				}
+			}
+			if pid == "" {
+				t.Fatalf("resource %q: no process.pid", p.Comments)
+			}
+			checkSymbolized(ctx, t, c, client, dir, "/proc/"+pid+"/root/app/cchain")
 			return
 		}
 		seen = len(files)
@@ -354,4 +366,71 @@ func podState(p *corev1.Pod) string {
 		return "Ready"
 	}
 	return string(p.Status.Phase) + " " + strings.Join(parts, ", ")
+}
+
+// checkSymbolized uploads the workload's executable (read on the node through its process) to
+// the symbolizer, as a CI pipeline would with "symbolizer upload", and waits for a profile of
+// the workload whose frames carry its functions, main -> run -> outer -> middle -> leaf, with
+// mix inlined into leaf.
+func checkSymbolized(ctx context.Context, t *testing.T, c *cluster.Cluster, client *kubernetes.Clientset, dir, exe string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := filepath.Join(t.TempDir(), "symbolizer")
+	build := exec.CommandContext(ctx, "go", "build", "-o", cli, "./services/symbolizer")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./services/symbolizer: %v\n%s", err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "cchain")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := client.CoreV1().Services("profsym").Get(ctx, "symbolizer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := exec.CommandContext(ctx, "nsenter", "--net="+c.NetnsPath, "--", cli, "upload",
+		"--server", "http://"+svc.Spec.ClusterIP+":7070", "--token", "upload-token-e2e", "--progress", "plain", bin)
+	out, err := upload.CombinedOutput()
+	if err != nil {
+		t.Fatalf("symbolizer upload: %v\n%s", err, out)
+	}
+	t.Logf("symbolizer upload: %s", strings.TrimSpace(string(out)))
+	uploaded := time.Now()
+
+	want := []string{"main", "run", "outer", "middle", "leaf", "mix"}
+	deadline := uploaded.Add(3 * time.Minute)
+	seen := map[string]bool{}
+	var last []string
+	for time.Now().Before(deadline) {
+		files, _ := filepath.Glob(filepath.Join(dir, "profile-*.pb.gz"))
+		for _, f := range files {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			p, err := readPprof(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(p.Comments, "k8s.pod.name=cchain") {
+				continue
+			}
+			last = functions(p)
+			missing := slices.DeleteFunc(slices.Clone(want), func(fn string) bool { return slices.Contains(last, fn) })
+			if len(missing) == 0 {
+				t.Logf("symbolized %v after the upload: %s", time.Since(uploaded).Round(time.Second), strings.Join(last, " "))
+				return
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("no profile of cchain with the functions %q in 3m after the upload; the last one had %q", want, last)
 }
