@@ -164,9 +164,68 @@ func TestChartOnCluster(t *testing.T) {
 		t.Errorf("the collector is Ready but its log does not say the eBPF sampler attached:\n%s", logs)
 	}
 
-	t.Run("workload profiled", func(t *testing.T) {
+	if !t.Run("workload profiled", func(t *testing.T) {
 		checkWorkloadProfiled(ctx, t, c, client, clusterDir)
+	}) {
+		return
+	}
+	t.Run("gateway pod replaced", func(t *testing.T) {
+		checkGatewayReplaced(ctx, t, c, client, clusterDir)
 	})
+}
+
+// gatewayPprofDir is where the node keeps the pprof files of the one gateway pod (its /tmp
+// emptyDir) and that pod's name.
+func gatewayPprofDir(ctx context.Context, t *testing.T, client *kubernetes.Clientset, clusterDir string) (string, string) {
+	t.Helper()
+	gws, err := client.CoreV1().Pods("profsym").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gateway"})
+	if err != nil || len(gws.Items) != 1 {
+		t.Fatalf("gateway pods: %v (%d)", err, len(gws.Items))
+	}
+	g := gws.Items[0]
+	return filepath.Join(clusterDir, "kubelet", "root", "pods", string(g.UID), "volumes", "kubernetes.io~empty-dir", "tmp", "pprof"), g.Name
+}
+
+// checkGatewayReplaced deletes the gateway pod: the Deployment's new pod must become Ready and
+// the collector, reconnecting, must deliver it profiles of the workload, symbolized from the
+// store and with the pod's attributes.
+func checkGatewayReplaced(ctx context.Context, t *testing.T, c *cluster.Cluster, client *kubernetes.Clientset, clusterDir string) {
+	_, old := gatewayPprofDir(ctx, t, client, clusterDir)
+	start := time.Now()
+	if out, err := c.Kubectl(ctx, nil, "delete", "pod", "-n", "profsym", old, "--wait=true", "--timeout=2m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := waitChartReady(ctx, t, client, map[string]string{"gateway": "profsym"}, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	dir, pod := gatewayPprofDir(ctx, t, client, clusterDir)
+	t.Logf("gateway %s replaced by %s, Ready %v after the deletion", old, pod, time.Since(start).Round(time.Millisecond))
+	deadline := time.Now().Add(3 * time.Minute)
+	seen := map[string]bool{}
+	for time.Now().Before(deadline) {
+		files, _ := filepath.Glob(filepath.Join(dir, "profile-*.pb.gz"))
+		for _, f := range files {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			p, err := readPprof(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(p.Comments, "k8s.pod.name=cchain") {
+				continue
+			}
+			fs := functions(p)
+			if slices.ContainsFunc(cchainFunctions, func(fn string) bool { return !slices.Contains(fs, fn) }) {
+				continue // a sample of the process's start or of the kernel alone
+			}
+			t.Logf("symbolized profile of cchain at the new gateway %v after the deletion", time.Since(start).Round(time.Second))
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("no symbolized profile of cchain at the new gateway %s in 3m (%d files)", pod, len(seen))
 }
 
 // workloadPod is the C workload the collector profiles, in a namespace of its own.
@@ -195,11 +254,7 @@ func checkWorkloadProfiled(ctx context.Context, t *testing.T, c *cluster.Cluster
 	if out, err := c.Kubectl(ctx, nil, "wait", "-n", "workload", "--for=condition=Ready", "pod/cchain", "--timeout=2m"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	gws, err := client.CoreV1().Pods("profsym").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gateway"})
-	if err != nil || len(gws.Items) != 1 {
-		t.Fatalf("gateway pods: %v (%d)", err, len(gws.Items))
-	}
-	dir := filepath.Join(clusterDir, "kubelet", "root", "pods", string(gws.Items[0].UID), "volumes", "kubernetes.io~empty-dir", "tmp", "pprof")
+	dir, _ := gatewayPprofDir(ctx, t, client, clusterDir)
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	seen := 0
