@@ -33,6 +33,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/profsym/profsym/deploy/imagebuild/images"
 	"github.com/profsym/profsym/pkg/dockerfile"
 	"github.com/profsym/profsym/pkg/ociimage"
 )
@@ -40,9 +41,8 @@ import (
 // Services are the images defined by a Dockerfile in deploy/docker (NAME.Dockerfile).
 var Services = []string{"symbolizer", "gateway", "collector"}
 
-// PauseImage is the pod sandbox image: the name containerd 1.6 uses when its CRI configuration
-// names none (sandbox_image), so a containerd with the defaults never tries to pull it.
-const PauseImage = "registry.k8s.io/pause:3.6"
+// PauseImage is the pod sandbox image (images.PauseImage, defined with the test cluster's).
+const PauseImage = images.PauseImage
 
 // Workload images, profiled by the cluster's end-to-end test.
 const (
@@ -283,16 +283,7 @@ func (b *builder) image(key, arch, name string) (v1.Image, error) {
 	}
 	switch key {
 	case "pause":
-		bin, err := b.goBuild(arch, "pause", "./deploy/imagebuild/pause", "-trimpath", "-ldflags=-s -w")
-		if err != nil {
-			return nil, err
-		}
-		l, err := ociimage.Layer([]ociimage.Entry{ociimage.HostFile("/pause", 0o755, bin)})
-		if err != nil {
-			return nil, err
-		}
-		// The sandbox holds namespaces only: no base files, as the upstream pause image.
-		return ociimage.Image([]v1.Layer{l}, ociimage.Config{Arch: arch, User: "65535:65535", Entrypoint: []string{"/pause"}})
+		return images.Pause(b.ctx, b.root, b.tmp, arch)
 	case "workload-go":
 		// DWARF kept (no -s -w): the test symbolizes from the binary the collector uploads.
 		bin, err := b.goBuild(arch, "gochain", "./deploy/imagebuild/workloads/gochain", "-trimpath")
@@ -356,14 +347,7 @@ func (b *builder) onBase(arch string, files []ociimage.Entry, elfs []string, c o
 // goBuild builds a package of the root module for linux/arch, static.
 func (b *builder) goBuild(arch, name, pkg string, flags ...string) (string, error) {
 	out := filepath.Join(b.tmp, arch, name)
-	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
-	cmd := exec.CommandContext(b.ctx, "go", args...)
-	cmd.Dir = b.root
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, o)
-	}
-	return out, nil
+	return out, images.GoBuild(b.ctx, b.root, arch, out, pkg, flags...)
 }
 
 // service builds the image deploy/docker/KEY.Dockerfile defines: its build stages' go build

@@ -126,7 +126,6 @@ var toolHints = map[string]string{
 	"conntrack":               "apt-get install conntrack",
 	"ip":                      "apt-get install iproute2",
 	"nsenter":                 "apt-get install util-linux",
-	"gcc":                     "apt-get install gcc",
 	"busybox":                 "apt-get install busybox-static",
 }
 
@@ -484,14 +483,7 @@ func (c *Cluster) writeFiles(ctx context.Context) error {
 			return err
 		}
 	}
-	images := filepath.Join(c.Dir, "images")
-	if err := buildPauseImage(ctx, images, filepath.Join(images, "pause.tar")); err != nil {
-		return err
-	}
-	if err := buildBusyboxImage(filepath.Join(images, "busybox.tar"), c.tools["busybox"]); err != nil {
-		return err
-	}
-	return buildCoreDNSImage(filepath.Join(images, "coredns.tar"), c.tools["coredns"])
+	return writeImages(ctx, filepath.Join(c.Dir, "images"), c.tools["busybox"], c.tools["coredns"])
 }
 
 func kubeconfig(server string, ca []byte, kp keyPair) []byte {
