@@ -416,7 +416,9 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	select {
 	case <-r.resolved:
 	case <-ctx.Done():
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("no symbolizer replica resolved yet: %w", ctx.Err()))
+		// Not wrapped: no replica to ask is the symbolizer down, not a busy one that ran out of
+		// time, so the caller passes the data on instead of holding it for a retry.
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("no symbolizer replica resolved yet (%v)", ctx.Err()))
 	}
 	r.mu.Lock()
 	reps := r.replicas

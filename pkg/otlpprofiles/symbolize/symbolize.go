@@ -593,6 +593,11 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 	}
 	if err != nil {
 		s.health.Fail(err)
+		// A refusal is down even when it came at the deadline (no replica resolved in time):
+		// not held for a retry, which would hold every profile while the symbolizer is gone.
+		if IsDown(err) {
+			return failAll(ReasonSymbolizerError)
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 			return failAll(ReasonDeadline)
 		}
