@@ -418,7 +418,7 @@ func (r *Router) Symbolize(ctx context.Context, req *connect.Request[symbolizerv
 	case <-ctx.Done():
 		// Not wrapped: no replica to ask is the symbolizer down, not a busy one that ran out of
 		// time, so the caller passes the data on instead of holding it for a retry.
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("no symbolizer replica resolved yet (%v)", ctx.Err()))
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no symbolizer replica resolved before the call ended"))
 	}
 	r.mu.Lock()
 	reps := r.replicas

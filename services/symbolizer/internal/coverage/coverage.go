@@ -27,6 +27,7 @@ import (
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
+	"github.com/profsym/profsym/services/symbolizer/internal/periodic"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
@@ -362,25 +363,7 @@ func (r *Recorder) object() string { return prefix + r.instance + ".json" }
 
 // Run flushes every interval until ctx ends, then once more.
 func (r *Recorder) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := r.Flush(fctx); err != nil {
-				r.opt.Logger.Warn("write coverage at shutdown", "err", err)
-			}
-			cancel()
-			return
-		case <-t.C:
-			fctx, cancel := context.WithTimeout(ctx, interval)
-			if err := r.Flush(fctx); err != nil {
-				r.opt.Logger.Warn("write coverage", "err", err)
-			}
-			cancel()
-		}
-	}
+	periodic.Flush(ctx, interval, r.opt.Logger, "coverage", r.Flush)
 }
 
 // maxShardBytes bounds one replica's file: 100,000 entries of a few hundred bytes.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/profsym/profsym/services/symbolizer/internal/periodic"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
@@ -269,25 +270,7 @@ func (u *Usage) writeJSON(ctx context.Context, key string, v any) error {
 
 // Run flushes every interval until ctx ends, then once more.
 func (u *Usage) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := u.Flush(fctx); err != nil {
-				u.opt.Logger.Warn("write usage at shutdown", "err", err)
-			}
-			cancel()
-			return
-		case <-t.C:
-			fctx, cancel := context.WithTimeout(ctx, interval)
-			if err := u.Flush(fctx); err != nil {
-				u.opt.Logger.Warn("write usage", "err", err)
-			}
-			cancel()
-		}
-	}
+	periodic.Flush(ctx, interval, u.opt.Logger, "usage", u.Flush)
 }
 
 func readJSON(ctx context.Context, st store.Store, key string, v any) error {
