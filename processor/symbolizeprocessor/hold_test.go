@@ -212,8 +212,15 @@ func TestHoldArriving(t *testing.T) {
 	if n := p.counter(t, metricHeldExpired, ""); n != 1 {
 		t.Fatalf("%s = %d, want 1", metricHeldExpired, n)
 	}
-	if n := p.counter(t, metricUnsymbolized, symbolize.ReasonArriving); n != int64(len(neverCases)) {
-		t.Fatalf("%s{reason=%s} = %d, want %d", metricUnsymbolized, symbolize.ReasonArriving, n, len(neverCases))
+	// Counted by the reason of the last pass before the hold's end: arriving, or deadline or
+	// unavailable when that pass ran out of time on a loaded machine; never as the symbolizer
+	// down.
+	var retryable int64
+	for _, r := range []string{symbolize.ReasonArriving, symbolize.ReasonDeadline, symbolize.ReasonUnavailable} {
+		retryable += p.counter(t, metricUnsymbolized, r)
+	}
+	if retryable != int64(len(neverCases)) || retryable != p.counter(t, metricUnsymbolized, "") {
+		t.Fatalf("%s: %d frames for a retryable reason, %d in all, want %d", metricUnsymbolized, retryable, p.counter(t, metricUnsymbolized, ""), len(neverCases))
 	}
 	// The hold is empty again: the next batch is taken.
 	if err := p.proc.ConsumeProfiles(t.Context(), more); err != nil {
