@@ -17,6 +17,10 @@ func main() {
 	}
 	sig := make(chan os.Signal, 8)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	// Until Notify has run, a SIGTERM takes the Go runtime's default path, which for PID 1
+	// (the kernel ignores the re-raised signal) ends in exit status 2: one line on stderr says
+	// the window is closed, for whoever must know that a SIGTERM now stops the sandbox cleanly.
+	fmt.Fprintln(os.Stderr, "pause: waiting for SIGTERM")
 	for s := range sig {
 		if s != syscall.SIGCHLD {
 			os.Exit(0)
