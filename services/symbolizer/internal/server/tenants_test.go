@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,7 +19,10 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/degraded"
+	"github.com/profsym/profsym/pkg/lease"
 	"github.com/profsym/profsym/pkg/testsupport"
+	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadcli"
 )
 
@@ -432,4 +436,48 @@ func hexOf(b []byte) string {
 		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
 	}
 	return string(out)
+}
+
+// Leases on a real Redis: a tenant's record, build and sweep leases hold up that tenant only;
+// the default tenant's keys are the ones a symbolizer without tenants takes.
+func TestTenantLeasesKeptApart(t *testing.T) {
+	rd := testsupport.StartRedis(t)
+	rcl := goredis.NewClient(&goredis.Options{Addr: rd.Addr()})
+	defer rcl.Close()
+	ctx := context.Background()
+	l := newLeaseLocks(lease.New(rcl, lease.Options{TTL: time.Minute, Timeout: 5 * time.Second}),
+		degraded.New("redis leases", "test", time.Minute, nil))
+	const key = "records/gnu/0123456789abcdef0123456789abcdef01234567"
+	unlock, err := l.catalog("alpha").Lock(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if n := rcl.Exists(ctx, "profsym:lease:tenants/alpha/"+key).Val(); n != 1 {
+		t.Fatalf("alpha's record lease is not under its key (%d)", n)
+	}
+	if _, err := l.catalog("alpha").Lock(ctx, key, 10*time.Millisecond); !errors.Is(err, catalog.ErrLocked) {
+		t.Fatalf("alpha's second lock: %v, want held", err)
+	}
+	for _, other := range []string{"beta", ""} {
+		u, err := l.catalog(other).Lock(ctx, key, 10*time.Millisecond)
+		if err != nil {
+			t.Fatalf("tenant %q held up by alpha's lease: %v", other, err)
+		}
+		u()
+		ub, ok, err := l.builds(other).TryLock(ctx, key)
+		if err != nil || !ok {
+			t.Fatalf("tenant %q build lock: %v %v", other, ok, err)
+		}
+		ub()
+	}
+	unlock()
+	u, err := l.catalog("").Lock(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rcl.Exists(ctx, "profsym:lease:"+key).Val(); n != 1 {
+		t.Errorf("the default tenant's lease is not where it always was (%d)", n)
+	}
+	u()
 }
