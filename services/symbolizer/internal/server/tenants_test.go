@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ const (
 	alphaRead   = "alpha-read-token"
 	betaUpload  = "beta-upload-token"
 	gammaUpload = "gamma-upload-token"
+	deltaUpload = "delta-upload-token"
 )
 
 // caller is one credential: a token, and the tenant it names in X-Profsym-Tenant ("": none).
@@ -83,7 +85,9 @@ func tenantsFile(t *testing.T) string {
 		"alpha read " + alphaRead + "\n" +
 		"beta upload " + betaUpload + "\n" +
 		"gamma upload " + gammaUpload + "\n" +
-		"gamma quota uploads-per-day=1\n"
+		"gamma quota uploads-per-day=1\n" +
+		"delta upload " + deltaUpload + "\n" +
+		"delta quota bytes=1000\n"
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +112,19 @@ func TestTenantsKeptApart(t *testing.T) {
 			}
 			return out
 		}
-		testTenantsKeptApart(t, keys, "--s3-endpoint", m.Endpoint(), "--s3-bucket", "debuginfo", "--s3-region", m.Region(),
+		read := func(key string) string {
+			o, err := mc.GetObject(context.Background(), "debuginfo", key, minio.GetObjectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Close()
+			var b bytes.Buffer
+			if _, err := b.ReadFrom(o); err != nil {
+				t.Fatal(err)
+			}
+			return b.String()
+		}
+		testTenantsKeptApart(t, keys, read, "--s3-endpoint", m.Endpoint(), "--s3-bucket", "debuginfo", "--s3-region", m.Region(),
 			"--s3-access-key", m.AccessKey(), "--s3-secret-key", m.SecretKey(), "--s3-insecure")
 	})
 	t.Run("folder", func(t *testing.T) {
@@ -130,11 +146,18 @@ func TestTenantsKeptApart(t *testing.T) {
 			}
 			return out
 		}
-		testTenantsKeptApart(t, keys, "--store-dir", dir)
+		read := func(key string) string {
+			b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		testTenantsKeptApart(t, keys, read, "--store-dir", dir)
 	})
 }
 
-func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, storeArgs ...string) {
+func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, read func(key string) string, storeArgs ...string) {
 	rd := testsupport.StartRedis(t)
 	r := start(t, append(storeArgs, "--redis-url", rd.URL(), "--tenant-tokens-file", tenantsFile(t),
 		"--coverage-interval", "50ms", "--usage-interval", "50ms")...)
@@ -363,7 +386,7 @@ func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, 
 	if _, err := dc.Delete(ctx, req(alphaR, &debuginfov1.DeleteRequest{BuildId: binA.ids.GNU})); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("alpha's read token deletes: %v", err)
 	}
-	if _, err := dc.List(ctx, req(caller{token: token, tenant: "delta"}, &debuginfov1.ListRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied {
+	if _, err := dc.List(ctx, req(caller{token: token, tenant: "epsilon"}, &debuginfov1.ListRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("a header naming an unknown tenant: %v", err)
 	}
 	if _, err := dc.List(ctx, connect.NewRequest(&debuginfov1.ListRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
@@ -391,6 +414,19 @@ func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, 
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "tenant gamma: over quota: 1 uploads started today (UTC) of 1 a day") {
 		t.Errorf("gamma's second upload: %v", err)
 	}
+	// What the uploader is told.
+	if res := up(gamma, binP.path); res.Err == nil || !strings.Contains(res.Err.Error(), "resource_exhausted") ||
+		!strings.Contains(res.Err.Error(), "tenant gamma: over quota: 1 uploads started today (UTC) of 1 a day") {
+		t.Errorf("gamma's second upload with the CLI: %+v", res)
+	}
+	// delta may store 1000 bytes.
+	if res := up(caller{token: deltaUpload}, binD.path); res.Err == nil ||
+		!strings.Contains(res.Err.Error(), fmt.Sprintf("tenant delta: over quota: 0 bytes stored and %d more would pass its 1000 bytes", fileSize(t, binD.path))) {
+		t.Errorf("delta's upload over its bytes: %+v", res)
+	}
+	if res := up(operator, binP.path); res.Outcome != "uploaded" {
+		t.Errorf("the default tenant has no quota: %+v", res)
+	}
 
 	// Layout: the default tenant's records where they always were; each tenant's under its
 	// prefix; nothing of a tenant outside it.
@@ -410,6 +446,22 @@ func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, 
 			t.Errorf("store under %s:\n%s", c.prefix, keys)
 		}
 	}
+	// alpha's usage record (the record of last use retention reads) is alpha's.
+	usageOf := func(prefix string) string {
+		var all strings.Builder
+		for _, k := range storeKeys(prefix) {
+			all.WriteString(read(k))
+		}
+		return all.String()
+	}
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(usageOf("tenants/alpha/usage/"), binA.ids.GNU); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alpha's usage records do not name its binary: %v", storeKeys("tenants/alpha/usage/"))
+		}
+	}
+	if u := usageOf("usage/"); strings.Contains(u, binA.ids.GNU) || !strings.Contains(u, binD.ids.GNU) {
+		t.Errorf("the default tenant's usage records:\n%s", u)
+	}
 	for _, k := range storeKeys("") {
 		if !strings.HasPrefix(k, "tenants/") && strings.Contains(k, binA.ids.GNU) {
 			t.Errorf("alpha's build ID outside tenants/alpha/: %s", k)
@@ -427,6 +479,15 @@ func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, 
 	if n := len(rcl.Keys(ctx, "psym:v3:"+binA.ids.GNU+"@*").Val()); n != 0 {
 		t.Errorf("%d Redis keys of alpha's binary outside its part", n)
 	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
 
 func hexOf(b []byte) string {
