@@ -542,3 +542,47 @@ func TestTenantLeasesKeptApart(t *testing.T) {
 	}
 	u()
 }
+
+// A tenant added to the file is served after a reload (SIGHUP), with its background work
+// running; a broken file leaves the tenants in force.
+func TestTenantsReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tenants")
+	if err := os.WriteFile(file, []byte("alpha upload "+alphaUpload+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, "--tenant-tokens-file", file, "--coverage-interval", "50ms")
+	dc := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)
+	sc := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
+	zeta := caller{token: "zeta-upload-token"}
+	if _, err := dc.List(t.Context(), req(zeta, &debuginfov1.ListRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("zeta before it is added: %v", err)
+	}
+	if err := os.WriteFile(file, []byte("alpha upload "+alphaUpload+"\nzeta upload zeta-upload-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.tenantsReload()
+	missing := strings.Repeat("cd", 20)
+	if _, err := sc.Symbolize(t.Context(), req(zeta, &symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{{GnuBuildId: missing, Addresses: []uint64{1}}}})); err != nil {
+		t.Fatalf("zeta after the reload: %v", err)
+	}
+	// zeta's coverage tally is written to its part of the store: its stack runs.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		keys, err := r.srv.Store.List(t.Context(), "tenants/zeta/coverage/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("zeta's coverage tally was never written")
+		}
+	}
+	if err := os.WriteFile(file, []byte("zeta upload\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.tenantsReload()
+	if _, err := dc.List(t.Context(), req(caller{token: alphaUpload}, &debuginfov1.ListRequest{})); err != nil {
+		t.Fatalf("alpha after a broken reload: %v", err)
+	}
+}
