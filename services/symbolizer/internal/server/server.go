@@ -201,7 +201,7 @@ type Server struct {
 	shared  *shared
 	// stacks are the tenants' symbolizers by tenant ("": the default tenant's, whose parts
 	// Meta, Usage, Coverage and Retention are).
-	stacksMu sync.Mutex
+	stacksMu sync.RWMutex
 	stacks   map[string]*stack
 	bgCtx    context.Context // set once the stacks' background work runs
 	bg       sync.WaitGroup  // the stacks' usage and coverage writers
@@ -639,14 +639,16 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		go func() { errc <- metricsSrv.Serve(mln) }()
 		s.log.Info("metrics serving", "addr", mln.Addr().String())
 	}
+	// Serve writes srv.TLSConfig (HTTP/2 set-up): whether to serve TLS is read before.
+	useTLS := srv.TLSConfig != nil
 	go func() {
-		if srv.TLSConfig != nil {
+		if useTLS {
 			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
 		}
 	}()
-	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", srv.TLSConfig != nil)
+	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", useTLS)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
