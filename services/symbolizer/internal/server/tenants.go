@@ -55,6 +55,12 @@ type stack struct {
 
 // stack returns tenant name's stack, made (and started, when the server runs) on first use.
 func (s *Server) stack(name string) (*stack, error) {
+	s.stacksMu.RLock()
+	st, ok := s.stacks[name]
+	s.stacksMu.RUnlock()
+	if ok {
+		return st, nil
+	}
 	s.stacksMu.Lock()
 	defer s.stacksMu.Unlock()
 	if st, ok := s.stacks[name]; ok {
