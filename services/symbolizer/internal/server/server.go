@@ -204,7 +204,7 @@ type Server struct {
 	stacksMu sync.RWMutex
 	stacks   map[string]*stack
 	bgCtx    context.Context // set once the stacks' background work runs
-	bg       sync.WaitGroup  // the stacks' usage and coverage writers
+	bg       sync.WaitGroup  // the stacks' background work (runStack)
 }
 
 func readSecret(value, file, what string) (string, error) {
@@ -290,12 +290,13 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if s.Tokens.Count() == 0 {
 		log.Warn("no upload tokens configured (--upload-tokens-file, --upload-token): every write is refused")
 	}
-	if c.RequireRead || c.ReadTokensFile != "" || len(c.ReadTokens) > 0 {
+	// With tenants every read needs a token too: a request without one could be anyone's.
+	if c.RequireRead || c.ReadTokensFile != "" || len(c.ReadTokens) > 0 || c.TenantTokensFile != "" {
 		s.Readers, err = auth.Union([]string{c.TokensFile, c.ReadTokensFile}, append(slices.Clip(c.Tokens), c.ReadTokens...))
 		if err != nil {
 			return nil, err
 		}
-		if s.Readers.Count() == 0 {
+		if s.Readers.Count() == 0 && c.TenantTokensFile == "" {
 			log.Warn("reads need a token but none is configured (--read-tokens-file, --read-token, upload tokens): every read is refused")
 		}
 	} else if !loopbackOnly(c.Listen) {
@@ -375,13 +376,6 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		s.Tenants, err = tenant.LoadTokens(c.TenantTokensFile, tenant.Quota{Bytes: c.TenantMaxBytes, UploadsPerDay: c.TenantMaxUploads})
 		if err != nil {
 			return nil, err
-		}
-		if s.Readers == nil {
-			// With tenants every read needs a token: a request without one could be anyone's.
-			s.Readers, err = auth.Union([]string{c.TokensFile, c.ReadTokensFile}, append(slices.Clip(c.Tokens), c.ReadTokens...))
-			if err != nil {
-				return nil, err
-			}
 		}
 		s.access = &tenant.Access{Tenants: s.Tenants, Writers: s.Tokens, Readers: s.Readers}
 	}
@@ -620,7 +614,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	// The usage and coverage writers' last writes happen when bgCtx ends; waiting for them
-	// keeps a stop from losing the last interval.
+	// keeps a stop from losing the last interval, and for the sweeps, from writing after it.
 	bgCtx, bgStop := context.WithCancel(ctx)
 	s.startStacks(bgCtx)
 	defer func() { bgStop(); s.bg.Wait() }()

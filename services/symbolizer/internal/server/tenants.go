@@ -164,12 +164,20 @@ func (s *Server) newStack(name string) (*stack, error) {
 	return st, nil
 }
 
-// runStack starts st's background work: the sweep of abandoned uploads, retention, and the
-// usage and coverage writers, whose last writes happen when ctx ends (s.bg waits for them).
+// runStack starts st's background work: the sweep of abandoned uploads, retention (whose
+// first sweep writes the usage record's start), and the usage and coverage writers, whose last
+// writes happen when ctx ends. s.bg waits for all of them, so nothing writes to the store
+// after the server stopped.
 func (s *Server) runStack(ctx context.Context, st *stack) {
-	go s.sweep(ctx, st.meta)
-	go st.retention.Run(ctx, s.cfg.RetentionInterval)
-	s.bg.Add(2)
+	s.bg.Add(4)
+	go func() {
+		defer s.bg.Done()
+		s.sweep(ctx, st.meta)
+	}()
+	go func() {
+		defer s.bg.Done()
+		st.retention.Run(ctx, s.cfg.RetentionInterval)
+	}()
 	go func() {
 		defer s.bg.Done()
 		st.usage.Run(ctx, s.cfg.UsageInterval)
