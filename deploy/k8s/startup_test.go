@@ -83,6 +83,7 @@ func newCluster(t *testing.T) *cluster {
 			"profsym-upload-tokens": {"tokens": "test-upload-token\n"},
 			"profsym-upload-token":  {"token": "test-upload-token\n"},
 			"profsym-read-token":    {"token": testReadToken + "\n"},
+			"profsym-tenants":       {"tenants": "team-a upload test-tenant-token\nteam-a quota uploads-per-day=10\n"},
 			"profsym-s3":            s3,
 			"minio-credentials":     s3,
 			"profsym-redis":         {"password": testRedisPassword},

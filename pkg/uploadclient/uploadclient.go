@@ -39,7 +39,13 @@ type Options struct {
 	RPCTimeout time.Duration
 	// HTTPClient is used for RPCs and PUTs (default: a new client).
 	HTTPClient *http.Client
+	// Tenant, when set, is sent as the X-Profsym-Tenant header on every RPC and PUT to the
+	// symbolizer: the tenant a token that belongs to no tenant (an operator's) acts for.
+	Tenant string
 }
+
+// TenantHeader names the tenant a request acts for (see Options.Tenant).
+const TenantHeader = "X-Profsym-Tenant"
 
 // Client speaks the upload protocol to one symbolizer.
 type Client struct {
@@ -68,6 +74,9 @@ func New(opts Options) (*Client, error) {
 			}
 			if tok != "" {
 				req.Header().Set("Authorization", "Bearer "+tok)
+			}
+			if c.opts.Tenant != "" {
+				req.Header().Set(TenantHeader, c.opts.Tenant)
 			}
 			if c.opts.RPCTimeout > 0 {
 				var cancel context.CancelFunc
@@ -160,6 +169,9 @@ func (c *Client) Put(ctx context.Context, init *debuginfov1.InitiateUploadRespon
 		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		if c.opts.Tenant != "" {
+			req.Header.Set(TenantHeader, c.opts.Tenant)
 		}
 	}
 	resp, err := c.opts.HTTPClient.Do(req)

@@ -73,7 +73,7 @@ func New() *Metrics {
 		StoredBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "symbolizer_stored_bytes_total", Help: "Bytes of verified files accepted into the store."}),
 		Uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "symbolizer_uploads_total", Help: "FinishUpload outcomes."}, []string{"result"}),
+			Name: "symbolizer_uploads_total", Help: "FinishUpload outcomes (ok, rejected), and InitiateUpload calls refused over a tenant's quota (over_quota)."}, []string{"result"}),
 		RedisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "symbolizer_redis_errors_total", Help: "Failed Redis calls; symbolization continued without the cache."}, []string{"op"}),
 		Debuginfod: prometheus.NewCounterVec(prometheus.CounterOpts{

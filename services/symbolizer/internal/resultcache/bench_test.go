@@ -46,7 +46,7 @@ func BenchmarkGetRedis(b *testing.B) {
 	keys := make([]Key, entries)
 	vals := make([]string, entries)
 	for i := range keys {
-		keys[i] = Key{"9f3c1a2b4d5e6f708192a3b4c5d6e7f801234567", "5e2f0a9c", base + uint64(i)*step + rng.Uint64N(step)}
+		keys[i] = Key{"9f3c1a2b4d5e6f708192a3b4c5d6e7f801234567", "5e2f0a9c", base + uint64(i)*step + rng.Uint64N(step), ""}
 		// The symbolizer's values: six varints per frame, one or two frames, 8 to 30 bytes.
 		v := make([]byte, 8+rng.IntN(23))
 		for k := range v {
@@ -143,7 +143,7 @@ func BenchmarkNewBatch(b *testing.B) {
 	slices.Sort(addrs)
 	keys := make([]Key, len(addrs))
 	for i, a := range addrs {
-		keys[i] = Key{"9f3c1a2b4d5e6f708192a3b4c5d6e7f801234567", "0123456789abcdef.5e2f0a9c1234", a}
+		keys[i] = Key{"9f3c1a2b4d5e6f708192a3b4c5d6e7f801234567", "0123456789abcdef.5e2f0a9c1234", a, ""}
 	}
 	idx := make([]int, 1024)
 	for i := range idx {

@@ -153,7 +153,7 @@ func TestCluster(t *testing.T) {
 	var vals []string
 	for i := range 3000 {
 		mod := strconv.Itoa(i % 4)
-		keys = append(keys, Key{"id/" + mod, "t" + mod, uint64(i) * 0x3001})
+		keys = append(keys, Key{"id/" + mod, "t" + mod, uint64(i) * 0x3001, ""})
 		if i%7 == 0 {
 			vals = append(vals, "")
 		} else {

@@ -13,6 +13,9 @@
 //	field: <Addr in lower-case hex>
 //	value: "=" + the cached value
 //
+// A tenant's keys are in its own part of Redis (tenant.Key): "tenants/<tenant>/psym:v3:...";
+// the default tenant's are as above.
+//
 // A 10,000-address lookup then touches a few dozen Redis keys (one HMGET each, in one
 // pipeline) instead of 10,000: Redis's cost per lookup is dominated by the memory latency of
 // each key it visits, and a per-key TTL adds a second dictionary to visit. The "=" prefix
@@ -44,6 +47,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/profsym/profsym/pkg/degraded"
+	"github.com/profsym/profsym/services/symbolizer/internal/tenant"
 )
 
 const (
@@ -65,11 +69,13 @@ type Key struct {
 	BuildID string
 	Tag     string
 	Addr    uint64
+	// Tenant is the tenant the result is kept for ("" for the default tenant).
+	Tenant string
 }
 
 // bucketKey is the Redis key of the hash that holds k.
 func (k Key) bucketKey() string {
-	return keyPrefix + k.BuildID + "@" + k.Tag + ":" + strconv.FormatUint(k.Addr>>bucketShift, 16)
+	return tenant.Key(k.Tenant, keyPrefix+k.BuildID+"@"+k.Tag+":"+strconv.FormatUint(k.Addr>>bucketShift, 16))
 }
 
 // field is the hash field of k within its bucket.
@@ -357,7 +363,7 @@ type batch struct {
 	ends    []int // scratch of newBatch
 }
 
-type moduleKey struct{ buildID, tag string }
+type moduleKey struct{ buildID, tag, tenant string }
 
 // packedModules is how many modules of a batch fit in the bits of a packed bucket number;
 // a variable so tests can cross it without a batch of a million modules.
@@ -391,8 +397,8 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 	)
 	for j, i := range idx {
 		k := &keys[i]
-		if last < 0 || k.BuildID != modules[last].buildID || k.Tag != modules[last].tag {
-			mk := moduleKey{k.BuildID, k.Tag}
+		if last < 0 || k.BuildID != modules[last].buildID || k.Tag != modules[last].tag || k.Tenant != modules[last].tenant {
+			mk := moduleKey{k.BuildID, k.Tag, k.Tenant}
 			m, ok := moduleIdx[mk]
 			if !ok {
 				m = int32(len(modules))
@@ -443,7 +449,7 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 		first += counts[bi]
 		arg += 2 + perField*counts[bi]
 		m := modules[id.module]
-		keyBytes += len(keyPrefix) + len(m.buildID) + 1 + len(m.tag) + 1 + 16
+		keyBytes += len(tenant.Key(m.tenant, "")) + len(keyPrefix) + len(m.buildID) + 1 + len(m.tag) + 1 + 16
 	}
 	fill := make([]int, len(ids))
 	for j, i := range idx {
@@ -466,6 +472,7 @@ func newBatch(keys []Key, idx []int, vals []string) *batch {
 	var num [16]byte
 	for bi, id := range ids {
 		m := modules[id.module]
+		sb.WriteString(tenant.Key(m.tenant, "")) // the tenant's part of Redis, as bucketKey
 		sb.WriteString(keyPrefix)
 		sb.WriteString(m.buildID)
 		sb.WriteByte('@')

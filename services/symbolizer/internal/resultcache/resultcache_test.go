@@ -80,7 +80,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer c.Close()
 	ctx := context.Background()
-	keys := []Key{{"abcd", "t1", 0x10}, {"abcd", "t1", 0x20}, {"abcd", "t1", 0x30}}
+	keys := []Key{{"abcd", "t1", 0x10, ""}, {"abcd", "t1", 0x20, ""}, {"abcd", "t1", 0x30, ""}}
 	c.Put(ctx, keys[:2], []string{val("main"), ""})
 
 	out, found := get(t, c, keys)
@@ -95,7 +95,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	big := make([]Key, 12000)
 	bigVals := make([]string, len(big))
 	for i := range big {
-		big[i] = Key{"abcd", "t2", uint64(i) * 997}
+		big[i] = Key{"abcd", "t2", uint64(i) * 997, ""}
 		bigVals[i] = val("f" + strconv.Itoa(i%7))
 	}
 	c.Put(ctx, big[:9000], bigVals[:9000])
@@ -151,11 +151,11 @@ func TestBucketLayout(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	keys := []Key{
-		{"abcd", "t1", 0x7f0000001234},
-		{"abcd", "t1", 0x7f00000fffff},
-		{"abcd", "t1", 0x7f0000100000},
-		{"abcd", "t1", 0},
-		{"abcd", "t1", 1<<64 - 1},
+		{"abcd", "t1", 0x7f0000001234, ""},
+		{"abcd", "t1", 0x7f00000fffff, ""},
+		{"abcd", "t1", 0x7f0000100000, ""},
+		{"abcd", "t1", 0, ""},
+		{"abcd", "t1", 1<<64 - 1, ""},
 	}
 	c.Put(ctx, keys, []string{"a", "", "c", "d", "e"})
 	want := map[string]map[string]string{
@@ -201,7 +201,7 @@ func TestBucketLayout(t *testing.T) {
 
 	// A later write to a bucket sets its TTL again.
 	client.Expire(ctx, "psym:v3:abcd@t1:0", time.Minute)
-	c.Put(ctx, []Key{{"abcd", "t1", 5}}, []string{"f"})
+	c.Put(ctx, []Key{{"abcd", "t1", 5, ""}}, []string{"f"})
 	if ttl := client.TTL(ctx, "psym:v3:abcd@t1:0").Val(); ttl <= time.Minute {
 		t.Errorf("TTL after a new write = %v, want it reset to about 1h", ttl)
 	}
@@ -224,13 +224,13 @@ func TestValuesRoundTrip(t *testing.T) {
 			vals := []string{"", "x", "=", "==a", "\x00", "\x00\xff\r\n$-1\r\n", "_\r\n", strings.Repeat("long", 50000)}
 			keys := make([]Key, len(vals))
 			for i := range keys {
-				keys[i] = Key{"abcd" + proto, "t", 0x400000 + uint64(i)}
+				keys[i] = Key{"abcd" + proto, "t", 0x400000 + uint64(i), ""}
 			}
 			w.Put(ctx, keys, vals)
 			// A second cache with no in-process layer reads what the first wrote.
 			rd := New(Options{Redis: client})
 			defer rd.Close()
-			out, found := get(t, rd, append(slices.Clone(keys), Key{"abcd" + proto, "t", 0x400000 + uint64(len(vals))}))
+			out, found := get(t, rd, append(slices.Clone(keys), Key{"abcd" + proto, "t", 0x400000 + uint64(len(vals)), ""}))
 			for i, v := range vals {
 				if !found[i] || out[i] != v {
 					t.Errorf("value %d: got %q found=%v, want %q", i, out[i], found[i], v)
@@ -248,7 +248,7 @@ func TestValuesRoundTrip(t *testing.T) {
 func TestWrongType(t *testing.T) {
 	_, client := startRedis(t)
 	ctx := context.Background()
-	k := Key{"abcd", "t", 0x10}
+	k := Key{"abcd", "t", 0x10, ""}
 	if err := client.Set(ctx, k.bucketKey(), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestManyBuckets(t *testing.T) {
 	var vals []string
 	for i := range 6000 {
 		mod := strconv.Itoa(i % 3)
-		keys = append(keys, Key{"build" + mod, "t" + mod, uint64(i) << 16})
+		keys = append(keys, Key{"build" + mod, "t" + mod, uint64(i) << 16, ""})
 		vals = append(vals, val(strconv.Itoa(i)))
 	}
 	var written []Key
@@ -314,7 +314,7 @@ func TestGoBuildID(t *testing.T) {
 	c := New(Options{Redis: client})
 	defer c.Close()
 	id := "Vt9dgwVp0yd1oCTpZpVU/Z3WfQk8ckW0lXZ5Sm6Sa/oz4L1cxNVLZzNs8iGgBt/uAhnR0sYJbdOB8rW7cXo"
-	k := Key{id, "0123abcd", 0x4a5b6c}
+	k := Key{id, "0123abcd", 0x4a5b6c, ""}
 	c.Put(ctx, []Key{k}, []string{val("go")})
 	if got := client.HGet(ctx, "psym:v3:"+id+"@0123abcd:4", "4a5b6c").Val(); got != "="+val("go") {
 		t.Fatalf("stored %q", got)
@@ -331,8 +331,8 @@ func TestTagIsolation(t *testing.T) {
 	ctx := context.Background()
 	c := New(Options{Redis: client})
 	defer c.Close()
-	c.Put(ctx, []Key{{"abcd", "old", 0x1000}, {"abcd", "old", 0x2000}}, []string{val("old"), ""})
-	out, found := get(t, c, []Key{{"abcd", "new", 0x1000}, {"abcd", "new", 0x2000}, {"abcd", "old", 0x1000}})
+	c.Put(ctx, []Key{{"abcd", "old", 0x1000, ""}, {"abcd", "old", 0x2000, ""}}, []string{val("old"), ""})
+	out, found := get(t, c, []Key{{"abcd", "new", 0x1000, ""}, {"abcd", "new", 0x2000, ""}, {"abcd", "old", 0x1000, ""}})
 	if found[0] || found[1] || !found[2] || out[2] != val("old") {
 		t.Fatalf("get = %q %v", out, found)
 	}
@@ -342,10 +342,10 @@ func TestTagIsolation(t *testing.T) {
 func TestUnprefixedValue(t *testing.T) {
 	_, client := startRedis(t)
 	ctx := context.Background()
-	k := Key{"abcd", "t", 0x10}
-	client.HSet(ctx, k.bucketKey(), k.field(), "raw", Key{"abcd", "t", 0x11}.field(), "=ok")
+	k := Key{"abcd", "t", 0x10, ""}
+	client.HSet(ctx, k.bucketKey(), k.field(), "raw", Key{"abcd", "t", 0x11, ""}.field(), "=ok")
 	m := newCountMetrics()
-	out, found := get(t, New(Options{Redis: client, Metrics: m}), []Key{k, {"abcd", "t", 0x11}})
+	out, found := get(t, New(Options{Redis: client, Metrics: m}), []Key{k, {"abcd", "t", 0x11, ""}})
 	if found[0] || !found[1] || out[1] != "ok" {
 		t.Fatalf("get = %q %v", out, found)
 	}
@@ -371,7 +371,7 @@ func TestBackoff(t *testing.T) {
 	m := newCountMetrics()
 	c := New(Options{Redis: client, Backoff: time.Second, Metrics: m})
 	defer c.Close()
-	keys := []Key{{"abcd", "t", 1}}
+	keys := []Key{{"abcd", "t", 1, ""}}
 	for i, tc := range []struct {
 		sleep  time.Duration
 		errors int
@@ -402,7 +402,7 @@ func TestLocalLayer(t *testing.T) {
 	m := newCountMetrics()
 	c := New(Options{LocalSize: 2, Metrics: m})
 	ctx := context.Background()
-	k := []Key{{"a", "t", 1}, {"a", "t", 2}, {"a", "t", 3}}
+	k := []Key{{"a", "t", 1, ""}, {"a", "t", 2, ""}, {"a", "t", 3, ""}}
 	c.Put(ctx, k, []string{val("f1"), val("f2"), ""})
 	out, found := get(t, c, k)
 	if found[0] || !found[1] || !found[2] || out[1] != val("f2") || out[2] != "" {
@@ -417,7 +417,7 @@ func TestLocalLayer(t *testing.T) {
 func TestLocalLayerFilledFromRedis(t *testing.T) {
 	_, client := startRedis(t)
 	ctx := context.Background()
-	k := []Key{{"a", "t", 1}, {"a", "t", 2}}
+	k := []Key{{"a", "t", 1, ""}, {"a", "t", 2, ""}}
 	w := New(Options{Redis: client})
 	w.Put(ctx, k, []string{val("1"), ""})
 	w.Close()
@@ -464,12 +464,12 @@ func TestRedisURLs(t *testing.T) {
 // newBatch groups a batch by bucket with every key and field where the layout puts it.
 func TestNewBatch(t *testing.T) {
 	keys := []Key{
-		{"ab", "t", 0x10},
-		{"go/id/x/y", "u", 0},
-		{"ab", "t", 0x200000},
-		{"cd", "v", 1 << 63},
-		{"ab", "t", 0x20},
-		{"ab", "u", 0x10},
+		{"ab", "t", 0x10, ""},
+		{"go/id/x/y", "u", 0, ""},
+		{"ab", "t", 0x200000, ""},
+		{"cd", "v", 1 << 63, ""},
+		{"ab", "t", 0x20, ""},
+		{"ab", "u", 0x10, ""},
 	}
 	vals := []string{"0", "", "2", "3", "4", "5"}
 	for _, tc := range []struct {
@@ -518,12 +518,12 @@ func TestNewBatchManyModules(t *testing.T) {
 	n := 10
 	keys := make([]Key, 0, n+6)
 	for i := range n {
-		keys = append(keys, Key{"b" + strconv.Itoa(i), "t", uint64(i)})
+		keys = append(keys, Key{"b" + strconv.Itoa(i), "t", uint64(i), ""})
 	}
 	// Keys of the first and the last modules again, in the buckets they have and in new ones.
 	for _, i := range []int{0, 0, n - 1, n - 1, n - 2} {
 		k := keys[i]
-		keys = append(keys, k, Key{k.BuildID, k.Tag, k.Addr + 5<<bucketShift})
+		keys = append(keys, k, Key{k.BuildID, k.Tag, k.Addr + 5<<bucketShift, ""})
 	}
 	idx := make([]int, len(keys))
 	for i := range idx {
@@ -582,7 +582,7 @@ func TestPutAsync(t *testing.T) {
 	_, client := startRedis(t)
 	c := New(Options{Redis: client, WriteQueue: 2})
 	ctx := context.Background()
-	keys := []Key{{"ab", "t", 1}, {"ab", "t", 2}}
+	keys := []Key{{"ab", "t", 1, ""}, {"ab", "t", 2, ""}}
 	c.PutAsync(keys, []string{val("x"), ""})
 	c.Flush(ctx)
 	for _, k := range keys {
@@ -596,7 +596,7 @@ func TestPutAsync(t *testing.T) {
 	// With the in-process layer, a key written recently is not written again.
 	c2 := New(Options{Redis: client, LocalSize: 10})
 	defer c2.Close()
-	k := []Key{{"ab", "t", 99}}
+	k := []Key{{"ab", "t", 99, ""}}
 	c2.PutAsync(k, []string{val("y")})
 	c2.Flush(ctx)
 	client.HDel(ctx, k[0].bucketKey(), k[0].field())
@@ -644,7 +644,7 @@ func TestWriteQueueFull(t *testing.T) {
 	defer client.Close()
 	m := newCountMetrics()
 	c := New(Options{Redis: client, WriteQueue: 1, WriteTimeout: 2 * time.Second, Metrics: m})
-	c.PutAsync([]Key{{"ab", "t", 0}}, []string{"v"})
+	c.PutAsync([]Key{{"ab", "t", 0, ""}}, []string{"v"})
 	// Wait for the writer to take the first batch; it then waits on the silent server.
 	for deadline := time.Now().Add(5 * time.Second); len(c.writes) > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -653,7 +653,7 @@ func TestWriteQueueFull(t *testing.T) {
 	}
 	start := time.Now()
 	for i := 1; i < 4; i++ {
-		c.PutAsync([]Key{{"ab", "t", uint64(i)}}, []string{"v"})
+		c.PutAsync([]Key{{"ab", "t", uint64(i), ""}}, []string{"v"})
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("PutAsync blocked for %v", d)

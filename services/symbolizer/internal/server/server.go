@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,9 +33,6 @@ import (
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
@@ -52,7 +50,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
-	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
+	"github.com/profsym/profsym/services/symbolizer/internal/tenant"
 	"github.com/profsym/profsym/services/symbolizer/internal/ui"
 	"github.com/profsym/profsym/services/symbolizer/internal/uploadapi"
 )
@@ -105,6 +103,10 @@ type Config struct {
 	RetentionCIDays   int           `name:"retention-keep-ci-days" env:"SYMBOLIZER_RETENTION_KEEP_CI_DAYS" help:"Retention: keep every file uploaded from CI in the last this many days."`
 	RetentionDryRun   bool          `name:"retention-dry-run" env:"SYMBOLIZER_RETENTION_DRY_RUN" help:"Retention: log and count what the policy would delete (symbolizer_retention_records_total{result=\"dry_run\"}) and delete nothing."`
 	RetentionInterval time.Duration `name:"retention-interval" default:"1h" env:"SYMBOLIZER_RETENTION_INTERVAL" help:"How often a replica tries to sweep (one at a time across replicas, through the leases of --lease-ttl); the first try is at start."`
+
+	TenantTokensFile string `name:"tenant-tokens-file" env:"SYMBOLIZER_TENANT_TOKENS_FILE" type:"path" help:"Tenants: a file of lines 'TENANT upload|read TOKEN' (and optionally 'TENANT quota bytes=N uploads-per-day=M'), reloaded on SIGHUP. A tenant's token reads and writes that tenant's build IDs only: its records, uploads, coverage, usage and retention live under tenants/TENANT/ in the store and its results and leases under its own Redis keys. The tokens of no tenant (--upload-token, --read-token) act for the default tenant, whose layout is that of a symbolizer without tenants, or for the tenant their request names in the X-Profsym-Tenant header. With it, every read needs a token."`
+	TenantMaxBytes   uint64 `name:"tenant-max-bytes" env:"SYMBOLIZER_TENANT_MAX_BYTES" help:"Tenants: bytes of files a tenant may store, uploads in progress included (0: no bound); a quota line of the tenant tokens file overrides it. The default tenant has no quota."`
+	TenantMaxUploads int    `name:"tenant-max-uploads-per-day" env:"SYMBOLIZER_TENANT_MAX_UPLOADS_PER_DAY" help:"Tenants: uploads a tenant may start in a UTC day (0: no bound); a quota line of the tenant tokens file overrides it."`
 
 	CoverageInterval time.Duration `name:"coverage-interval" default:"1m" env:"SYMBOLIZER_COVERAGE_INTERVAL" help:"How often this replica writes its tally of what Symbolize resolved (coverage/ in the store; read by ListCoverage, /ui/ and 'symbolizer debuginfo missing')."`
 	CoverageEntries  int           `name:"coverage-entries" default:"100000" env:"SYMBOLIZER_COVERAGE_ENTRIES" help:"Binaries tallied in memory; beyond it the least recently seen is dropped."`
@@ -193,6 +195,16 @@ type Server struct {
 	// Usage records which records lookups used; Retention deletes what the policy does not keep.
 	Usage     *retention.Usage
 	Retention *retention.Sweeper
+	// Tenants maps tokens to tenants (--tenant-tokens-file); nil without tenants.
+	Tenants *tenant.Tokens
+	access  *tenant.Access
+	shared  *shared
+	// stacks are the tenants' symbolizers by tenant ("": the default tenant's, whose parts
+	// Meta, Usage, Coverage and Retention are).
+	stacksMu sync.RWMutex
+	stacks   map[string]*stack
+	bgCtx    context.Context // set once the stacks' background work runs
+	bg       sync.WaitGroup  // the stacks' background work (runStack)
 }
 
 func readSecret(value, file, what string) (string, error) {
@@ -278,12 +290,13 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if s.Tokens.Count() == 0 {
 		log.Warn("no upload tokens configured (--upload-tokens-file, --upload-token): every write is refused")
 	}
-	if c.RequireRead || c.ReadTokensFile != "" || len(c.ReadTokens) > 0 {
+	// With tenants every read needs a token too: a request without one could be anyone's.
+	if c.RequireRead || c.ReadTokensFile != "" || len(c.ReadTokens) > 0 || c.TenantTokensFile != "" {
 		s.Readers, err = auth.Union([]string{c.TokensFile, c.ReadTokensFile}, append(slices.Clip(c.Tokens), c.ReadTokens...))
 		if err != nil {
 			return nil, err
 		}
-		if s.Readers.Count() == 0 {
+		if s.Readers.Count() == 0 && c.TenantTokensFile == "" {
 			log.Warn("reads need a token but none is configured (--read-tokens-file, --read-token, upload tokens): every read is refused")
 		}
 	} else if !loopbackOnly(c.Listen) {
@@ -335,84 +348,48 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Usage = retention.NewUsage(s.Store, retention.UsageOptions{Logger: log, Registerer: s.Metrics.Registry})
-	s.Coverage = coverage.New(s.Store, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: s.Metrics.Registry, Logger: log})
-	ixCache := indexcache.New(c.IndexCacheBytes)
-	var sym *symbolizeapi.Service
-	s.Meta = catalog.New(s.Store, catalog.Options{
-		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
-		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
-			if !c.HoldUploaded {
-				return
-			}
-			ixCache.Add(f.SHA256+ins.Companions.Variant(), &indexcache.Entry{Index: ins.Index, Loads: f.Loads, Bytes: ins.Index.Stats().Bytes})
-		},
-		Locker: locks.catalog(),
-		Annotate: func(ctx context.Context, r *catalog.Record, d *debuginfov1.Debuginfo) {
-			used, err := s.Usage.Read(ctx)
-			if err != nil {
-				log.Warn("read usage", "err", err)
-				return
-			}
-			if e, ok := used[r.Key]; ok {
-				d.LastUsed = timestamppb.New(e.LastUsed())
-				if d.Name == "" {
-					d.Name = e.Name
-				}
-			}
-		},
-	})
-
-	var rc *resultcache.Cache
+	if policy.Enabled() {
+		log.Info("retention", "policy", policy.String(), "dry_run", c.RetentionDryRun, "every", c.RetentionInterval)
+	}
+	sh := &shared{policy: policy, locks: locks, ix: indexcache.New(c.IndexCacheBytes), strs: indexcache.New(c.StringsBytes)}
 	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
 		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
 	if redisClient != nil {
 		rcOpt.Redis = redisClient
 		rcOpt.OnDegraded = s.Metrics.DegradedGauge("redis")
 	}
-	rc = resultcache.New(rcOpt)
-	s.closers = append([]func(){rc.Close}, s.closers...)
-	if err := rc.Ping(ctx); err != nil {
+	sh.rc = resultcache.New(rcOpt)
+	s.closers = append([]func(){sh.rc.Close}, s.closers...)
+	if err := sh.rc.Ping(ctx); err != nil {
 		log.Warn("redis does not answer yet; symbolizing without it until it does", "err", err)
 	}
-
-	urls := debuginfod.ParseURLs(c.DebuginfodURLs...)
+	sh.urls = debuginfod.ParseURLs(c.DebuginfodURLs...)
 	if len(c.DebuginfodURLs) == 0 {
-		urls = debuginfod.ParseURLs(os.Getenv("DEBUGINFOD_URLS"))
+		sh.urls = debuginfod.ParseURLs(os.Getenv("DEBUGINFOD_URLS"))
 	}
-	var fetch symbolizeapi.Fetcher
-	if len(urls) > 0 {
-		gauges := map[string]func(bool){}
-		for _, u := range urls {
-			gauges[u] = s.Metrics.DegradedGauge("debuginfod " + u)
+	sh.gauges = map[string]func(bool){}
+	for _, u := range sh.urls {
+		sh.gauges[u] = s.Metrics.DegradedGauge("debuginfod " + u)
+	}
+	s.shared = sh
+	if c.TenantTokensFile != "" {
+		s.Tenants, err = tenant.LoadTokens(c.TenantTokensFile, tenant.Quota{Bytes: c.TenantMaxBytes, UploadsPerDay: c.TenantMaxUploads})
+		if err != nil {
+			return nil, err
 		}
-		fetch = debuginfod.NewClient(s.Meta, debuginfod.ClientOptions{
-			URLs: urls, Timeout: c.DebuginfodTimeout, NegativeTTL: c.DebuginfodNegTTL,
-			MaxParallel: c.DebuginfodParallel, BreakerFailures: c.DebuginfodBreaker, BreakerOpen: c.DebuginfodOpen, MaxSize: int64(min(c.MaxUpload, 1<<62)), TempDir: c.TempDir,
-			Logger: log, Count: s.Metrics.DebuginfodFetch,
-			OnDegraded: func(upstream string, down bool) {
-				if g := gauges[upstream]; g != nil {
-					g(down)
-				}
-			},
-		})
+		s.access = &tenant.Access{Tenants: s.Tenants, Writers: s.Tokens, Readers: s.Readers}
 	}
-	sym = symbolizeapi.New(s.Meta, ixCache, rc, fetch, s.Metrics, symbolizeapi.Options{
-		MaxModules: c.MaxModules, MaxAddresses: c.MaxAddresses, TempDir: c.TempDir, Logger: log,
-		StringsCacheBytes: c.StringsBytes, Observe: s.Coverage.Record, BuildLocks: locks.builds(),
-		Used: s.Usage.Use,
-	})
-	s.Retention = retention.NewSweeper(s.Meta, s.Usage, retention.SweeperOptions{
-		Policy: policy, DryRun: c.RetentionDryRun, Locks: locks.sweeps(), Logger: log,
-		Registerer: s.Metrics.Registry, Deleted: sym.Forget,
-	})
-	if policy.Enabled() {
-		log.Info("retention", "policy", policy.String(), "dry_run", c.RetentionDryRun, "every", c.RetentionInterval)
+	def, err := s.stack("")
+	if err != nil {
+		return nil, err
 	}
-	up := uploadapi.New(s.Meta, s.Metrics, log)
-	up.PublicURL = c.PublicURL
-	up.Changed = sym.Forget
-	up.Coverage = s.Coverage
+	s.Meta, s.Usage, s.Coverage, s.Retention = def.meta, def.usage, def.coverage, def.retention
+	if s.Tenants != nil {
+		if err := s.addTenants(); err != nil {
+			return nil, err
+		}
+	}
+	sym, up := def.sym, def.up
 
 	// A request at the limits (100,000 addresses, 1,024 modules with 4 KiB file names) is
 	// a few MiB; anything far larger is refused before it is buffered.
@@ -424,25 +401,39 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("connect tracing: %w", err)
 	}
 	opts := []connect.HandlerOption{fastGzip(), connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(traces, s.Metrics.Interceptor(), auth.Interceptor(s.Tokens, s.Readers, uploadapi.WriteProcedures))}
+	if s.access != nil {
+		opts[len(opts)-1] = connect.WithInterceptors(traces, s.Metrics.Interceptor(), s.access.Interceptor(uploadapi.WriteProcedures))
+	}
 	mux := http.NewServeMux()
 	// Symbolize answers are large: their binary encoding is written by hand (pkg/symbolizecodec).
 	maxSym := maxSymbolizeBytes(c.MaxModules, c.MaxAddresses)
 	symOpts := append(slices.Clip(opts), connect.WithCodec(symbolizecodec.Codec{}), connect.WithReadMaxBytes(int(maxSym)))
-	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(sym, symOpts...)
+	var symService symbolizerv1connect.SymbolizerServiceHandler = sym
+	var upService debuginfov1connect.DebuginfoServiceHandler = up
+	if s.access != nil {
+		symService, upService = symbolizeByTenant{s}, debuginfoByTenant{s: s}
+	}
+	symPath, symHandler := symbolizerv1connect.NewSymbolizerServiceHandler(symService, symOpts...)
 	if c.SymbolizeBudget <= 0 {
 		return nil, fmt.Errorf("--symbolize-memory-budget %d must be positive", c.SymbolizeBudget)
 	}
 	s.admission = newAdmission(c.SymbolizeBudget, maxSym, s.Metrics.Registry, log)
 	mux.Handle(symPath, s.admission.wrap(symHandler))
-	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(up, opts...))
+	mux.Handle(debuginfov1connect.NewDebuginfoServiceHandler(upService, opts...))
 	services := []string{symbolizerv1connect.SymbolizerServiceName, debuginfov1connect.DebuginfoServiceName}
 	mux.Handle(grpchealth.NewHandler(&healthChecker{s: s, static: grpchealth.NewStaticChecker(services...)}))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle("/upload/", up.PutHandler(s.Tokens))
-	mux.Handle("/buildid/", debuginfod.Handler(s.Meta, s.Readers, log, s.Usage.Use))
-	mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, s.Readers, log))
+	if s.access != nil {
+		mux.Handle("/upload/", s.access.Guard(true, s.byTenant(func(st *stack) http.Handler { return st.put })))
+		mux.Handle("/buildid/", s.access.Guard(false, s.byTenant(func(st *stack) http.Handler { return st.buildid })))
+		mux.Handle("/ui/", s.access.Guard(false, s.byTenant(func(st *stack) http.Handler { return st.ui })))
+	} else {
+		mux.Handle("/upload/", up.PutHandler(s.Tokens))
+		mux.Handle("/buildid/", debuginfod.Handler(s.Meta, s.Readers, log, s.Usage.Use))
+		mux.Handle("/ui/", ui.Handler(s.Coverage, s.Meta, s.Readers, log))
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { s.writeProbe(w, "healthz") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
@@ -534,12 +525,12 @@ func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest)
 	return resp, nil
 }
 
-// sweep removes abandoned upload bytes at start and then hourly.
-func (s *Server) sweep(ctx context.Context) {
+// sweep removes a stack's abandoned upload bytes at start and then hourly.
+func (s *Server) sweep(ctx context.Context, meta *catalog.Catalog) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		n, err := s.Meta.Sweep(ctx)
+		n, err := meta.Sweep(ctx)
 		if err != nil {
 			s.log.Warn("sweep abandoned uploads", "err", err)
 		} else if n > 0 {
@@ -611,6 +602,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 			} else {
 				s.log.Info("tokens reloaded", "count", s.Tokens.Count())
 			}
+			s.tenantsReload()
 			if s.Readers == nil {
 				continue
 			}
@@ -621,25 +613,11 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
-	go s.sweep(ctx)
-	go s.Retention.Run(ctx, s.cfg.RetentionInterval)
-	// Usage's last write happens when usageCtx ends, like the coverage tally's.
-	usageCtx, usageStop := context.WithCancel(ctx)
-	usageDone := make(chan struct{})
-	go func() {
-		defer close(usageDone)
-		s.Usage.Run(usageCtx, s.cfg.UsageInterval)
-	}()
-	defer func() { usageStop(); <-usageDone }()
-	// The tally's last write happens when covCtx ends; waiting for it keeps a stop from losing
-	// the last interval.
-	covCtx, covStop := context.WithCancel(ctx)
-	covDone := make(chan struct{})
-	go func() {
-		defer close(covDone)
-		s.Coverage.Run(covCtx, s.cfg.CoverageInterval)
-	}()
-	defer func() { covStop(); <-covDone }()
+	// The usage and coverage writers' last writes happen when bgCtx ends; waiting for them
+	// keeps a stop from losing the last interval, and for the sweeps, from writing after it.
+	bgCtx, bgStop := context.WithCancel(ctx)
+	s.startStacks(bgCtx)
+	defer func() { bgStop(); s.bg.Wait() }()
 	errc := make(chan error, 2)
 	var metricsSrv *http.Server
 	if s.MetricsHandler != nil {
@@ -655,14 +633,16 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		go func() { errc <- metricsSrv.Serve(mln) }()
 		s.log.Info("metrics serving", "addr", mln.Addr().String())
 	}
+	// Serve writes srv.TLSConfig (HTTP/2 set-up): whether to serve TLS is read before.
+	useTLS := srv.TLSConfig != nil
 	go func() {
-		if srv.TLSConfig != nil {
+		if useTLS {
 			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
 		}
 	}()
-	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", srv.TLSConfig != nil)
+	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", useTLS)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -66,6 +66,12 @@ type Options struct {
 	// BuildLocks, when set, makes one of the replicas sharing the store build an index the
 	// store lacks, while the others wait for it to land there and load it.
 	BuildLocks BuildLocker
+	// Tenant is the tenant this service answers for: its results are kept in the tenant's
+	// part of the result cache.
+	Tenant string
+	// Strings, when set, is the cache of string tables (shared by the tenants' services: its
+	// entries are named by file content); else the service makes its own of StringsCacheBytes.
+	Strings *indexcache.Cache
 	// BuildWait bounds how long a replica waits for another's build before building the index
 	// itself (default 10m); a builder that dies loses its lock sooner, when its lease expires.
 	BuildWait time.Duration
@@ -126,7 +132,11 @@ func New(md *catalog.Catalog, ix *indexcache.Cache, rc *resultcache.Cache, fetch
 	if opt.BuildWait <= 0 {
 		opt.BuildWait = 10 * time.Minute
 	}
-	return &Service{meta: md, indexes: ix, strs: indexcache.New(opt.StringsCacheBytes), results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}, comps: map[string]resolvedCompanions{}}
+	strs := opt.Strings
+	if strs == nil {
+		strs = indexcache.New(opt.StringsCacheBytes)
+	}
+	return &Service{meta: md, indexes: ix, strs: strs, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}, comps: map[string]resolvedCompanions{}}
 }
 
 // Forget drops resolved records, after an upload or delete in this process.
@@ -315,7 +325,7 @@ func (s *Service) moduleTry(ctx context.Context, mod *symbolizerv1.Module, again
 	uniq := distinct(vaddrs, ok, slot)
 	keys := make([]resultcache.Key, len(uniq))
 	for j, a := range uniq {
-		keys[j] = resultcache.Key{BuildID: id.ID, Addr: a}
+		keys[j] = resultcache.Key{BuildID: id.ID, Addr: a, Tenant: s.opt.Tenant}
 	}
 	caching := s.results.Enabled()
 	ixKey := f.SHA256 + variant

@@ -24,6 +24,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+	"github.com/profsym/profsym/services/symbolizer/internal/tenant"
 )
 
 // Service is the DebuginfoService handler.
@@ -39,6 +40,9 @@ type Service struct {
 	Changed func()
 	// Coverage answers ListCoverage; nil answers it Unimplemented.
 	Coverage *coverage.Recorder
+	// Admit, when set, is asked before an upload is reserved (a tenant's quota, see
+	// tenant.Limiter); an error wrapping tenant.ErrQuota is answered resource_exhausted.
+	Admit func(ctx context.Context, size uint64) error
 }
 
 // New returns the service.
@@ -147,6 +151,22 @@ func (s *Service) InitiateUpload(ctx context.Context, req *connect.Request[debug
 	d, err := desc(req.Msg)
 	if err != nil {
 		return nil, err
+	}
+	if s.Admit != nil {
+		// Only an upload that would be reserved counts: a retry of a live upload, or one the
+		// decision refuses, is answered as without a quota.
+		dec, err := s.meta.ShouldUpload(ctx, d)
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		if dec.Upload {
+			if err := s.Admit(ctx, d.Size); errors.Is(err, tenant.ErrQuota) {
+				s.count("over_quota")
+				return nil, connect.NewError(connect.CodeResourceExhausted, err)
+			} else if err != nil {
+				return nil, storeErr(err)
+			}
+		}
 	}
 	up, err := s.meta.Initiate(ctx, d)
 	var de *catalog.DecisionError
@@ -366,7 +386,8 @@ func (s *Service) Delete(ctx context.Context, req *connect.Request[debuginfov1.D
 }
 
 // PutHandler serves `PUT /upload/<upload_id>`: the body becomes the upload's object when it
-// has exactly the declared size. It needs a write token.
+// has exactly the declared size. It needs a write token: one of tokens, or, with tokens nil,
+// what the caller checked before (a tenant's, see tenant.Access).
 func (s *Service) PutHandler(tokens *auth.Tokens) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut {
@@ -374,9 +395,11 @@ func (s *Service) PutHandler(tokens *auth.Tokens) http.Handler {
 			http.Error(w, "use PUT", http.StatusMethodNotAllowed)
 			return
 		}
-		if err := tokens.Check(r.Header.Get("Authorization")); err != nil {
-			http.Error(w, err.Error(), auth.HTTPStatus(err))
-			return
+		if tokens != nil {
+			if err := tokens.Check(r.Header.Get("Authorization")); err != nil {
+				http.Error(w, err.Error(), auth.HTTPStatus(err))
+				return
+			}
 		}
 		id := strings.TrimPrefix(r.URL.Path, "/upload/")
 		up, err := s.meta.PendingUpload(r.Context(), id)

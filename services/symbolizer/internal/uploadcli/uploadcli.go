@@ -43,6 +43,7 @@ type Conn struct {
 	Token     string        `env:"SYMBOLIZER_TOKEN" help:"Bearer token."`
 	TokenFile string        `name:"token-file" env:"SYMBOLIZER_TOKEN_FILE" type:"path" help:"File holding the bearer token."`
 	Timeout   time.Duration `default:"2m" env:"SYMBOLIZER_CLIENT_TIMEOUT" help:"Timeout of one RPC."`
+	Tenant    string        `env:"SYMBOLIZER_TENANT" help:"Tenant to act for, with a token that belongs to no tenant (an operator's); a tenant's own token acts for its tenant without it."`
 }
 
 func (c *Conn) token() (string, error) {
@@ -64,7 +65,7 @@ func (c *Conn) client(httpClient *http.Client) (*uploadclient.Client, error) {
 		return nil, err
 	}
 	client, err := uploadclient.New(uploadclient.Options{Server: c.Server, Token: func() (string, error) { return tok, nil },
-		RPCTimeout: c.Timeout, HTTPClient: httpClient})
+		RPCTimeout: c.Timeout, HTTPClient: httpClient, Tenant: c.Tenant})
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}
