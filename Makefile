@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate check-generated lint deps test test-short test-arm64 test-arm64-emulated bench bench-report testdata fuzz fuzz-seeds demo cluster-up cluster-down clean
+.PHONY: help build images generate generate-k8s check-generated lint deps test test-short test-arm64 test-arm64-emulated bench bench-report testdata fuzz fuzz-seeds demo cluster-up cluster-down clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -47,13 +47,18 @@ IMAGES_ARCH ?= amd64
 images-offline: ## Build the images offline as OCI tarballs in bin/images (IMAGES_ARCH=amd64,arm64) for ctr images import.
 	$(GO) run ./deploy/imagebuild -out $(IMAGES_OUT) -arch $(IMAGES_ARCH)
 
-generate: ## Regenerate gen/ from proto/ and the eBPF objects from bpf/ (needs clang for the latter).
+generate: generate-k8s ## Regenerate gen/ from proto/, the eBPF objects from bpf/ (needs clang for the latter) and deploy/k8s from the chart.
 	$(GO) tool -modfile=tools/go.mod buf generate
 	$(GO) generate ./services/collector/...
 
+# The kustomize manifests (deploy/k8s/*/generated) are rendered from the Helm chart with each
+# directory's values.yaml (deploy/k8s/README.md); needs helm (make deps).
+generate-k8s: ## Render deploy/k8s (base and overlays) from the Helm chart deploy/helm/profsym.
+	$(GO) run ./deploy/k8s/render
+
 check-generated: generate ## Fail when committed generated code differs from a fresh generation.
-	@if [ -n "$$(git status --porcelain -- gen services/collector)" ]; then \
-		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen services/collector; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- gen services/collector deploy/k8s)" ]; then \
+		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen services/collector deploy/k8s; exit 1; fi
 
 lint: ## gofmt, go vet, golangci-lint and buf lint.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \

@@ -176,27 +176,38 @@ func finalStage(t *testing.T, name string) (string, []dockerfile.Instruction) {
 	return ins[last].Args, ins[last+1:]
 }
 
-// kustomizeImages reads the service images' names and tags from the kustomize base: the
-// manifests' names, which the offline images must carry for the manifests to run unchanged.
+// kustomizeImages reads the service images' names and tags from the kustomize base (the objects
+// rendered from the chart into deploy/k8s/base/generated): the manifests' names, which the
+// offline images must carry for the manifests to run unchanged.
 func kustomizeImages(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy/k8s/base/kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k struct {
-		Images []struct {
-			Name    string `json:"name"`
-			NewName string `json:"newName"`
-			NewTag  string `json:"newTag"`
-		} `json:"images"`
-	}
-	if err := yaml.Unmarshal(b, &k); err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy/k8s/base/generated/*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("deploy/k8s/base/generated: no rendered manifests (%v)", err)
 	}
 	m := map[string]string{}
-	for _, i := range k.Images {
-		m[path.Base(i.Name)] = i.NewName + ":" + i.NewTag
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			var d struct {
+				Spec struct {
+					Template struct {
+						Spec struct {
+							Containers []struct{ Name, Image string }
+						}
+					}
+				}
+			}
+			if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			for _, c := range d.Spec.Template.Spec.Containers {
+				m[c.Name] = c.Image
+			}
+		}
 	}
 	return m
 }

@@ -185,7 +185,7 @@ func writeIndex(out string, index []IndexEntry) error {
 
 // imageNames reads the names the chart and the manifests run: the service images'
 // registry/NAME:tag and the in-cluster Redis from the chart's values, MinIO from the dev
-// overlay, so that both run unchanged on what this builds.
+// overlays' deploy/k8s/minio, so that both run unchanged on what this builds.
 func imageNames(root string) (map[string]string, error) {
 	var values struct {
 		Images struct {
@@ -215,7 +215,7 @@ func imageNames(root string) (map[string]string, error) {
 	for _, s := range Services {
 		names[s] = values.Images.Registry + "/" + s + ":" + values.Images.Tag
 	}
-	mp := filepath.Join(root, "deploy/k8s/overlays/dev/minio.yaml")
+	mp := filepath.Join(root, "deploy/k8s/minio/minio.yaml")
 	if names["minio"], err = containerImage(mp, "minio"); err != nil {
 		return nil, err
 	}

@@ -17,10 +17,10 @@ func fakeRepo(t *testing.T, final string) string {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"go.mod":                             "module example.com/fake\n\ngo 1.22\n",
-		"cmd/hello/main.go":                  "package main\n\nimport \"fmt\"\n\nvar version = \"none\"\n\nfunc main() { fmt.Println(\"hello\", version) }\n",
-		"deploy/helm/profsym/values.yaml":    "images:\n  registry: example.org/profsym\n  tag: \"9.9.9\"\nsymbolizer:\n  redis:\n    inCluster:\n      image: redis:1.2.3\n",
-		"deploy/k8s/overlays/dev/minio.yaml": "apiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n        - name: minio\n          image: quay.io/minio/minio:X\n",
+		"go.mod":                          "module example.com/fake\n\ngo 1.22\n",
+		"cmd/hello/main.go":               "package main\n\nimport \"fmt\"\n\nvar version = \"none\"\n\nfunc main() { fmt.Println(\"hello\", version) }\n",
+		"deploy/helm/profsym/values.yaml": "images:\n  registry: example.org/profsym\n  tag: \"9.9.9\"\nsymbolizer:\n  redis:\n    inCluster:\n      image: redis:1.2.3\n",
+		"deploy/k8s/minio/minio.yaml":     "apiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n        - name: minio\n          image: quay.io/minio/minio:X\n",
 		"deploy/docker/symbolizer.Dockerfile": `FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build
 ARG TARGETOS TARGETARCH
 WORKDIR /src

@@ -657,6 +657,7 @@ func TestGatewayChecksCatchDefects(t *testing.T) {
 		},
 		"config change does not roll the pods": func(g *gatewayConfig, _ *rendered) {
 			g.configMap = "gateway-config"
+			delete(g.w.pod.Annotations, "checksum/config")
 		},
 		"rights on secrets": func(_ *gatewayConfig, r *rendered) {
 			for _, o := range r.objs {

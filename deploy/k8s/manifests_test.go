@@ -326,7 +326,7 @@ func checkPods(t *testing.T, overlay string, r rendered) {
 				}
 			}
 			sort.Strings(added)
-			if w.name == "collector" || w.name == "collector-upload" {
+			if w.name == "collector" {
 				want := collectorCapabilities
 				if slices.Contains(c.Args, "--upload-only") {
 					want = uploadOnlyCapabilities

@@ -1,10 +1,7 @@
 package k8s_test
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -98,32 +95,13 @@ func offCPUArgsIfAny(r rendered) []string {
 	return out
 }
 
-// TestBaseCollectorOffCPUOption: the kustomize base documents off-CPU profiles as commented
-// arguments of the collector, off: uncommented, they are the three flags the collector takes
-// with its own defaults, and the base as shipped passes none of them.
-func TestBaseCollectorOffCPUOption(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("base", "collector.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var commented []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*#\s*-\s*(--off-cpu\S*)`).FindAllStringSubmatch(string(data), -1) {
-		commented = append(commented, m[1])
-	}
-	want := []string{"--off-cpu", "--off-cpu-probability=0.01", "--off-cpu-min-blocked=1ms"}
-	if !slices.Equal(commented, want) {
-		t.Errorf("base/collector.yaml's commented off-CPU option is %q, want %q", commented, want)
-	}
-	r := build(t, "dev")
-	if got := offCPUArgs(t, r); len(got) > 0 {
-		t.Errorf("the base turns off-CPU profiles on: %q", got)
-	}
-	// Uncommented: the collector accepts every flag.
-	for _, o := range r.objs {
-		if ds, ok := o.(*appsv1.DaemonSet); ok && ds.Name == "collector" {
-			c := &ds.Spec.Template.Spec.Containers[0]
-			c.Args = append(c.Args, commented...)
+// TestOverlaysOffCPUOff: off-CPU profiles hook every context switch, so no kustomize overlay
+// turns them on (they are rendered from the chart's collector.offCPU, off by default; an
+// overlay of yours adds the three arguments TestHelmChartOffCPU checks the collector accepts).
+func TestOverlaysOffCPUOff(t *testing.T) {
+	for _, overlay := range overlays {
+		if got := offCPUArgsIfAny(build(t, overlay)); len(got) > 0 {
+			t.Errorf("overlays/%s turns off-CPU profiles on: %q", overlay, got)
 		}
 	}
-	checkFlags(t, r)
 }

@@ -285,9 +285,14 @@ func TestPolicyChecksCatchKnownDefects(t *testing.T) {
 	for _, o := range objs {
 		o = o.DeepCopyObject()
 		switch x := o.(type) {
-		case *corev1.ConfigMap:
-			if v, ok := x.Data["otlp-endpoint"]; ok {
-				x.Data["otlp-endpoint"] = strings.Replace(v, ":4317", ":4319", 1)
+		case *appsv1.Deployment:
+			for i := range x.Spec.Template.Spec.Containers {
+				c := &x.Spec.Template.Spec.Containers[i]
+				for j := range c.Env {
+					if c.Env[j].Name == "PROFSYM_OTLP_ENDPOINT" {
+						c.Env[j].Value = strings.Replace(c.Env[j].Value, ":4317", ":4319", 1)
+					}
+				}
 			}
 		case *networkingv1.NetworkPolicy:
 			for i := range x.Spec.Egress {

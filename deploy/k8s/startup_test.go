@@ -93,7 +93,7 @@ func newCluster(t *testing.T) *cluster {
 			"collector-tls":         pki("collector"),
 		},
 		replace: []string{
-			"minio:9000", m.Endpoint(),
+			"minio.profsym.svc:9000", m.Endpoint(),
 			"s3.eu-west-1.amazonaws.com", m.Endpoint(),
 			"redis://redis:6379/0", devRedis.URL(),
 			"redis://profsym-redis:6379/0", devRedis.URL(),
