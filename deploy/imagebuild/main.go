@@ -85,7 +85,7 @@ func main() {
 }
 
 func allKeys() []string {
-	return append(slices.Clone(Services), "pause", "redis", "minio", "workload-c", "workload-go", "workload-python")
+	return append(slices.Clone(Services), "pause", "redis", "minio", "workload-c", "workload-go", "workload-python", "otel-ebpf-profiler")
 }
 
 // amd64Only are the images made of this machine's Debian binaries or C compiler, and MinIO
@@ -196,6 +196,9 @@ func imageNames(root string) (map[string]string, error) {
 				InCluster struct{ Image string } `json:"inCluster"`
 			}
 		}
+		OtelEbpfProfiler struct {
+			Image struct{ Repository, Tag string }
+		} `json:"otelEbpfProfiler"`
 	}
 	vp := filepath.Join(root, "deploy/helm/profsym/values.yaml")
 	b, err := os.ReadFile(vp)
@@ -214,6 +217,10 @@ func imageNames(root string) (map[string]string, error) {
 	}
 	for _, s := range Services {
 		names[s] = values.Images.Registry + "/" + s + ":" + values.Images.Tag
+	}
+	// collector.mode otel-ebpf-profiler's image (otelprofiler.go).
+	if p := values.OtelEbpfProfiler.Image; p.Repository != "" && p.Tag != "" {
+		names["otel-ebpf-profiler"] = p.Repository + ":" + p.Tag
 	}
 	mp := filepath.Join(root, "deploy/k8s/minio/minio.yaml")
 	if names["minio"], err = containerImage(mp, "minio"); err != nil {
@@ -303,6 +310,8 @@ func (b *builder) image(key, arch, name string) (v1.Image, error) {
 			ociimage.Config{Entrypoint: []string{"/app/cchain"}})
 	case "workload-python":
 		return b.python(arch)
+	case "otel-ebpf-profiler":
+		return b.otelProfiler(arch, name)
 	case "redis":
 		return b.redis(arch)
 	case "minio":

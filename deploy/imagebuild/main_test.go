@@ -133,3 +133,29 @@ func TestServiceRefusesWhatItCannotBuild(t *testing.T) {
 		}
 	}
 }
+
+// The profiler's image is tagged with the Collector release its module builds with, and the
+// chart's otelEbpfProfiler.image names it; a tag that drifts from the module is refused.
+func TestOtelProfilerPinnedToChart(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := imageNames(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := names["otel-ebpf-profiler"]
+	if name == "" {
+		t.Fatal("deploy/helm/profsym/values.yaml names no otelEbpfProfiler.image")
+	}
+	b := &builder{ctx: t.Context(), root: root}
+	v, err := b.otelProfilerVersions(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: profiler %s, Collector %s", name, v[otelProfilerModule], v[otelcolModule])
+	if _, err := b.otelProfilerVersions(name[:strings.LastIndex(name, ":")] + ":0.1.0"); err == nil || !strings.Contains(err.Error(), "move both together") {
+		t.Errorf("a tag other than the module's Collector release: err %v, want it refused", err)
+	}
+}

@@ -28,7 +28,7 @@ const otelProfilerValues = "ci/otel-ebpf-profiler-values.yaml"
 
 // otelProfilerCapabilities is what the profiler gets with otelEbpfProfiler.privileged=false,
 // sorted: values.yaml's otelEbpfProfiler.capabilities.
-var otelProfilerCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_ADMIN", "SYS_PTRACE"}
+var otelProfilerCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE"}
 
 // checkOtelProfilerRights holds the profiler's pod to what docs/operations.md says it takes:
 // the node's PID namespace, root, a read-only root filesystem, every node; either privileged
@@ -66,6 +66,19 @@ func checkOtelProfilerRights(t *testing.T, id string, spec corev1.PodSpec, sc *c
 		}
 		if spec.SecurityContext == nil || spec.SecurityContext.SeccompProfile == nil || spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 			t.Errorf("%s: not privileged, so it must run under the runtime's default seccomp profile", id)
+		}
+	}
+	// Tracepoints need tracefs, which nodes mount at /sys/kernel/tracing, and older ones only
+	// under debugfs (/sys/kernel/debug/tracing): the container's own /sys has neither.
+	for _, host := range []string{"/sys/kernel/tracing", "/sys/kernel/debug"} {
+		if !slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool {
+			return slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+				return vm.MountPath == host && slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+					return v.Name == vm.Name && v.HostPath != nil && v.HostPath.Path == host
+				})
+			})
+		}) {
+			t.Errorf("%s: the node's %s is not mounted at the same path: tracepoints cannot be attached on nodes whose tracefs is only there", id, host)
 		}
 	}
 	for _, c := range spec.Containers {
@@ -116,6 +129,9 @@ func checkOtelProfilerWith(t reporter, r rendered, p, g gatewayConfig) {
 	if len(exporters) != 1 {
 		t.Errorf("%s: profiles pipeline has OTLP/gRPC exporters %v, want one (to the gateway)", otelProfiler, exporters)
 		return
+	}
+	if componentType(exporters[0]) != "otlp_grpc" {
+		t.Errorf("%s: exporter %s: name it otlp_grpc (otlp is its deprecated alias since Collector v0.162)", otelProfiler, exporters[0])
 	}
 	exp := "exporters::" + exporters[0] + "::"
 
@@ -341,10 +357,10 @@ func TestOtelProfilerChecksHaveTeeth(t *testing.T) {
 		t.Fatalf("the chart's own rendering fails: %q", errs)
 	}
 	for name, extra := range map[string][]string{
-		"plain text to a TLS gateway": {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp":{"tls":{"insecure":true,"ca_file":"","cert_file":"","key_file":""}}}}`},
-		"wrong port":                  {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp":{"endpoint":"gateway.profsym.svc:4318"}}}`},
-		"not the gateway's name":      {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp":{"endpoint":"gateway:4317"}}}`},
-		"TLS to a plain gateway":      {"--set", "tls.enabled=false", "--set-json", `otelEbpfProfiler.config={"exporters":{"otlp":{"tls":{"insecure":false,"ca_file":"/etc/ssl/ca.crt"}}}}`},
+		"plain text to a TLS gateway": {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp_grpc":{"tls":{"insecure":true,"ca_file":"","cert_file":"","key_file":""}}}}`},
+		"wrong port":                  {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp_grpc":{"endpoint":"gateway.profsym.svc:4318"}}}`},
+		"not the gateway's name":      {"--set-json", `otelEbpfProfiler.config={"exporters":{"otlp_grpc":{"endpoint":"gateway:4317"}}}`},
+		"TLS to a plain gateway":      {"--set", "tls.enabled=false", "--set-json", `otelEbpfProfiler.config={"exporters":{"otlp_grpc":{"tls":{"insecure":false,"ca_file":"/etc/ssl/ca.crt"}}}}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if errs := check(helmTemplate(t, helm, otelProfilerValues, extra...)); len(errs) == 0 {

@@ -10,7 +10,7 @@ replaced).
 receivers:
   profiling: {}
 exporters:
-  otlp:
+  otlp_grpc:
     endpoint: gateway.{{ .Values.namespaces.services }}.svc:4317
     {{- if .Values.tls.enabled }}
     tls: {ca_file: /etc/profsym/ca/ca.crt, cert_file: /etc/profsym/client/tls.crt, key_file: /etc/profsym/client/tls.key}
@@ -26,7 +26,7 @@ service:
   pipelines:
     profiles:
       receivers: [profiling]
-      exporters: [otlp]
+      exporters: [otlp_grpc]
 {{- end -}}
 
 {{- define "profsym.otelEbpfProfilerConfig" -}}
