@@ -71,9 +71,11 @@ var workloads = []workload{
 	// point is the outermost frame of every stack of the process.
 	{"cchain", "/app/cchain", []string{"main", "run", "outer", "middle", "leaf", "mix"}, []string{"_start"}},
 	// A goroutine's stack ends in runtime.goexit (the return address its creation planted),
-	// a thread's system stack in runtime.mstart, or rt0_go for the main thread's.
+	// a thread's system stack in runtime.mstart, or rt0_go for the main thread's; mcall and
+	// morestack clear the frame pointer as they switch to the system stack, so a stack of what
+	// they run there ends in them.
 	{"gochain", "/app/gochain", []string{"main.main", "main.run", "main.outer", "main.middle", "main.leaf"},
-		[]string{"runtime.goexit", "runtime.mstart", "runtime.rt0_go", "runtime.goexit.abi0", "runtime.mstart.abi0", "runtime.rt0_go.abi0"}},
+		[]string{"runtime.goexit", "runtime.mstart", "runtime.rt0_go", "runtime.mcall", "runtime.morestack"}},
 }
 
 // TestChartOnCluster installs the Helm chart on the cluster with the images the offline builder
@@ -671,6 +673,9 @@ func (e *chartE2E) checkRouting(ctx context.Context, t *testing.T) {
 		e.owners[id] = at[0]
 	}
 	t.Logf("%d build IDs asked in the meantime; per replica: %v; %d asked of more than one replica", grown, perReplica, several)
+	// A build ID whose addresses the gateway has all seen is not asked again (its cache
+	// answers): the C workload's few addresses may not be, and its owner is then the replica
+	// asked the most about it since the start.
 	for _, w := range workloads {
 		id := e.buildIDs[w.name]
 		var at []string
@@ -679,13 +684,26 @@ func (e *chartE2E) checkRouting(ctx context.Context, t *testing.T) {
 				at = append(at, pod)
 			}
 		}
-		t.Logf("%s (build ID %s): asked of %v (since the start: %v)", w.name, id, at, after.asked[id])
-		if len(at) != 1 {
+		if _, ok := e.owners[id]; !ok {
+			var most uint64
+			for pod, n := range after.asked[id] {
+				if n > most {
+					e.owners[id], most = pod, n
+				}
+			}
+		}
+		t.Logf("%s (build ID %s): asked of %v in the meantime, %v since the start", w.name, id, at, after.asked[id])
+		if len(at) > 1 {
 			t.Errorf("%s: build ID %s asked of %d replicas %v, want its owner alone", w.name, id, len(at), at)
 		}
 	}
 	if len(perReplica) < 2 {
 		t.Errorf("%d build IDs all asked of %v: the router spread none over the three replicas", grown, perReplica)
+	}
+	// A replica past its share of calls in flight, or one that timed out, has its build IDs
+	// asked of the next owner, resident only: rarely, on a busy machine.
+	if 10*several > grown {
+		t.Errorf("%d of %d build IDs asked of more than one replica, want one replica each (nine in ten at least)", several, grown)
 	}
 }
 

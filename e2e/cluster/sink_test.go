@@ -24,6 +24,8 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // the gateway's exporter compresses with gzip
 	"google.golang.org/grpc/status"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/profsym/profsym/e2e/cluster"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
@@ -168,7 +170,7 @@ type collectorLogs struct {
 	glob string
 
 	mu        sync.Mutex
-	files     map[string]*logFile
+	files     map[string]*logFile // by device and inode
 	intervals []interval
 	uploads   []upload
 	warnings  []string
@@ -212,11 +214,20 @@ func (l *collectorLogs) poll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range paths {
-		if _, ok := l.files[p]; ok {
-			continue
-		}
+		// By inode: the kubelet rotates a large log by renaming it and starting another under
+		// the same name.
 		f, err := os.Open(p)
 		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil {
+			_ = f.Close()
+			continue
+		}
+		key := fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+		if _, ok := l.files[key]; ok {
+			_ = f.Close()
 			continue
 		}
 		// .../pod-logs/NAMESPACE_POD_UID/collector/N.log
@@ -225,7 +236,7 @@ func (l *collectorLogs) poll() {
 		if len(parts) == 3 {
 			pod = parts[1]
 		}
-		l.files[p] = &logFile{f: f, pod: pod}
+		l.files[key] = &logFile{f: f, pod: pod}
 	}
 	for _, lf := range l.files {
 		// A regular file read at its end says io.EOF, and gives what was written since on the
