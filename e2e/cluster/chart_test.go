@@ -167,7 +167,7 @@ func TestChartOnCluster(t *testing.T) {
 
 	helmHome := t.TempDir()
 	var logs *collectorLogs
-	var installed time.Time
+	var installed, chartReady time.Time
 	for _, step := range deploySteps {
 		args := strings.Fields(step)
 		for i, a := range args {
@@ -183,6 +183,7 @@ func TestChartOnCluster(t *testing.T) {
 				dumpPods()
 				t.Fatal(err)
 			}
+			chartReady = time.Now()
 			t.Logf("every pod Ready %v after helm install", time.Since(installed).Round(time.Millisecond))
 			checkChartPods(ctx, t, c, client)
 		}
@@ -209,7 +210,7 @@ func TestChartOnCluster(t *testing.T) {
 	}
 	profiled := time.Now()
 
-	e := &chartE2E{c: c, client: client, sink: sink, logs: logs, llvm: llvm, store: storeClient(t, c, client)}
+	e := &chartE2E{c: c, client: client, sink: sink, logs: logs, llvm: llvm, store: storeClient(t, c, client), symbolizersReady: chartReady}
 	if !t.Run("workloads profiled", func(t *testing.T) { e.checkWorkloads(ctx, t, profiled) }) {
 		dumpPods()
 		return
@@ -262,6 +263,8 @@ type chartE2E struct {
 	buildIDs map[string]string
 	// owners are the symbolizer replicas (pod names) the router sent each build ID to.
 	owners map[string]string
+	// symbolizersReady is when the three symbolizer replicas were Ready.
+	symbolizersReady time.Time
 }
 
 // waitProfiles polls the requests the sink received since since until done says they hold
@@ -623,32 +626,34 @@ func (e *chartE2E) checkRouting(ctx context.Context, t *testing.T) {
 	if !slices.Equal(addrs, podIPs) || len(addrs) != 3 {
 		t.Errorf("symbolizer-headless resolves to %v, want the three symbolizer pods' addresses %v", addrs, podIPs)
 	}
-	before, err := e.readTallies(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Until every replica has written its tally again (about a minute).
-	start := time.Now()
-	var after tallies
-	for {
-		if after, err = e.readTallies(ctx); err != nil {
-			t.Fatal(err)
-		}
-		fresh := 0
-		for _, p := range pods.Items {
-			if after.updated[p.Name].After(start) {
-				fresh++
+	// Two readings of the tallies, each once every replica has written its tally after a
+	// moment (they write about once a minute, when they have something new): the first after
+	// the router had found the three replicas (it asks the cluster DNS every 10 s), the
+	// second after the first. A replica that writes nothing for 80 s has nothing new.
+	fresh := func(since time.Time) tallies {
+		t.Helper()
+		for {
+			ts, err := e.readTallies(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
+			n := 0
+			for _, p := range pods.Items {
+				if ts.updated[p.Name].After(since) {
+					n++
+				}
+			}
+			if n == len(pods.Items) || time.Since(since) > 80*time.Second {
+				return ts
+			}
+			sleep(ctx, 3*time.Second)
 		}
-		if fresh == len(pods.Items) {
-			break
-		}
-		if time.Since(start) > 3*time.Minute {
-			t.Fatalf("%d of %d symbolizer replicas wrote their coverage tally in 3m (%v)", fresh, len(pods.Items), after.updated)
-		}
-		sleep(ctx, 5*time.Second)
 	}
-	t.Logf("coverage tallies written again %v later", time.Since(start).Round(time.Second))
+	start := time.Now()
+	before := fresh(e.symbolizersReady.Add(15 * time.Second))
+	mid := time.Now()
+	after := fresh(mid)
+	t.Logf("coverage tallies read %v and %v after the routing check began", mid.Sub(start).Round(time.Second), time.Since(start).Round(time.Second))
 	perReplica := map[string]int{}
 	grown, several := 0, 0
 	e.owners = map[string]string{}

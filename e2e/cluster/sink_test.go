@@ -313,8 +313,8 @@ func (t tally) String() string {
 
 // matchIntervals pairs every interval the collector reported with the samples the sink got
 // for it: the interval whose end is the closest to the log line's time (the collector logs it
-// right after it ends the interval), within 3 s. It returns, per interval, the samples out
-// (-1: none), and the sink's intervals no log line accounts for.
+// right after it ends the interval), within 5 s (the intervals are 10 s apart). It returns,
+// per interval, the samples out (-1: none), and the sink's intervals no log line accounts for.
 func matchIntervals(ins []interval, outs map[int64]int64) ([]int64, []int64) {
 	ends := make([]int64, 0, len(outs))
 	for e := range outs {
@@ -329,7 +329,7 @@ func matchIntervals(ins []interval, outs map[int64]int64) ([]int64, []int64) {
 		best, bestD := int64(0), int64(-1)
 		for _, e := range ends {
 			d := t - e
-			if d < -int64(time.Second) || d > 3*int64(time.Second) || taken[e] {
+			if d < -int64(time.Second) || d > 5*int64(time.Second) || taken[e] {
 				continue
 			}
 			if d < 0 {
