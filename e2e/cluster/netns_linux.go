@@ -115,6 +115,40 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	return r.conn, r.err
 }
 
+// Listen listens on addr (a literal IP of the namespace, e.g. NodeIP, and a port) inside the
+// namespace, for a server in this process that the pods reach: the socket is created on a
+// thread moved into the namespace, as DialContext's are.
+func (d *Dialer) Listen(network, addr string) (net.Listener, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: see the type's comment.
+		runtime.LockOSThread()
+		fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- result{err: fmt.Errorf("open %s: %w", d.path, err)}
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		_ = unix.Close(fd)
+		if err != nil {
+			done <- result{err: fmt.Errorf("setns %s: %w", d.path, err)}
+			return
+		}
+		var lc net.ListenConfig
+		l, err := lc.Listen(context.Background(), network, addr)
+		if err != nil {
+			err = fmt.Errorf("listen on %s in %s: %w", addr, d.path, err)
+		}
+		done <- result{l, err}
+	}()
+	r := <-done
+	return r.l, r.err
+}
+
 // Resolver returns a resolver that asks the DNS server at server (ip:port) inside the
 // namespace, whatever /etc/resolv.conf says.
 func (d *Dialer) Resolver(server string) *net.Resolver {
