@@ -555,3 +555,29 @@ func (u *uploader) upload(ctx context.Context, t *testing.T, files ...string) {
 	}
 	t.Logf("symbolizer upload: %s", strings.TrimSpace(string(out)))
 }
+
+// gatewayPprofDir returns the folder, seen from the node, where the one gateway pod writes the
+// pprof files of its output (the chart's default pprof exporter, on an emptyDir), and its name.
+func gatewayPprofDir(ctx context.Context, t *testing.T, client *kubernetes.Clientset, clusterDir string) (string, string) {
+	t.Helper()
+	gws, err := client.CoreV1().Pods("profsym").List(ctx, apimeta.ListOptions{LabelSelector: "app.kubernetes.io/name=gateway"})
+	if err != nil || len(gws.Items) != 1 {
+		t.Fatalf("gateway pods: %v (%d)", err, len(gws.Items))
+	}
+	g := gws.Items[0]
+	return filepath.Join(clusterDir, "kubelet", "root", "pods", string(g.UID), "volumes", "kubernetes.io~empty-dir", "tmp", "pprof"), g.Name
+}
+
+// readPprof reads one of the gateway's pprof files.
+func readPprof(file string) (*profile.Profile, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return p, nil
+}
