@@ -933,29 +933,28 @@ func podState(p *corev1.Pod) string {
 	return string(p.Status.Phase) + " " + strings.Join(parts, ", ")
 }
 
-// TestChartReadmeDeploy holds the README's deploy on the cluster to the commands
+// TestChartReadmeDeploy holds the project README's deploy section to the commands
 // TestChartOnCluster runs: the image build of chartImages, the import, then deploySteps, in
 // order (comment lines aside).
 func TestChartReadmeDeploy(t *testing.T) {
-	data, err := os.ReadFile("README.md")
+	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## The chart on the cluster\n")
+	_, section, ok := strings.Cut(string(data), "\n## Deploy\n")
 	if !ok {
-		t.Fatal("README.md: no section \"The chart on the cluster\"")
+		t.Fatal("README.md: no section \"Deploy\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
+	_, fenced, ok := strings.Cut(section, "\n```sh\n")
+	if !ok {
+		t.Fatal("README.md, \"Deploy\": no sh block")
+	}
+	fenced, _, _ = strings.Cut(fenced, "\n```")
 	var block []string
-scan:
-	for _, line := range strings.Split(section, "\n") {
-		cmd, indented := strings.CutPrefix(line, "    ")
-		switch {
-		case indented && strings.HasPrefix(strings.TrimSpace(cmd), "#"):
-		case indented:
-			block = append(block, strings.TrimSpace(cmd))
-		case len(block) > 0 && strings.TrimSpace(line) != "":
-			break scan // the block ended
+	for _, line := range strings.Split(fenced, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			block = append(block, line)
 		}
 	}
 	want := append([]string{
@@ -965,7 +964,7 @@ scan:
 		`helm() { ip netns exec "$CLUSTER_NAME" helm --kubeconfig "$CLUSTER_DIR/kubeconfig" "$@"; }`,
 	}, deploySteps...)
 	if !slices.Equal(block, want) {
-		t.Errorf("README.md, \"The chart on the cluster\": the deploy commands are\n%s\nwant the ones the test runs:\n%s",
+		t.Errorf("README.md, \"Deploy\": the deploy commands are\n%s\nwant the ones the test runs:\n%s",
 			strings.Join(block, "\n"), strings.Join(want, "\n"))
 	}
 }
