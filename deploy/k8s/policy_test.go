@@ -37,8 +37,88 @@ func TestPolicies(t *testing.T) {
 			for _, p := range gatewayFlows(t, objs) {
 				t.Error(p)
 			}
+			for _, p := range uploadFlows(objs) {
+				t.Error(p)
+			}
 		})
 	}
+}
+
+// uploadFlows: a collector that uploads to a symbolizer on S3 PUTs each file to the store, at
+// the URL the symbolizer signs: the collector's NetworkPolicy must let it out to the store's
+// port, and an in-cluster store's policy must let it in.
+func uploadFlows(objs []runtime.Object) []string {
+	var collector, store *workload
+	var endpoint string
+	insecure := false
+	for _, w := range workloads(rendered{objs: objs}) {
+		for _, c := range w.pod.Spec.Containers {
+			switch w.name {
+			case "collector":
+				if slices.Contains(c.Args, "--upload-only") || slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--upload-debuginfo") }) {
+					collector = &w
+				}
+			case "symbolizer":
+				for _, e := range c.Env {
+					switch e.Name {
+					case "SYMBOLIZER_S3_ENDPOINT":
+						endpoint = e.Value
+					case "SYMBOLIZER_S3_INSECURE":
+						insecure = e.Value == "true"
+					}
+				}
+			case "minio":
+				store = &w
+			}
+		}
+	}
+	if collector == nil || endpoint == "" {
+		return nil
+	}
+	hostport := endpoint
+	if _, rest, ok := strings.Cut(hostport, "://"); ok {
+		hostport = rest
+	}
+	hostport, _, _ = strings.Cut(hostport, "/")
+	port := 443
+	if insecure {
+		port = 80
+	}
+	if _, p, err := net.SplitHostPort(hostport); err == nil {
+		port, _ = strconv.Atoi(p)
+	}
+	allows := func(ports []networkingv1.NetworkPolicyPort) bool {
+		return len(ports) == 0 || slices.ContainsFunc(ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.IntVal == int32(port) })
+	}
+	var problems []string
+	out, in := false, store == nil
+	for _, o := range objs {
+		np, ok := o.(*networkingv1.NetworkPolicy)
+		if !ok {
+			continue
+		}
+		sel := labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels)
+		if np.Namespace == collector.namespace && sel.Matches(labels.Set(collector.pod.Labels)) {
+			out = out || slices.ContainsFunc(np.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool { return allows(r.Ports) })
+		}
+		if store != nil && np.Namespace == store.namespace && sel.Matches(labels.Set(store.pod.Labels)) {
+			for _, r := range np.Spec.Ingress {
+				for _, peer := range r.From {
+					nsOK := peer.NamespaceSelector == nil && np.Namespace == collector.namespace ||
+						peer.NamespaceSelector != nil && labels.SelectorFromSet(peer.NamespaceSelector.MatchLabels).Matches(labels.Set{"kubernetes.io/metadata.name": collector.namespace})
+					podOK := peer.PodSelector == nil || labels.SelectorFromSet(peer.PodSelector.MatchLabels).Matches(labels.Set(collector.pod.Labels))
+					in = in || nsOK && podOK && allows(r.Ports)
+				}
+			}
+		}
+	}
+	if !out {
+		problems = append(problems, fmt.Sprintf("the collector uploads to the store at %s: its NetworkPolicy does not allow egress to port %d", endpoint, port))
+	}
+	if !in {
+		problems = append(problems, fmt.Sprintf("the collector uploads to the in-cluster store at %s: the store's NetworkPolicy does not admit it", endpoint))
+	}
+	return problems
 }
 
 // gatewayFlows: the gateway's NetworkPolicy admits what its configuration listens on (OTLP from
@@ -300,6 +380,25 @@ func TestPolicyChecksCatchKnownDefects(t *testing.T) {
 			}
 		}
 		gw = append(gw, o)
+	}
+	// The node-side uploader: no way out to the store, and the store's door closed to it.
+	var up []runtime.Object
+	for _, o := range build(t, "upload-only").objs {
+		o = o.DeepCopyObject()
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok {
+			switch np.Name {
+			case "collector":
+				np.Spec.Egress = slices.DeleteFunc(np.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+					return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.IntVal == 9000 })
+				})
+			case "minio":
+				np.Spec.Ingress = np.Spec.Ingress[:0]
+			}
+		}
+		up = append(up, o)
+	}
+	if p := uploadFlows(up); len(p) != 2 {
+		t.Errorf("an uploader with no way to the store: reported %q, want both directions", p)
 	}
 	if p := gatewayFlows(t, gw); len(p) != 2 {
 		t.Errorf("a backend on 4319 and no egress to 6443: reported %q, want both", p)
