@@ -98,9 +98,10 @@ type binary struct {
 	size int64
 }
 
-// makeBinaries writes n distinct binaries: copies of a few programs, each copy with its own
-// GNU build ID (the note's bytes rewritten), so each is its own stored file and index while
-// one llvm-symbolizer answer per program checks every copy. large of them are copies of the
+// makeBinaries writes n distinct binaries: copies of a few programs, each copy with build IDs
+// of its own (the GNU note's bytes rewritten, and a Go program's Go build ID wherever it is
+// written), so each is its own stored file and index, as a rebuilt release is, while one
+// llvm-symbolizer answer per program checks every copy. large of them are copies of the
 // Go programs over 100 MB that .ci/install-deps installs (MinIO, helm), medium of mid-sized
 // ones (golangci-lint, toxiproxy, the Collector builder), the rest of a small C program. They
 // are dealt so that the stored and the released half get the same mix.
@@ -154,28 +155,18 @@ func makeBinaries(t *testing.T, n, medium, large int) []binary {
 	}
 	dir := t.TempDir()
 	data := map[*source][]byte{}
-	offs := map[*source]uint64{}
+	ids := map[*source]idPlaces{}
 	out := make([]binary, n)
 	for i, src := range srcs {
 		if data[src] == nil {
-			f, err := elf.Open(src.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			note := f.Section(".note.gnu.build-id")
-			if note == nil || note.Size < 36 {
-				t.Fatalf("%s: no 20-byte .note.gnu.build-id", src.path)
-			}
-			offs[src] = note.Offset + 16 // namesz, descsz, type, "GNU\0"
-			f.Close()
+			var err error
 			if data[src], err = os.ReadFile(src.path); err != nil {
 				t.Fatal(err)
 			}
+			ids[src] = findIDs(t, src.path, data[src])
 		}
-		id := sha1.Sum([]byte("drill binary " + strconv.Itoa(i)))
 		b := data[src]
-		off := offs[src]
-		copy(b[off:off+20], id[:]) // written out before the next copy changes it again
+		ids[src].set(b, "drill binary "+strconv.Itoa(i)) // written out before the next copy changes it again
 		p := filepath.Join(dir, fmt.Sprintf("app-%03d-%s", i, src.name))
 		if err := os.WriteFile(p, b, 0o755); err != nil {
 			t.Fatal(err)
@@ -197,6 +188,91 @@ func split(bins []binary) (old, released []binary) {
 	return old, released
 }
 
+// idPlaces is where a program's build IDs are written in its file: the GNU note's 20 bytes,
+// and for a Go program every copy of its Go build ID (its note, and the marker the go
+// command writes at the start of the text).
+type idPlaces struct {
+	gnu  int
+	goID string
+	gos  []int
+}
+
+// findIDs finds the build IDs of the program at path, whose bytes are data.
+func findIDs(t *testing.T, path string, data []byte) idPlaces {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := f.Section(".note.gnu.build-id")
+	f.Close()
+	if note == nil || note.Size < 36 {
+		t.Fatalf("%s: no 20-byte .note.gnu.build-id", path)
+	}
+	ids, err := buildid.FromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := idPlaces{gnu: int(note.Offset) + 16, goID: ids.Go} // namesz, descsz, type, "GNU\0"
+	for off := 0; ids.Go != ""; {
+		k := bytes.Index(data[off:], []byte(ids.Go))
+		if k < 0 {
+			break
+		}
+		pl.gos = append(pl.gos, off+k)
+		off += k + len(ids.Go)
+	}
+	if ids.Go != "" && len(pl.gos) == 0 {
+		t.Fatalf("%s: Go build ID %s not found in its bytes", path, ids.Go)
+	}
+	return pl
+}
+
+// set writes build IDs derived from seed into data: a new GNU build ID and, for a Go
+// program, a new Go build ID of the same shape. Copies sharing a Go build ID would be one
+// build to the symbolizer, which answers a module by any of its IDs: a release's new copy
+// would be answered, before its upload, from an older copy's index (loaded by the new
+// copy's owner), which no real release of new code can be.
+func (pl idPlaces) set(data []byte, seed string) {
+	id := sha1.Sum([]byte(seed))
+	copy(data[pl.gnu:pl.gnu+20], id[:])
+	if pl.goID == "" {
+		return
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	h := sha256.Sum256([]byte("go " + seed))
+	goID := []byte(pl.goID)
+	for i, c := range goID {
+		if c != '/' {
+			goID[i] = alphabet[(h[i%len(h)]^byte(i/len(h)))&63]
+		}
+	}
+	for _, off := range pl.gos {
+		copy(data[off:], goID)
+	}
+}
+
+// ownIDs fails the test when a binary of bins shares a build ID with another one of seen
+// (build ID -> path), and adds bins' IDs to seen.
+func ownIDs(t *testing.T, seen map[string]string, bins []binary) {
+	t.Helper()
+	for _, b := range bins {
+		ids, err := buildid.FromFile(b.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"gnu:" + ids.GNU, "go:" + ids.Go} {
+			if id == "go:" {
+				continue
+			}
+			if other, ok := seen[id]; ok {
+				t.Fatalf("%s and %s share build ID %s: the drill's binaries must be distinct by every ID", other, b.path, id)
+			}
+			seen[id] = b.path
+		}
+	}
+}
+
 // rebuild writes copies of bins with build IDs of their own (salted by run): the same
 // programs released again, for another release phase.
 func rebuild(t *testing.T, bins []binary, run int) []binary {
@@ -208,17 +284,7 @@ func rebuild(t *testing.T, bins []binary, run int) []binary {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := elf.Open(b.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		note := f.Section(".note.gnu.build-id")
-		f.Close()
-		if note == nil || note.Size < 36 {
-			t.Fatalf("%s: no 20-byte .note.gnu.build-id", b.path)
-		}
-		id := sha1.Sum([]byte(fmt.Sprintf("drill binary %d release %d", i, run)))
-		copy(data[note.Offset+16:note.Offset+36], id[:])
+		findIDs(t, b.path, data).set(data, fmt.Sprintf("drill binary %d release %d", i, run))
 		p := filepath.Join(dir, fmt.Sprintf("r%d-%s", run, filepath.Base(b.path)))
 		if err := os.WriteFile(p, data, 0o755); err != nil {
 			t.Fatal(err)
@@ -382,6 +448,8 @@ func TestReleaseDay(t *testing.T) {
 		addrs[i] = strings.TrimPrefix(syms[i].URL(), "http://")
 	}
 	bins := makeBinaries(t, nbin, *flagMedium, *flagLarge)
+	ids := map[string]string{} // every build ID of the drill's binaries -> its binary
+	ownIDs(t, ids, bins)
 	old, released := split(bins)
 	byName := map[string]binary{}
 	var largest int64
@@ -772,6 +840,7 @@ func TestReleaseDay(t *testing.T) {
 		set := released
 		if run > 0 {
 			set = rebuild(t, released, run)
+			ownIDs(t, ids, set)
 			for _, b := range set {
 				byName[filepath.Base(b.path)] = b
 			}
