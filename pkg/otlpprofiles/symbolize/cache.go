@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"hash/maphash"
 	"sync"
+	"time"
 
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/pkg/symbolizecodec"
@@ -31,12 +32,16 @@ type lruIndex struct {
 type cacheEntry struct {
 	frames   []symbolizecodec.Frame
 	fidelity symbolizerv1.Fidelity
+	// expires, when set, is when the entry stops answering: an answer below FIDELITY_FULL may
+	// improve when a better file for its binary arrives (Config.PartialAnswerTTL).
+	expires time.Time
 }
 
 // lru holds the answers of the symbolizer for (binary, mapping, address), so the hot frames
 // of a fleet, which every request repeats, cost one call per gateway or Collector instead of one per
 // request. Only MODULE_STATUS_OK answers are kept: a missing binary may be uploaded any time.
 type lru struct {
+	now   func() time.Time
 	mu    sync.Mutex
 	max   int
 	ll    *list.List
@@ -50,10 +55,18 @@ type lruItem struct {
 }
 
 func newLRU(max int) *lru {
-	return &lru{max: max, ll: list.New(), items: make(map[lruIndex]*list.Element)}
+	return &lru{now: time.Now, max: max, ll: list.New(), items: make(map[lruIndex]*list.Element)}
 }
 
-// get looks k up; h is modHash(k.mod).
+// clock is the cache's time (time.Now; a test's clock), also when it is off.
+func (c *lru) clock() time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+// get looks k up; h is modHash(k.mod). An expired entry is dropped and misses.
 func (c *lru) get(k cacheKey, h uint64) (cacheEntry, bool) {
 	if c == nil || c.max <= 0 {
 		return cacheEntry{}, false
@@ -66,6 +79,11 @@ func (c *lru) get(k cacheKey, h uint64) (cacheEntry, bool) {
 	}
 	it := e.Value.(*lruItem)
 	if it.key != k {
+		return cacheEntry{}, false
+	}
+	if !it.val.expires.IsZero() && !c.now().Before(it.val.expires) {
+		c.ll.Remove(e)
+		delete(c.items, lruIndex{h, k.addr})
 		return cacheEntry{}, false
 	}
 	c.ll.MoveToFront(e)

@@ -84,6 +84,12 @@ type Config struct {
 	Concurrency int
 	// CacheEntries bounds the result cache (default 262144; negative disables it).
 	CacheEntries int
+	// PartialAnswerTTL is how long the cache keeps an answer below FIDELITY_FULL (symbols
+	// only, or lines without inline frames) before asking again (default 1m): the binary's
+	// better file may arrive after it (an executable uploaded before its debug file, a
+	// -dbg package installed later), and a cached answer must not hide it for as long as it
+	// stays hot. FULL answers stay until evicted; asking again costs one call per address.
+	PartialAnswerTTL time.Duration
 	// BreakerFailures consecutive calls that found the symbolizer hung open the breaker
 	// (default 5): for BreakerOpen (default 10s) no call is made and data passes on
 	// unsymbolized at once, then one probe call decides whether to close it again. Hung is a
@@ -148,6 +154,9 @@ func New(cfg Config) *Symbolizer {
 	}
 	if cfg.BreakerGiveUp <= 0 {
 		cfg.BreakerGiveUp = 30 * time.Second
+	}
+	if cfg.PartialAnswerTTL <= 0 {
+		cfg.PartialAnswerTTL = time.Minute
 	}
 	ft := make(map[string]bool, len(cfg.FrameTypes))
 	for _, t := range cfg.FrameTypes {
@@ -647,6 +656,9 @@ func (s *Symbolizer) call(ctx context.Context, b *batch) map[cacheKey]outcome {
 			}
 			// A cache entry holds copies: the answer's frames would keep the whole answer alive.
 			e := cacheEntry{frames: own.Frames(frames[j]), fidelity: r.GetFidelity()}
+			if e.fidelity != symbolizerv1.Fidelity_FIDELITY_FULL {
+				e.expires = s.cache.clock().Add(s.cfg.PartialAnswerTTL)
+			}
 			out[k] = outcome{entry: e}
 			s.cache.put(k, h, e)
 		}

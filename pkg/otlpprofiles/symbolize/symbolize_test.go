@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
@@ -144,6 +145,36 @@ func TestDedupeAndCache(t *testing.T) {
 	rep = s.Process(context.Background(), request(0x11, 0x12, 0x13))
 	if rep.CacheHits != 3 || rep.Symbolized != 3 || h.Calls.Load() != 1 {
 		t.Fatalf("second request: report %+v after %d calls; want 3 cache hits and no call", rep, h.Calls.Load())
+	}
+}
+
+// An answer below FIDELITY_FULL is asked again once PartialAnswerTTL has passed, so that a
+// better file uploaded after it (the executable first, its debug file next) shows; a FULL
+// answer stays until evicted.
+func TestPartialAnswersExpire(t *testing.T) {
+	h := &symbolizetest.Synthetic{}
+	h.Fidelity.Store(int32(symbolizerv1.Fidelity_FIDELITY_SYMBOLS))
+	s := symbolize.New(symbolize.Config{Client: symbolizetest.Client(t, h), PartialAnswerTTL: time.Minute})
+	now := time.Unix(1_000_000_000, 0)
+	symbolize.SetCacheClock(s, func() time.Time { return now })
+	for i, step := range []struct {
+		advance   time.Duration
+		fidelity  symbolizerv1.Fidelity
+		calls     int64
+		cacheHits int
+	}{
+		{0, symbolizerv1.Fidelity_FIDELITY_SYMBOLS, 1, 0},
+		{59 * time.Second, symbolizerv1.Fidelity_FIDELITY_SYMBOLS, 1, 2}, // within the TTL: cached
+		{time.Second, symbolizerv1.Fidelity_FIDELITY_FULL, 2, 0},         // expired: asked again, now FULL
+		{time.Hour, symbolizerv1.Fidelity_FIDELITY_FULL, 2, 2},           // FULL answers stay
+	} {
+		now = now.Add(step.advance)
+		h.Fidelity.Store(int32(step.fidelity))
+		rep := s.Process(context.Background(), request(0x11, 0x12))
+		if h.Calls.Load() != step.calls || rep.CacheHits != step.cacheHits || rep.Symbolized != 2 {
+			t.Fatalf("step %d (+%v): %d calls, report %+v; want %d calls, %d cache hits, 2 symbolized",
+				i, step.advance, h.Calls.Load(), rep, step.calls, step.cacheHits)
+		}
 	}
 }
 

@@ -31,6 +31,9 @@ type Synthetic struct {
 	// Hung, while set, holds every answer until the call's context ends: a symbolizer that
 	// accepts calls and never answers.
 	Hung atomic.Bool
+	// Fidelity, when set, is the fidelity of every answer (a symbolizer.v1.Fidelity; unset:
+	// FIDELITY_FULL).
+	Fidelity atomic.Int32
 
 	mu       sync.Mutex
 	maxAddrs int
@@ -105,6 +108,9 @@ func (s *Synthetic) Symbolize(ctx context.Context, req *connect.Request[symboliz
 			continue
 		}
 		r := &symbolizerv1.ModuleResult{Status: symbolizerv1.ModuleStatus_MODULE_STATUS_OK, Fidelity: symbolizerv1.Fidelity_FIDELITY_FULL}
+		if f := s.Fidelity.Load(); f != 0 {
+			r.Fidelity = symbolizerv1.Fidelity(f)
+		}
 		var locs [][]symbolizecodec.Frame
 		for _, a := range m.GetAddresses() {
 			locs = append(locs, Frames(a))
