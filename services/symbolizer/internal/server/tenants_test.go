@@ -428,6 +428,12 @@ func testTenantsKeptApart(t *testing.T, storeKeys func(prefix string) []string, 
 		t.Errorf("the default tenant has no quota: %+v", res)
 	}
 
+	// alpha's coverage tally is written behind its lookups (--coverage-interval): wait for it.
+	for deadline := time.Now().Add(20 * time.Second); len(storeKeys("tenants/alpha/coverage/")) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("alpha's coverage tally was never written under tenants/alpha/coverage/")
+		}
+	}
 	// Layout: the default tenant's records where they always were; each tenant's under its
 	// prefix; nothing of a tenant outside it.
 	for _, c := range []struct {
