@@ -79,7 +79,8 @@ func (f *fleet) dropIndexes(t *testing.T) (shas []string) {
 		}
 		if strings.HasSuffix(obj.Key, ".index") || strings.HasSuffix(obj.Key, ".strings") {
 			if strings.HasSuffix(obj.Key, ".index") {
-				shas = append(shas, strings.TrimSuffix(filepath.Base(obj.Key), ".index"))
+				sha, _, _ := strings.Cut(filepath.Base(obj.Key), ".") // <sha256>[variant].v<format>.index
+				shas = append(shas, sha)
 			}
 			if err := f.mc.RemoveObject(ctx, fleetBucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
 				t.Fatal(err)
