@@ -73,7 +73,11 @@ func (r *replica) waitReady(t *testing.T) bool {
 			return false
 		default:
 		}
-		resp, err := http.Get(r.url + "/readyz")
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.url+"/readyz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
