@@ -52,6 +52,11 @@ const (
 	headerSize    = 24
 )
 
+// FormatVersion is the index format version this build writes and reads. Stores name the
+// objects they keep by it, so that builds of two versions sharing one store (during a rolling
+// upgrade) do not overwrite each other's indexes.
+const FormatVersion = formatVersion
+
 var magic = [8]byte{'P', 'S', 'Y', 'M', 'I', 'D', 'X', 0x1a}
 
 // ErrVersion is returned by Unmarshal for an index written in a format version this build does

@@ -78,6 +78,9 @@ func execOf(f *File) *Exec {
 
 // Record is everything stored for one binary.
 type Record struct {
+	// Version is the format of the record (recordVersion when written; 0 in records written
+	// before it was kept, which are of version 1).
+	Version int     `json:"version,omitempty"`
 	Key     string  `json:"key"`
 	Current *File   `json:"current,omitempty"`
 	Pending *Upload `json:"pending,omitempty"`
@@ -237,7 +240,27 @@ func recordKey(id ID) string { return "records/" + id.pathPart() }
 func aliasKey(id ID) string  { return "ids/" + id.pathPart() }
 
 type alias struct {
-	Record string `json:"record"`
+	Version int    `json:"version,omitempty"` // as Record.Version
+	Record  string `json:"record"`
+}
+
+func newAlias(record string) alias { return alias{Version: recordVersion, Record: record} }
+
+// recordVersion is the format of records (record.json), aliases and quality objects. Within
+// a version fields are only ever added, never given another meaning: a release reads what it
+// knows and ignores the rest, and a record without a version is of version 1. A release that
+// changes what a field means raises it; a release meeting a record or alias of a version above
+// its own refuses it (ErrNewerFormat) rather than misread it or write over it.
+const recordVersion = 1
+
+// ErrNewerFormat says an object was written by a later release in a format this one does not read.
+var ErrNewerFormat = errors.New("written by a later release in a format this release does not read")
+
+func checkVersion(key string, v int) error {
+	if v > recordVersion {
+		return fmt.Errorf("%s: format version %d, this release reads up to %d: %w", key, v, recordVersion, ErrNewerFormat)
+	}
+	return nil
 }
 
 // readJSON reads a JSON object. One replaced by another replica while it was read is read
@@ -283,6 +306,9 @@ func (m *Catalog) writeJSON(ctx context.Context, key string, v any) error {
 func (m *Catalog) recordKeyFor(ctx context.Context, id ID) (key string, exists bool, err error) {
 	var a alias
 	err = m.readJSON(ctx, aliasKey(id), &a)
+	if err == nil {
+		err = checkVersion(aliasKey(id), a.Version)
+	}
 	switch {
 	case err == nil:
 		if !strings.HasPrefix(a.Record, "records/") || store.CheckKey(a.Record) != nil {
@@ -301,6 +327,9 @@ func (m *Catalog) loadRecord(ctx context.Context, key string) (*Record, error) {
 		if errors.Is(err, store.ErrNotExist) {
 			return &Record{Key: key}, nil
 		}
+		return nil, err
+	}
+	if err := checkVersion(key+"/record.json", r.Version); err != nil {
 		return nil, err
 	}
 	r.Key = key
@@ -341,6 +370,7 @@ func (m *Catalog) Arriving(ctx context.Context, id ID) (bool, error) {
 }
 
 func (m *Catalog) saveRecord(ctx context.Context, r *Record) error {
+	r.Version = recordVersion
 	return m.writeJSON(ctx, r.Key+"/record.json", r)
 }
 
@@ -407,7 +437,7 @@ func (m *Catalog) pointAliases(ctx context.Context, r *Record) error {
 				continue
 			}
 		}
-		if err := m.writeJSON(ctx, aliasKey(id), alias{Record: r.Key}); err != nil {
+		if err := m.writeJSON(ctx, aliasKey(id), newAlias(r.Key)); err != nil {
 			return err
 		}
 		r.Aliases = append(r.Aliases, id)

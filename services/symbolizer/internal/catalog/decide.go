@@ -171,7 +171,7 @@ func (m *Catalog) Initiate(ctx context.Context, d Desc) (*Upload, error) {
 	if err := m.saveRecord(ctx, r); err != nil {
 		return nil, err
 	}
-	if err := m.writeJSON(ctx, "uploads-index/"+r.Pending.ID, alias{Record: key}); err != nil {
+	if err := m.writeJSON(ctx, "uploads-index/"+r.Pending.ID, newAlias(key)); err != nil {
 		return nil, err
 	}
 	return r.Pending, nil

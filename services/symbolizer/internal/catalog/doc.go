@@ -18,7 +18,9 @@
 //
 //	records/<type>/<id>/record.json   the record, keyed by the ID of its first upload
 //	records/<type>/<id>/<sha256>      the file
-//	records/<type>/<id>/<sha256>.index the serialized symbolization index of that file
+//	records/<type>/<id>/<sha256>[variant].v<format>.index   the serialized symbolization index of
+//	                                  that file, per index format version (indexstore.go);
+//	                                  .strings and .quality beside it likewise
 //	ids/<type>/<id>                   alias: the record key an ID resolves to
 //	uploads/<upload id>               bytes of an upload until FinishUpload verifies them
 package catalog

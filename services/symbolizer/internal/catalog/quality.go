@@ -30,18 +30,22 @@ import (
 // objects when the file is replaced or deleted.
 
 // QualityObjectOf is where the quality of the file read with the companions variant names is
-// stored, beside that variant's index.
-func (f *File) QualityObjectOf(variant string) string { return f.Object + variant + ".quality" }
+// stored, beside that variant's index and, like it, under the index format version (the
+// reading that finds it is the index builder's; another release's may find another).
+func (f *File) QualityObjectOf(variant string) string {
+	return f.Object + variant + formatTag + ".quality"
+}
 
 // storedQuality is a quality object.
 type storedQuality struct {
+	Version int     `json:"version,omitempty"` // as Record.Version
 	Quality Quality `json:"quality"`
 }
 
 // StoreQuality stores q, found reading f with the companions variant names. A failure is
 // logged, not returned: the quality can always be computed again from the files.
 func (m *Catalog) StoreQuality(ctx context.Context, f *File, variant string, q Quality) {
-	if err := m.writeJSON(ctx, f.QualityObjectOf(variant), storedQuality{Quality: q}); err != nil {
+	if err := m.writeJSON(ctx, f.QualityObjectOf(variant), storedQuality{Version: recordVersion, Quality: q}); err != nil {
 		m.opt.Logger.Warn("store quality", "object", f.QualityObjectOf(variant), "err", err)
 	}
 }
@@ -94,7 +98,10 @@ func (m *Catalog) readQuality(ctx context.Context, key string) (Quality, error) 
 	err := m.readJSON(ctx, key, &sq)
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	if errors.As(err, &syn) || errors.As(err, &typ) {
+	if err == nil {
+		err = checkVersion(key, sq.Version)
+	}
+	if errors.As(err, &syn) || errors.As(err, &typ) || errors.Is(err, ErrNewerFormat) {
 		m.opt.Logger.Warn("stored quality unusable; computing it again", "object", key, "err", err)
 		return Quality{}, fmt.Errorf("%s: %w", key, store.ErrNotExist)
 	}

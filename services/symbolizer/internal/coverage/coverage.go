@@ -153,10 +153,19 @@ type key struct {
 
 // shard is one replica's file.
 type shard struct {
+	// Version is the shard's format (shardVersion; 0 in files written before it was kept,
+	// which are of version 1).
+	Version   int       `json:"version,omitempty"`
 	Instance  string    `json:"instance"`
 	UpdatedAt time.Time `json:"updated_at"`
 	Entries   []*Entry  `json:"entries"`
 }
+
+// shardVersion is the format of coverage files. Fields are only ever added within a version;
+// a reader skips (and logs) a file of a later version rather than misread its tallies: each
+// replica rewrites its own file every interval, so after an upgrade the later release's files
+// are read by that release only, and an earlier release's files, still readable, age out.
+const shardVersion = 1
 
 // Options configures a Recorder.
 type Options struct {
@@ -340,7 +349,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.dirty = false
 	r.mu.Unlock()
 	if dirty {
-		data, err := json.Marshal(shard{Instance: r.instance, UpdatedAt: r.opt.Now().UTC(), Entries: r.snapshot()})
+		data, err := json.Marshal(shard{Version: shardVersion, Instance: r.instance, UpdatedAt: r.opt.Now().UTC(), Entries: r.snapshot()})
 		if err != nil {
 			return fmt.Errorf("coverage: encode: %w", err)
 		}
@@ -440,6 +449,9 @@ func (r *Recorder) read(ctx context.Context, k string) (*shard, error) {
 	var sh shard
 	if err := json.Unmarshal(data, &sh); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if sh.Version > shardVersion {
+		return nil, fmt.Errorf("format version %d, this release reads up to %d", sh.Version, shardVersion)
 	}
 	return &sh, nil
 }

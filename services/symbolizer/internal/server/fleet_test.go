@@ -22,6 +22,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -79,7 +80,8 @@ func (f *fleet) dropIndexes(t *testing.T) (shas []string) {
 		}
 		if strings.HasSuffix(obj.Key, ".index") || strings.HasSuffix(obj.Key, ".strings") {
 			if strings.HasSuffix(obj.Key, ".index") {
-				shas = append(shas, strings.TrimSuffix(filepath.Base(obj.Key), ".index"))
+				sha, _, _ := strings.Cut(filepath.Base(obj.Key), ".") // <sha256>[variant].v<format>.index
+				shas = append(shas, sha)
 			}
 			if err := f.mc.RemoveObject(ctx, fleetBucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
 				t.Fatal(err)
@@ -122,14 +124,15 @@ func (f *fleet) symbolizeEverywhere(t *testing.T, bin binary, from, n int) {
 // would, expiring in 2 s: a Redis key, or without Redis an object in the bucket.
 func (f *fleet) deadBuilder(t *testing.T, sha string) {
 	t.Helper()
+	key := fmt.Sprintf("index/v%d/%s", index.FormatVersion, sha) // the build lease of this index format
 	if f.rcl != nil {
-		if err := f.rcl.Set(context.Background(), "profsym:lease:index/"+sha, "a dead replica", 2*time.Second).Err(); err != nil {
+		if err := f.rcl.Set(context.Background(), "profsym:lease:"+key, "a dead replica", 2*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
 	body := "a-dead-replica " + strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10)
-	if _, err := f.mc.PutObject(context.Background(), fleetBucket, "leases/index/"+sha, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+	if _, err := f.mc.PutObject(context.Background(), fleetBucket, "leases/"+key, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -749,7 +749,8 @@ func (s *Service) loadOrBuild(ctx context.Context, rec *catalog.Record, comps ca
 	if s.opt.BuildLocks == nil {
 		return s.build(ctx, rec, comps)
 	}
-	key := "index/" + f.SHA256 + variant
+	// Per format version: a replica of another release builds another object.
+	key := fmt.Sprintf("index/v%d/%s%s", index.FormatVersion, f.SHA256, variant)
 	giveUp := time.Now().Add(s.opt.BuildWait)
 	pause := 50 * time.Millisecond
 	waited := false
@@ -798,6 +799,11 @@ func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant strin
 	if err != nil {
 		if opened {
 			s.countLoad("error")
+		} else if errors.Is(err, store.ErrNotExist) {
+			// Stored by a release before per-format keys: read when of this format.
+			if ix := s.loadLegacy(ctx, f, variant); ix != nil {
+				return ix, nil
+			}
 		}
 		return nil, err
 	}
@@ -809,6 +815,24 @@ func (s *Service) loadStored(ctx context.Context, f *catalog.File, variant strin
 	}
 	s.countLoad("ok")
 	return ix, nil
+}
+
+// loadLegacy reads the index a release before per-format keys stored for f, and adopts it
+// (copies it to its per-format key) when it is of this build's format; nil otherwise (absent,
+// or of another format: the caller builds its own, and leaves that one to its release).
+func (s *Service) loadLegacy(ctx context.Context, f *catalog.File, variant string) *index.Index {
+	b, _, err := s.readObject(ctx, f.LegacyIndexObjectOf(variant))
+	if err != nil {
+		return nil
+	}
+	ix, err := index.Unmarshal(b)
+	if err != nil {
+		s.opt.Logger.Debug("index of an earlier release not read", "object", f.LegacyIndexObjectOf(variant), "err", err)
+		return nil
+	}
+	s.countLoad("ok")
+	s.meta.AdoptIndex(ctx, f, variant, ix)
+	return ix
 }
 
 func (s *Service) countLoad(result string) {
