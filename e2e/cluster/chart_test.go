@@ -464,6 +464,11 @@ func (e *chartE2E) compareLLVM(ctx context.Context, t *testing.T, w workload, bi
 			}
 			want = append(want, fmt.Sprintf("%s %s:%s", fn, file, line))
 		}
+		// llvm-symbolizer's "??" and "??:0" for an address it knows nothing of: no frame, as
+		// the gateway leaves such an address.
+		if len(want) == 1 && want[0] == " :0" {
+			want = nil
+		}
 		var got []string
 		for _, f := range l.frames {
 			got = append(got, fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line))
