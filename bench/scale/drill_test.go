@@ -69,6 +69,7 @@ var (
 	flagReport   = flag.String("drill.report", "", "write the figures here (phase, figure, value; tab-separated) for bench/scale/run.sh's side-by-side table")
 	flagHold     = flag.Duration("drill.hold", 30*time.Second, "how long a gateway holds a profile whose frames wait for arriving debuginfo or a busy replica (0: no hold)")
 	flagReleases = flag.Int("drill.releases", 2, "release phases in a row, each with binaries never seen before; the worst is reported")
+	flagHeap     = flag.String("drill.heap-profiles", "", "a folder: each replica's heap profile (pprof) is saved there whenever its RSS reaches a new peak, with its Go heap figures then in peaks.log")
 )
 
 const gateways = 2
@@ -294,6 +295,65 @@ func rebuild(t *testing.T, bins []binary, run int) []binary {
 	return out
 }
 
+// heapPeaks samples the replicas' RSS until the test ends and, each time a replica's passes
+// its last peak by 32 MiB, saves its heap profile (dir/replica-N.heap.pb.gz, the latest peak)
+// and logs its Go heap figures to dir/peaks.log: where the memory of a peak goes.
+func heapPeaks(t *testing.T, dir string, syms []*testsupport.Symbolizer) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("heap profiles: %v", err)
+		return
+	}
+	logf, err := os.Create(filepath.Join(dir, "peaks.log"))
+	if err != nil {
+		t.Errorf("heap profiles: %v", err)
+		return
+	}
+	defer logf.Close()
+	peaks := make([]int64, len(syms))
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.Context().Done():
+			return
+		case <-tick.C:
+		}
+		for i, s := range syms {
+			pid := s.PID()
+			if pid <= 0 {
+				continue
+			}
+			rss := procstat.Memory(pid, "VmRSS")
+			if rss < peaks[i]+32<<20 {
+				continue
+			}
+			peaks[i] = rss
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.URL()+"/debug/pprof/heap", nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+s.Token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("replica-%d.heap.pb.gz", i)), b, 0o644); err != nil {
+				t.Errorf("heap profiles: %v", err)
+				return
+			}
+			m := func(name string) int64 { return int64(symbolizerMetrics(t, s.URL(), name, "")) >> 20 }
+			fmt.Fprintf(logf, "%s replica %d RSS %d MiB: heap alloc %d MiB, in use %d MiB, idle %d MiB, released %d MiB, next GC %d MiB; indexes %d MiB\n",
+				time.Now().Format(time.TimeOnly), i, rss>>20, m("go_memstats_heap_alloc_bytes"), m("go_memstats_heap_inuse_bytes"),
+				m("go_memstats_heap_idle_bytes"), m("go_memstats_heap_released_bytes"), m("go_memstats_next_gc_bytes"), m("symbolizer_index_cache_bytes"))
+		}
+	}
+}
+
 // symbolizerMetrics sums a counter of one symbolizer's /metrics over label sets matching with.
 func symbolizerMetrics(t *testing.T, url, name, with string) float64 {
 	t.Helper()
@@ -443,9 +503,15 @@ func TestReleaseDay(t *testing.T) {
 		"--index-cache-bytes", strconv.FormatInt(*flagCache, 10)}
 	syms := make([]*testsupport.Symbolizer, 3)
 	addrs := make([]string, 3)
+	if *flagHeap != "" {
+		s3 = append(s3, "--pprof")
+	}
 	for i := range syms {
 		syms[i] = testsupport.StartSymbolizer(t, cluster.URL(), s3...)
 		addrs[i] = strings.TrimPrefix(syms[i].URL(), "http://")
+	}
+	if *flagHeap != "" {
+		go heapPeaks(t, *flagHeap, syms)
 	}
 	bins := makeBinaries(t, nbin, *flagMedium, *flagLarge)
 	ids := map[string]string{} // every build ID of the drill's binaries -> its binary
