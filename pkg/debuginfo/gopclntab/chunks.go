@@ -25,6 +25,15 @@ func (c *chunks[T]) add(v T) {
 	c.n++
 }
 
+// reset empties c, keeping its first block's memory.
+func (c *chunks[T]) reset() {
+	if len(c.blocks) > 0 {
+		c.blocks = c.blocks[:1]
+		c.blocks[0] = c.blocks[0][:0]
+	}
+	c.n = 0
+}
+
 func (c *chunks[T]) len() int { return c.n }
 
 func (c *chunks[T]) each(fn func(*T)) {

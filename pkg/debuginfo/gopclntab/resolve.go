@@ -19,6 +19,7 @@ type Resolver struct {
 	mem   *memory
 	inl   *inlineLayout
 	fs    funcState
+	st    *stage               // reused by decode, reset for each function
 	funcs map[int]*index.Index // by functab position; nil: the function has no code or is corrupt
 	errs  int
 }
@@ -38,7 +39,7 @@ func NewResolver(f *elf.File) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse %s header: %w", s.Name, err)
 	}
-	r := &Resolver{t: t, mem: mem, inl: inlineFor(f, mem, t), funcs: map[int]*index.Index{}}
+	r := &Resolver{t: t, mem: mem, inl: inlineFor(f, mem, t), funcs: map[int]*index.Index{}, st: newStage()}
 	r.fs.memo = map[int32]uint32{}
 	r.fs.visiting = map[int32]bool{}
 	return r, nil
@@ -90,7 +91,8 @@ func (r *Resolver) decode(i int) *index.Index {
 		r.errs++
 		return nil
 	}
-	st := newStage()
+	st := r.st
+	st.reset()
 	var stats Stats
 	if err := st.loadFunc(t, r.mem, r.inl, &fi, limit, &r.fs, &stats); err != nil {
 		r.errs++
