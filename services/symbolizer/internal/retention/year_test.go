@@ -380,6 +380,10 @@ func race(t *testing.T, s *simulation, keep map[string]bool, here *symbolizeapi.
 				if _, err := upload(ctx, s.meta, data, id, b.name, debuginfov1.UploadSource_UPLOAD_SOURCE_CI); err != nil {
 					report("upload build %d again: %v", b.n, err)
 				}
+				// The upload lands in the sweeping replica's process, which forgets what it
+				// resolved, as its upload API does: a "nothing stored" it remembered from
+				// after the deletion (for a fifth of its hour-long ResolveTTL) would hide it.
+				here.Forget()
 				continue
 			}
 			data, id := s.tp.build(1_000_000+i, 0)
@@ -387,6 +391,7 @@ func race(t *testing.T, s *simulation, keep map[string]bool, here *symbolizeapi.
 				report("upload fresh build: %v", err)
 				continue
 			}
+			here.Forget()
 			mu.Lock()
 			fresh = append(fresh, id)
 			mu.Unlock()
