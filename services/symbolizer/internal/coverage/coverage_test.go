@@ -3,6 +3,7 @@ package coverage
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -208,5 +209,51 @@ func TestMissingCompanions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestShardVersions: a replica writes its file with the format version; a file without one (an
+// earlier release) is read; one of a later version is skipped, not misread.
+func TestShardVersions(t *testing.T) {
+	st, err := store.NewFolder(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	a := New(st, Options{Now: func() time.Time { return now }})
+	a.Record(mod("aa", 3, "/bin/x"), answer(symbolizerv1.ModuleStatus_MODULE_STATUS_OK, 1, 1, 1))
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := st.Open(ctx, a.object())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written map[string]any
+	err = json.NewDecoder(rc).Decode(&written)
+	rc.Close()
+	if err != nil || written["version"] != float64(shardVersion) {
+		t.Fatalf("written with version %v (%v), want %d", written["version"], err, shardVersion)
+	}
+	put := func(name string, version int) {
+		b, err := json.Marshal(shard{Version: version, Instance: name, UpdatedAt: now,
+			Entries: []*Entry{{Type: debuginfov1.BuildIDType_BUILD_ID_TYPE_GNU, ID: "aa", Asked: 10}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Put(ctx, prefix+name+".json", bytes.NewReader(b), int64(len(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("earlier", 0)            // no version field: read as version 1
+	put("later", shardVersion+1) // skipped
+	b := New(st, Options{Now: func() time.Time { return now }})
+	got, _, err := b.List(ctx, Filter{})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("List = %v, %v", got, err)
+	}
+	if got[0].Asked != 13 {
+		t.Fatalf("asked %d, want 13 (3 from this release's file, 10 from the earlier one, none from the later)", got[0].Asked)
 	}
 }
