@@ -231,65 +231,47 @@ func (t symbolizeByTenant) Symbolize(ctx context.Context, req *connect.Request[s
 }
 
 // debuginfoByTenant answers DebuginfoService with the caller's tenant's service.
-type debuginfoByTenant struct {
-	debuginfov1connect.UnimplementedDebuginfoServiceHandler
-	s *Server
+type debuginfoByTenant struct{ s *Server }
+
+var _ debuginfov1connect.DebuginfoServiceHandler = debuginfoByTenant{}
+
+// forTenant calls method of the caller's tenant's upload service.
+func forTenant[Req, Resp any](t debuginfoByTenant, ctx context.Context, req *connect.Request[Req],
+	method func(*uploadapi.Service, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
+	st, err := t.s.of(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return method(st.up, ctx, req)
 }
 
 func (t debuginfoByTenant) ShouldUpload(ctx context.Context, req *connect.Request[debuginfov1.ShouldUploadRequest]) (*connect.Response[debuginfov1.ShouldUploadResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.ShouldUpload(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).ShouldUpload)
 }
 
 func (t debuginfoByTenant) InitiateUpload(ctx context.Context, req *connect.Request[debuginfov1.InitiateUploadRequest]) (*connect.Response[debuginfov1.InitiateUploadResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.InitiateUpload(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).InitiateUpload)
 }
 
 func (t debuginfoByTenant) FinishUpload(ctx context.Context, req *connect.Request[debuginfov1.FinishUploadRequest]) (*connect.Response[debuginfov1.FinishUploadResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.FinishUpload(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).FinishUpload)
 }
 
 func (t debuginfoByTenant) Get(ctx context.Context, req *connect.Request[debuginfov1.GetRequest]) (*connect.Response[debuginfov1.GetResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.Get(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).Get)
 }
 
 func (t debuginfoByTenant) List(ctx context.Context, req *connect.Request[debuginfov1.ListRequest]) (*connect.Response[debuginfov1.ListResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.List(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).List)
 }
 
 func (t debuginfoByTenant) Delete(ctx context.Context, req *connect.Request[debuginfov1.DeleteRequest]) (*connect.Response[debuginfov1.DeleteResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.Delete(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).Delete)
 }
 
 func (t debuginfoByTenant) ListCoverage(ctx context.Context, req *connect.Request[debuginfov1.ListCoverageRequest]) (*connect.Response[debuginfov1.ListCoverageResponse], error) {
-	st, err := t.s.of(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.up.ListCoverage(ctx, req)
+	return forTenant(t, ctx, req, (*uploadapi.Service).ListCoverage)
 }
 
 // tenantsReload re-reads the tenant tokens file and makes stacks for tenants it now names.

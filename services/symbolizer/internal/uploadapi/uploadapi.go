@@ -29,7 +29,6 @@ import (
 
 // Service is the DebuginfoService handler.
 type Service struct {
-	debuginfov1connect.UnimplementedDebuginfoServiceHandler
 	meta *catalog.Catalog
 	m    *metrics.Metrics
 	log  *slog.Logger
@@ -434,3 +433,7 @@ func (s *Service) PutHandler(tokens *auth.Tokens) http.Handler {
 		w.WriteHeader(http.StatusOK)
 	})
 }
+
+// Every method of the service is implemented here: a method added to the API fails the build
+// until it is.
+var _ debuginfov1connect.DebuginfoServiceHandler = (*Service)(nil)
