@@ -101,45 +101,7 @@ func TestChartOnCluster(t *testing.T) {
 		t.Skipf("%s: %v", tool, err)
 	}
 	ctx := t.Context()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// The images build while the cluster comes up.
-	imgDir := t.TempDir()
-	built := make(chan error, 1)
-	start := time.Now()
-	go func() {
-		cmd := exec.CommandContext(ctx, "go", "run", "./deploy/imagebuild", "-repo", root, "-out", imgDir, "-arch", "amd64", "-only", chartImages)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go run ./deploy/imagebuild: %w\n%s", err, out)
-		}
-		built <- err
-	}()
-	clusterDir := t.TempDir()
-	c, err := cluster.Up(ctx, cluster.Config{Dir: clusterDir, Logger: log})
-	if err != nil {
-		if berr := <-built; berr != nil {
-			t.Log(berr)
-		}
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Down(context.Background()); err != nil {
-			t.Errorf("cluster down: %v", err)
-		}
-	})
-	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("images built in %v", time.Since(start).Round(time.Millisecond))
-	imported := importImages(ctx, t, c, imgDir)
-	t.Logf("imported %s", strings.Join(imported, ", "))
+	c, clusterDir, root, start := upWithImages(t, chartImages)
 
 	sink, stopSink, err := startSink(c)
 	if err != nil {
@@ -348,7 +310,7 @@ func (e *chartE2E) checkWorkloads(ctx context.Context, t *testing.T, since time.
 		if pid == "" {
 			continue
 		}
-		e.compareLLVM(ctx, t, w, filepath.Join("/proc", pid, "root", strings.TrimPrefix(w.exe, "/")), p)
+		e.compareLLVM(ctx, t, w, inRoot(pid, w.exe), p)
 		e.buildIDs[w.name] = p.buildID
 		e.checkUploaded(ctx, t, w, p)
 	}
@@ -972,4 +934,48 @@ func TestChartReadmeDeploy(t *testing.T) {
 		t.Errorf("README.md, \"Deploy\": the deploy commands are\n%s\nwant the ones the test runs:\n%s",
 			strings.Join(block, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// upWithImages brings a cluster up (down when the test ends) while the offline builder builds
+// images (a -only list), and imports them: the cluster, its folder, the repository root and
+// when it started.
+func upWithImages(t *testing.T, images string) (*cluster.Cluster, string, string, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgDir := t.TempDir()
+	built := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		cmd := exec.CommandContext(ctx, "go", "run", "./deploy/imagebuild", "-repo", root, "-out", imgDir, "-arch", "amd64", "-only", images)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go run ./deploy/imagebuild: %w\n%s", err, out)
+		}
+		built <- err
+	}()
+	clusterDir := t.TempDir()
+	c, err := cluster.Up(ctx, cluster.Config{Dir: clusterDir, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		if berr := <-built; berr != nil {
+			t.Log(berr)
+		}
+		t.Fatalf("cluster up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Down(context.Background()); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+	})
+	t.Logf("cluster %s up in %v", c.Name, time.Since(start).Round(time.Millisecond))
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("images built in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("imported %s", strings.Join(importImages(ctx, t, c, imgDir), ", "))
+	return c, clusterDir, root, start
 }

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -79,45 +78,7 @@ const (
 func TestKustomizeProductionOnCluster(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// The images build while the cluster comes up.
-	imgDir := t.TempDir()
-	built := make(chan error, 1)
-	start := time.Now()
-	go func() {
-		cmd := exec.CommandContext(ctx, "go", "run", "./deploy/imagebuild", "-repo", root, "-out", imgDir, "-arch", "amd64", "-only", productionImages)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go run ./deploy/imagebuild: %w\n%s", err, out)
-		}
-		built <- err
-	}()
-	clusterDir := t.TempDir()
-	c, err := cluster.Up(ctx, cluster.Config{Dir: clusterDir, Logger: log})
-	if err != nil {
-		if berr := <-built; berr != nil {
-			t.Log(berr)
-		}
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Down(context.Background()); err != nil {
-			t.Errorf("cluster down: %v", err)
-		}
-	})
-	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("images built in %v", time.Since(start).Round(time.Millisecond))
-	imported := importImages(ctx, t, c, imgDir)
-	t.Logf("imported %s", strings.Join(imported, ", "))
+	c, _, root, _ := upWithImages(t, productionImages)
 
 	// As docs/operations.md says for production: the namespaces first, then the Secrets (and,
 	// here, the store and the cache, which in production exist before profsym), then the overlay.

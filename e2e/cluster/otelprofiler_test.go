@@ -5,7 +5,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,44 +86,8 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 		t.Skipf("helm (bash .ci/install-deps): %v", err)
 	}
 	ctx := t.Context()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	nodeTracefs(t)
-
-	imgDir := t.TempDir()
-	built := make(chan error, 1)
-	start := time.Now()
-	go func() {
-		cmd := exec.CommandContext(ctx, "go", "run", "./deploy/imagebuild", "-repo", root, "-out", imgDir, "-arch", "amd64", "-only", otelProfilerImages)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go run ./deploy/imagebuild: %w\n%s", err, out)
-		}
-		built <- err
-	}()
-	clusterDir := t.TempDir()
-	c, err := cluster.Up(ctx, cluster.Config{Dir: clusterDir, Logger: log})
-	if err != nil {
-		if berr := <-built; berr != nil {
-			t.Log(berr)
-		}
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Down(context.Background()); err != nil {
-			t.Errorf("cluster down: %v", err)
-		}
-	})
-	t.Logf("cluster %s up in %v", c.Name, time.Since(start).Round(time.Millisecond))
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("images built in %v", time.Since(start).Round(time.Millisecond))
-	t.Logf("imported %s", strings.Join(importImages(ctx, t, c, imgDir), ", "))
+	c, clusterDir, root, _ := upWithImages(t, otelProfilerImages)
 
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(otelProfilerValues), 0o644); err != nil {
@@ -199,14 +162,14 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	// The interpreter, read on the node through the workload's process, and its debug file
 	// (Debian's python3.11-dbg, found by the executable's build ID) to the symbolizer.
 	pid := pyloopPID(ctx, t, client)
-	link, err := os.Readlink("/proc/" + pid + "/root/usr/bin/python3")
+	link, err := os.Readlink(inRoot(pid, "usr/bin/python3"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := t.TempDir()
-	pyExe, pyDebug := withDebugFile(t, files, "/proc/"+pid+"/root/usr/bin/"+link, "python3.11-dbg")
+	pyExe, pyDebug := withDebugFile(t, files, inRoot(pid, "usr/bin", link), "python3.11-dbg")
 	// The C library below the interpreter (__libc_start_main), with Debian's libc6-dbg.
-	libc, libcDebug := withDebugFile(t, files, "/proc/"+pid+"/root"+mappedFile(t, pid, "/libc.so.6"), "libc6-dbg")
+	libc, libcDebug := withDebugFile(t, files, inRoot(pid, mappedFile(t, pid, "/libc.so.6")), "libc6-dbg")
 	up := newUploader(ctx, t, c, client)
 	// The debug files first: the gateway keeps the answers it got for an address (its cache
 	// of cache_entries) when a better file of the binary arrives later, so profiles symbolized
@@ -285,7 +248,7 @@ func pyloopPID(ctx context.Context, t *testing.T, client *kubernetes.Clientset) 
 // ends with suffix.
 func mappedFile(t *testing.T, pid, suffix string) string {
 	t.Helper()
-	maps, err := os.ReadFile("/proc/" + pid + "/maps")
+	maps, err := os.ReadFile(filepath.Join("/proc", pid, "maps"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +448,7 @@ func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, timeo
 }
 
 // withDebugFile copies an executable the node reads (a process's executable through
-// /proc/PID/root) and its debug file on the node (/usr/lib/debug/.build-id/xx/yyyy.debug, as
+// the process's root under /proc) and its debug file on the node (/usr/lib/debug/.build-id/xx/yyyy.debug, as
 // Debian's -dbg packages install it) into dir, and returns the two copies.
 func withDebugFile(t *testing.T, dir, exe, debugPackage string) (string, string) {
 	t.Helper()
@@ -580,4 +543,10 @@ func readPprof(file string) (*profile.Profile, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return p, nil
+}
+
+// inRoot is the path of a file of process pid's filesystem (its mount namespace's root, under
+// /proc), from the node.
+func inRoot(pid string, elem ...string) string {
+	return filepath.Join(append([]string{"/proc", pid, "root"}, elem...)...)
 }
