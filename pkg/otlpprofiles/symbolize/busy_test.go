@@ -43,18 +43,46 @@ func TestBusyIsNotDown(t *testing.T) {
 			reps[i].Upload(t, b.Path)
 		}
 	}
-	proxies := make([]*toxiproxy.Proxy, len(reps))
-	addrs := make([]string, len(reps))
-	for i, r := range reps {
-		proxies[i] = tox.Proxy("replica-"+strconv.Itoa(i), strings.TrimPrefix(r.URL(), "http://"))
-		addrs[i] = proxies[i].Listen
+	keys := make([]string, len(bins))
+	for i, b := range bins {
+		ids, err := buildid.FromFile(b.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = affinity.Key(&symbolizerv1.Module{GnuBuildId: ids.GNU, GoBuildId: ids.Go, Htlhash: ids.HTLHash})
 	}
-	// The slow replica is the owner of the first binary.
-	ids, err := buildid.FromFile(bins[0].Path)
-	if err != nil {
-		t.Fatal(err)
+	// Ownership follows the proxies' addresses, which the kernel picks: with three binaries
+	// and three replicas, one time in nine a single replica owns them all and nothing would
+	// be left for the others to answer. Such a draw is dealt again.
+	var (
+		proxies []*toxiproxy.Proxy
+		addrs   []string
+		owner   int
+	)
+	for attempt := 0; ; attempt++ {
+		proxies, addrs = make([]*toxiproxy.Proxy, len(reps)), make([]string, len(reps))
+		for i, r := range reps {
+			proxies[i] = tox.Proxy("replica-"+strconv.Itoa(attempt)+"-"+strconv.Itoa(i), strings.TrimPrefix(r.URL(), "http://"))
+			addrs[i] = proxies[i].Listen
+		}
+		owners := make([]string, len(keys))
+		for i, k := range keys {
+			owners[i] = affinity.Owners(k, addrs)[0]
+		}
+		if slices.ContainsFunc(owners, func(o string) bool { return o != owners[0] }) {
+			// The slow replica is the owner of the first binary; another owns at least one.
+			owner = slices.Index(addrs, owners[0])
+			break
+		}
+		if attempt == 20 {
+			t.Fatalf("20 draws of proxy addresses gave every binary one owner: %v", owners)
+		}
+		for _, p := range proxies {
+			if err := p.Delete(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	owner := slices.Index(addrs, affinity.Owners(affinity.Key(&symbolizerv1.Module{GnuBuildId: ids.GNU, GoBuildId: ids.Go, Htlhash: ids.HTLHash}), addrs)[0])
 	slow := proxies[owner]
 	other := (owner + 1) % len(reps)
 	var logs testsupport.Buffer
