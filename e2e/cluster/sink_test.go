@@ -20,15 +20,14 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // the gateway's exporter compresses with gzip
-	"google.golang.org/grpc/status"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/profsym/profsym/e2e/cluster"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles"
+	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 )
 
 // sinkAddr is where the gateway sends its profiles (gateway.otlpGrpcEndpoint in
@@ -46,7 +45,6 @@ type sunk struct {
 // samples of each collector interval, by the interval's end (every profile of a collector
 // request has the same time and duration, which the gateway passes on unchanged).
 type otlpSink struct {
-	pprofileotlp.UnimplementedGRPCServer
 	mu       sync.Mutex
 	requests []sunk
 	byEnd    map[int64]int64 // interval end, Unix ns -> samples
@@ -59,24 +57,14 @@ func startSink(c *cluster.Cluster) (*otlpSink, func(), error) {
 		return nil, nil, err
 	}
 	s := &otlpSink{byEnd: map[int64]int64{}}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
-	pprofileotlp.RegisterGRPCServer(srv, s)
+	srv := otlptest.NewProfilesServer(s.Export, grpc.MaxRecvMsgSize(64<<20))
 	go func() { _ = srv.Serve(l) }()
 	return s, srv.Stop, nil
 }
 
 func (s *otlpSink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
-	// A round trip through the wire format copies the request and turns attributes sent as
-	// string-table references into plain ones (otlpprofiles.ResolveReferences says why).
-	data, err := req.MarshalProto()
-	if err != nil {
-		return pprofileotlp.NewExportResponse(), status.Error(codes.InvalidArgument, err.Error())
-	}
-	own := pprofileotlp.NewExportRequest()
-	if err := own.UnmarshalProto(data); err != nil {
-		return pprofileotlp.NewExportResponse(), status.Error(codes.InvalidArgument, err.Error())
-	}
-	pd := own.Profiles()
+	// The request was decoded from the wire for this call alone: the sink may keep it.
+	pd := req.Profiles()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, sunk{time.Now(), pd})

@@ -85,9 +85,8 @@ func buildCollector(ctx context.Context, ocb, dir string) (string, error) {
 	return filepath.Join(out, "otelcol-symbolize"), nil
 }
 
-// downstream is an OTLP/gRPC profiles endpoint, pdata's own server, that records what arrives.
+// downstream is an OTLP/gRPC profiles endpoint that records what arrives.
 type downstream struct {
-	pprofileotlp.UnimplementedGRPCServer
 	addr string
 	mu   sync.Mutex
 	got  []pprofile.Profiles
@@ -101,20 +100,16 @@ func startDownstream(t *testing.T) *downstream {
 		t.Fatal(err)
 	}
 	d := &downstream{addr: l.Addr().String()}
-	s := grpc.NewServer()
-	pprofileotlp.RegisterGRPCServer(s, d)
+	s := otlptest.NewProfilesServer(d.Export)
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
 	return d
 }
 
 func (d *downstream) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	// Decoded from the wire for this call alone: string-table references in resource
+	// attributes come resolved, as a backend reads them.
 	pd := req.Profiles()
-	// pdata's gRPC server at this version leaves string-table references in resource
-	// attributes; a backend reads them resolved.
-	if err := otlpprofiles.ResolveReferences(pd); err != nil {
-		return pprofileotlp.NewExportResponse(), err
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.got = append(d.got, pd)

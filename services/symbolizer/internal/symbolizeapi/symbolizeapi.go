@@ -77,6 +77,8 @@ type Options struct {
 	BuildWait time.Duration
 }
 
+var _ symbolizerv1connect.SymbolizerServiceHandler = (*Service)(nil)
+
 // BuildLocker locks an index build across replicas.
 type BuildLocker interface {
 	// TryLock takes key when no replica holds it; ok is false when another does. An error
@@ -84,9 +86,9 @@ type BuildLocker interface {
 	TryLock(ctx context.Context, key string) (unlock func(), ok bool, err error)
 }
 
-// Service is the SymbolizerService handler.
+// Service is the SymbolizerService handler. It implements every method itself: a method added
+// to the API fails this package's build until it is answered here.
 type Service struct {
-	symbolizerv1connect.UnimplementedSymbolizerServiceHandler
 	meta    *catalog.Catalog
 	indexes *indexcache.Cache
 	strs    *indexcache.Cache // string tables of files whose index is not in memory
