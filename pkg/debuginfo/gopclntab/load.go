@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
@@ -178,24 +180,14 @@ type stage struct {
 	fileIDs map[uint64]uint32 // filetab string offset -> local string ID
 	noLines bool              // see LoadFunctions
 	leave   map[uint64]bool   // entries of the functions commit leaves out (Prepared.Leave)
+	// validUTF8 makes list hold each string as index.Builder.String stores it, invalid UTF-8
+	// sequences replaced by U+FFFD (strs is still keyed by the bytes read): the Resolver
+	// answers from the stage, with no Builder in between.
+	validUTF8 bool
 }
 
 func newStage() *stage {
 	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}, fileIDs: map[uint64]uint32{}}
-}
-
-// reset empties s for the next function, keeping the memory it has grown (the Resolver decodes
-// functions one at a time into one stage: allocating and growing a fresh one for each was a
-// fifth of a command-line run on a stripped binary).
-func (s *stage) reset() {
-	clear(s.strs)
-	s.strs[""] = 0
-	s.list = s.list[:1]
-	s.nodes = s.nodes[:0]
-	s.ranges.reset()
-	s.lines.reset()
-	clear(s.fileIDs)
-	s.noLines, s.leave = false, nil
 }
 
 // str interns b, copying it only the first time.
@@ -206,6 +198,9 @@ func (s *stage) str(b []byte) uint32 {
 	v := string(b)
 	id := uint32(len(s.list))
 	s.strs[v] = id
+	if s.validUTF8 && !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
 	s.list = append(s.list, v)
 	return id
 }

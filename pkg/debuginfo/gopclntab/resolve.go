@@ -10,18 +10,32 @@ import (
 
 // Resolver answers lookups from a pclntab without building the whole binary's index: the
 // function holding an address is decoded the first time an address in it is asked about, with
-// the same code Load runs, into an index of its own. For the tens of thousands of addresses a
-// command-line run asks about, on a binary of a hundred thousand functions, that decodes a
-// fraction of the table and keeps a fraction of the memory; a server, which answers millions
-// and stores the index, builds it whole with Load.
+// the same code Load runs, and the answer is read from what it decoded, as the index of that
+// function would give it. For the tens of thousands of addresses a command-line run asks
+// about, on a binary of a hundred thousand functions, that decodes a fraction of the table and
+// keeps a fraction of the memory; a server, which answers millions and stores the index,
+// builds it whole with Load.
 type Resolver struct {
-	t     *table
-	mem   *memory
-	inl   *inlineLayout
-	fs    funcState
-	st    *stage               // reused by decode, reset for each function
-	funcs map[int]*index.Index // by functab position; nil: the function has no code or is corrupt
-	errs  int
+	t   *table
+	mem *memory
+	inl *inlineLayout
+	fs  funcState
+	// st holds every function decoded so far, one after another (strings interned across
+	// them): each function's nodes, ranges and line rows are a contiguous run of st's.
+	st *stage
+	// fns maps a functab position to 1 + its entry in decoded; 0: not decoded yet, -1: no
+	// code or corrupt (its addresses resolve to nothing).
+	fns     []int32
+	decoded []decodedFunc
+	errs    int
+}
+
+// decodedFunc is where one function's rows lie in the stage. Its ranges start with the
+// function's own, [entry, end); the ones after it are its inline runs, disjoint and in address
+// order. Its line rows are in address order and end with the end of a sequence.
+type decodedFunc struct {
+	ranges, rangesEnd uint32
+	lines, linesEnd   uint32
 }
 
 // NewResolver parses f's pclntab header. It reads no function yet.
@@ -39,7 +53,9 @@ func NewResolver(f *elf.File) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse %s header: %w", s.Name, err)
 	}
-	r := &Resolver{t: t, mem: mem, inl: inlineFor(f, mem, t), funcs: map[int]*index.Index{}, st: newStage()}
+	st := newStage()
+	st.validUTF8 = true
+	r := &Resolver{t: t, mem: mem, inl: inlineFor(f, mem, t), st: st, fns: make([]int32, t.nfunc)}
 	r.fs.memo = map[int32]uint32{}
 	r.fs.visiting = map[int32]bool{}
 	return r, nil
@@ -48,7 +64,8 @@ func NewResolver(f *elf.File) (*Resolver, error) {
 // Errors is how many functions could not be decoded (their addresses resolve to nothing).
 func (r *Resolver) Errors() int { return r.errs }
 
-// AppendLookup appends the frames of addr, innermost first, as Index.AppendLookup does.
+// AppendLookup appends the frames of addr, innermost first, as Index.AppendLookup does on the
+// index Load builds.
 func (r *Resolver) AppendLookup(dst []index.Frame, addr uint64) []index.Frame {
 	t := r.t
 	// The last function whose entry is at or below addr.
@@ -59,51 +76,100 @@ func (r *Resolver) AppendLookup(dst []index.Frame, addr uint64) []index.Frame {
 	if i < 0 {
 		return dst
 	}
-	ix, ok := r.funcs[i]
-	if !ok {
-		ix = r.decode(i)
-		r.funcs[i] = ix
+	k := r.fns[i]
+	if k == 0 {
+		k = r.decode(i)
+		r.fns[i] = k
 	}
-	if ix == nil {
+	if k < 0 {
 		return dst
 	}
-	return ix.AppendLookup(dst, addr)
+	d := &r.decoded[k-1]
+	st := r.st
+	own := st.ranges.at(int(d.ranges))
+	if addr < own.lo || addr >= own.hi {
+		return dst
+	}
+	// The innermost node: the inline run holding addr, else the function itself (a run is
+	// deeper in the inline tree than the function, which is what the index's flattening of
+	// overlapping ranges decides by).
+	node := own.node
+	lo, hi := int(d.ranges)+1, int(d.rangesEnd)
+	j := lo + sort.Search(hi-lo, func(j int) bool { return st.ranges.at(lo+j).lo > addr }) - 1
+	if j >= lo {
+		if rn := st.ranges.at(j); addr < rn.hi {
+			node = rn.node
+		}
+	}
+	// The line: the last row at or below addr, unless it ends a sequence.
+	var file, line uint32
+	hasLine := false
+	lo, hi = int(d.lines), int(d.linesEnd)
+	if j := lo + sort.Search(hi-lo, func(j int) bool { return st.lines.at(lo+j).addr > addr }) - 1; j >= lo {
+		if l := st.lines.at(j); !l.end {
+			file, line, hasLine = l.file, l.line, true
+		}
+	}
+	list := st.list
+	for {
+		n := &st.nodes[node]
+		f := index.Frame{
+			Function: list[n.Name], LinkageName: list[n.LinkageName], StartLine: n.StartLine,
+			StartFile: list[n.DeclFile], StartAddress: n.StartAddress,
+		}
+		if hasLine {
+			f.File, f.Line = list[file], line
+		}
+		if n.Parent == index.NoParent {
+			if !hasLine {
+				f.File = list[n.SymbolFile()]
+			}
+			return append(dst, f)
+		}
+		dst = append(dst, f)
+		file, line, hasLine = n.CallFile, n.CallLine, n.CallFile != 0 || n.CallLine != 0
+		node = uint32(n.Parent)
+	}
 }
 
-// decode builds the index of function i, as Load would add it; nil when it has no code or
-// does not decode.
-func (r *Resolver) decode(i int) *index.Index {
+// decode adds function i to the stage, as Load would add it, and returns 1 + its entry in
+// r.decoded; -1 when it has no code or does not decode (what it added is taken back).
+func (r *Resolver) decode(i int) int32 {
 	t := r.t
 	pcv, off := t.functabEntry(i)
 	nextv, err := t.functabPC(i + 1)
 	if err != nil {
 		r.errs++
-		return nil
+		return -1
 	}
 	entry, limit := t.entryAddr(pcv), t.entryAddr(nextv)
 	if limit < entry {
 		r.errs++
-		return nil
+		return -1
 	}
 	limit = min(limit, entry+maxFuncSize)
 	fi, err := t.readFunc(off)
 	if err != nil || fi.entry != entry {
 		r.errs++
-		return nil
+		return -1
 	}
 	st := r.st
-	st.reset()
+	nodes, ranges, lines := len(st.nodes), st.ranges.len(), st.lines.len()
 	var stats Stats
 	if err := st.loadFunc(t, r.mem, r.inl, &fi, limit, &r.fs, &stats); err != nil {
+		st.nodes = st.nodes[:nodes]
+		st.ranges.truncate(ranges)
+		st.lines.truncate(lines)
 		r.errs++
-		return nil
+		return -1
 	}
-	b := index.NewBuilder()
-	st.commit(b)
-	ix, err := b.Build()
-	if err != nil {
-		r.errs++
-		return nil
+	if st.ranges.len() == ranges {
+		// No code: loadFunc added nothing.
+		return -1
 	}
-	return ix
+	r.decoded = append(r.decoded, decodedFunc{
+		ranges: uint32(ranges), rangesEnd: uint32(st.ranges.len()),
+		lines: uint32(lines), linesEnd: uint32(st.lines.len()),
+	})
+	return int32(len(r.decoded))
 }
