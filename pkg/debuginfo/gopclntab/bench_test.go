@@ -56,37 +56,58 @@ func BenchmarkLoadOnly(b *testing.B) {
 // reader: a new Resolver and 20,000 addresses, each at a random offset in a function drawn
 // uniformly from the functab (as bench/symbolize draws them from the symbol table), on the
 // large binary PROFSYM_GOPCLNTAB_LARGE_STRIPPED names. Nearly every address is in a function
-// not decoded before.
+// not decoded before. "mapped" reads the file through a mapping, as the command does; "read"
+// copies the sections it reads into memory.
 func BenchmarkResolver(b *testing.B) {
 	path := os.Getenv("PROFSYM_GOPCLNTAB_LARGE_STRIPPED")
 	if path == "" {
 		b.Skip("PROFSYM_GOPCLNTAB_LARGE_STRIPPED not set")
 	}
-	f, err := elf.Open(path)
+	file, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		b.Fatal(err)
+	}
 	r, err := NewResolver(f)
 	if err != nil {
 		b.Fatal(err)
 	}
 	addrs := sampleFunctab(r.t, 20000, 3)
-	b.ReportAllocs()
-	var frames []index.Frame
-	for b.Loop() {
-		r, err := NewResolver(f)
-		if err != nil {
-			b.Fatal(err)
+	for _, mapped := range []bool{true, false} {
+		name := "read"
+		if mapped {
+			name = "mapped"
 		}
-		n := 0
-		for _, a := range addrs {
-			frames = r.AppendLookup(frames[:0], a)
-			n += len(frames)
-		}
-		if n == 0 {
-			b.Fatal("no frames")
-		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var frames []index.Frame
+			for b.Loop() {
+				var r *Resolver
+				if mapped {
+					r, err = NewMappedResolver(f, file)
+				} else {
+					r, err = NewResolver(f)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for _, a := range addrs {
+					frames = r.AppendLookup(frames[:0], a)
+					n += len(frames)
+				}
+				if n == 0 || r.Err() != nil {
+					b.Fatalf("%d frames, %v", n, r.Err())
+				}
+				if err := r.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

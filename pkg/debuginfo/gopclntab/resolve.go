@@ -2,7 +2,11 @@ package gopclntab
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
 	"sort"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -28,6 +32,9 @@ type Resolver struct {
 	fns     []int32
 	decoded []decodedFunc
 	errs    int
+	// fault is set when reading the mapped file faulted (see NewMappedResolver): the
+	// Resolver answers nothing more.
+	fault error
 }
 
 // decodedFunc is where one function's rows lie in the stage. Its ranges start with the
@@ -39,12 +46,66 @@ type decodedFunc struct {
 }
 
 // NewResolver parses f's pclntab header. It reads no function yet.
-func NewResolver(f *elf.File) (*Resolver, error) {
+func NewResolver(f *elf.File) (*Resolver, error) { return newResolver(f, nil) }
+
+// NewMappedResolver is NewResolver on the file f was parsed from, mapped read-only: the
+// sections it reads (the pclntab, and .rodata where inline trees are) are not copied into
+// memory whole, and only the pages it touches are read. Close unmaps it. Where the file
+// cannot be mapped, the sections are read as NewResolver reads them.
+//
+// A file that shrinks while mapped faults where it is read: the lookup that met the fault,
+// and every later one, answers nothing, and Err says what happened.
+func NewMappedResolver(f *elf.File, file *os.File) (*Resolver, error) {
+	fi, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", file.Name(), err)
+	}
+	image, err := mapFile(file, fi.Size())
+	if err != nil {
+		slog.Debug("gopclntab: reading sections instead of mapping the file", "err", err)
+		image = nil
+	}
+	r, err := newMappedResolver(f, image)
+	if err != nil && image != nil {
+		err = errors.Join(err, unmapFile(image))
+	}
+	return r, err
+}
+
+// newMappedResolver is newResolver, recovering a fault as appendLookupMapped does.
+func newMappedResolver(f *elf.File, image []byte) (r *Resolver, err error) {
+	if image == nil {
+		return newResolver(f, nil)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if ferr := faulted(recover()); ferr != nil {
+			r, err = nil, ferr
+		}
+	}()
+	return newResolver(f, image)
+}
+
+// Close releases the file's mapping, if any. The Resolver answers nothing after it.
+func (r *Resolver) Close() error {
+	image := r.mem.image
+	if image == nil {
+		return nil
+	}
+	*r = Resolver{mem: &memory{}, fault: errors.New("resolver closed")}
+	return unmapFile(image)
+}
+
+// Err returns why the Resolver stopped answering, or nil.
+func (r *Resolver) Err() error { return r.fault }
+
+func newResolver(f *elf.File, image []byte) (*Resolver, error) {
 	s := pclntabSection(f)
 	if s == nil {
 		return nil, fmt.Errorf("no .gopclntab section")
 	}
 	mem := newMemory(f)
+	mem.image = image
 	data, err := mem.section(s)
 	if err != nil {
 		return nil, err
@@ -67,6 +128,42 @@ func (r *Resolver) Errors() int { return r.errs }
 // AppendLookup appends the frames of addr, innermost first, as Index.AppendLookup does on the
 // index Load builds.
 func (r *Resolver) AppendLookup(dst []index.Frame, addr uint64) []index.Frame {
+	switch {
+	case r.fault != nil:
+		return dst
+	case r.mem.image != nil:
+		return r.appendLookupMapped(dst, addr)
+	}
+	return r.appendLookup(dst, addr)
+}
+
+// appendLookupMapped is appendLookup on a mapped file, with a fault (the file truncated since
+// it was mapped) recovered as an error rather than crashing the process.
+func (r *Resolver) appendLookupMapped(dst []index.Frame, addr uint64) (out []index.Frame) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	n := len(dst)
+	defer func() {
+		if err := faulted(recover()); err != nil {
+			r.fault, out = err, dst[:n]
+		}
+	}()
+	return r.appendLookup(dst, addr)
+}
+
+// faulted turns what recover returned after a memory fault into an error, and re-panics
+// anything else.
+func faulted(p any) error {
+	if p == nil {
+		return nil
+	}
+	fe, ok := p.(interface{ Addr() uintptr })
+	if !ok {
+		panic(p)
+	}
+	return fmt.Errorf("reading the mapped file faulted at %#x: was it truncated while it was read?", fe.Addr())
+}
+
+func (r *Resolver) appendLookup(dst []index.Frame, addr uint64) []index.Frame {
 	t := r.t
 	// The last function whose entry is at or below addr.
 	i := sort.Search(t.nfunc, func(i int) bool {

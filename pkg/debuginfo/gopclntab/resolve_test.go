@@ -3,7 +3,9 @@ package gopclntab
 import (
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -23,16 +25,17 @@ func TestResolverMatchesLoad(t *testing.T) {
 	tests := []struct {
 		name    string
 		f       *elf.File
-		inlines bool // whether the format's inline trees are read
+		inlines bool   // whether the format's inline trees are read
+		path    string // the file f was read from, if any
 	}{
-		{"test program", f, true},
-		{"1.20", synthTable(synthOpts{ver: ver120}), true},
-		{"1.20 without textStart", synthTable(synthOpts{ver: ver120, headerNoStart: true}), true},
-		{"1.18", synthTable(synthOpts{ver: ver118}), true},
-		{"1.18 without moduledata", synthTable(synthOpts{ver: ver118, noModuledata: true}), false},
-		{"1.16", synthTable(synthOpts{ver: ver116}), true},
-		{"1.2 written by go1.15", synthTable(synthOpts{ver: ver12, goVersion: "go1.15.5"}), true},
-		{"1.2 without build info", synthTable(synthOpts{ver: ver12}), false},
+		{"test program", f, true, stripped},
+		{"1.20", synthTable(synthOpts{ver: ver120}), true, ""},
+		{"1.20 without textStart", synthTable(synthOpts{ver: ver120, headerNoStart: true}), true, ""},
+		{"1.18", synthTable(synthOpts{ver: ver118}), true, ""},
+		{"1.18 without moduledata", synthTable(synthOpts{ver: ver118, noModuledata: true}), false, ""},
+		{"1.16", synthTable(synthOpts{ver: ver116}), true, ""},
+		{"1.2 written by go1.15", synthTable(synthOpts{ver: ver12, goVersion: "go1.15.5"}), true, ""},
+		{"1.2 without build info", synthTable(synthOpts{ver: ver12}), false, ""},
 	}
 	for _, tc := range tests {
 		f := tc.f
@@ -48,6 +51,25 @@ func TestResolverMatchesLoad(t *testing.T) {
 			r, err := NewResolver(f)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.path != "" {
+				// The test program is also read through a mapping of its file.
+				file, err := os.Open(tc.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer file.Close()
+				if r, err = NewMappedResolver(f, file); err != nil {
+					t.Fatal(err)
+				}
+				if r.mem.image == nil {
+					t.Fatal("the file was not mapped")
+				}
+				defer func() {
+					if err := r.Close(); err != nil {
+						t.Error(err)
+					}
+				}()
 			}
 			text := f.Section(".text")
 			lo, hi := text.Addr-16, text.Addr+text.Size+16
@@ -75,6 +97,57 @@ func TestResolverMatchesLoad(t *testing.T) {
 			}
 			t.Logf("%d addresses, %d frames, %d with inlined calls: the same", n, frames, inlined)
 		})
+	}
+}
+
+// TestMappedFileTruncated: a mapped file that shrinks under the Resolver makes lookups fault;
+// the fault is an error the Resolver reports, not a crash, and it answers nothing after it.
+func TestMappedFileTruncated(t *testing.T) {
+	_, stripped := buildTestProgram(t)
+	raw, err := os.ReadFile(stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewMappedResolver(f, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	text := f.Section(".text")
+	if got := r.AppendLookup(nil, text.Addr+text.Size/2); len(got) == 0 || r.Err() != nil {
+		t.Fatalf("before truncation: %+v, %v", got, r.Err())
+	}
+	if err := file.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	// Every function not decoded yet reads its tables from pages past the new end.
+	for a := text.Addr; a < text.Addr+text.Size && r.Err() == nil; a += 4096 {
+		if got := r.AppendLookup(nil, a); r.Err() != nil && len(got) != 0 {
+			t.Fatalf("%#x faulted and answered %+v", a, got)
+		}
+	}
+	if r.Err() == nil || !strings.Contains(r.Err().Error(), "truncated") {
+		t.Fatalf("Err after truncation: %v", r.Err())
+	}
+	if got := r.AppendLookup(nil, text.Addr+text.Size/2); len(got) != 0 {
+		t.Errorf("after the fault: %+v", got)
 	}
 }
 

@@ -78,7 +78,7 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		if p.json {
 			w.putString("]\n")
 		}
-		return w.Flush()
+		return errors.Join(w.Flush(), c.lookupErr(ix))
 	}
 	// Programs drive llvm-symbolizer one address at a time (go tool pprof does), waiting for
 	// each answer: flush whenever the input read so far is used up, so they get it, while a
@@ -114,7 +114,18 @@ func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
 		}
 	}
 	p.flushBatch()
-	return w.Flush()
+	return errors.Join(w.Flush(), c.lookupErr(ix))
+}
+
+// lookupErr is why ix stopped answering during the run, if it is a lazy reader that did (the
+// binary shrank while it was read).
+func (c *Cmd) lookupErr(ix debuginfo.Lookuper) error {
+	if e, ok := ix.(interface{ Err() error }); ok {
+		if err := e.Err(); err != nil {
+			return fmt.Errorf("%s: %w", c.Obj, err)
+		}
+	}
+	return nil
 }
 
 // buildGCPercent is the GOGC in force while the command builds an index (see loadIndex).
