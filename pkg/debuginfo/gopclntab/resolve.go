@@ -29,9 +29,11 @@ type Resolver struct {
 	st *stage
 	// fns maps a functab position to 1 + its entry in decoded; 0: not decoded yet, -1: no
 	// code or corrupt (its addresses resolve to nothing).
-	fns     []int32
-	decoded []decodedFunc
-	errs    int
+	fns          []int32
+	decoded      []decodedFunc
+	errs         int
+	buckets      buckets // see find
+	bucketsTried bool
 	// fault is set when reading the mapped file faulted (see NewMappedResolver): the
 	// Resolver answers nothing more.
 	fault error
@@ -164,12 +166,7 @@ func faulted(p any) error {
 }
 
 func (r *Resolver) appendLookup(dst []index.Frame, addr uint64) []index.Frame {
-	t := r.t
-	// The last function whose entry is at or below addr.
-	i := sort.Search(t.nfunc, func(i int) bool {
-		pc, _ := t.functabEntry(i)
-		return t.entryAddr(pc) > addr
-	}) - 1
+	i := r.find(addr)
 	if i < 0 {
 		return dst
 	}
@@ -227,6 +224,79 @@ func (r *Resolver) appendLookup(dst []index.Frame, addr uint64) []index.Frame {
 		file, line, hasLine = n.CallFile, n.CallLine, n.CallFile != 0 || n.CallLine != 0
 		node = uint32(n.Parent)
 	}
+}
+
+// find returns the functab position of the last function whose entry is at or below addr, or
+// -1. A binary search over the whole functab takes a cache miss at each of its last dozen
+// probes; the buckets narrow it to the few functions that start near addr first.
+func (r *Resolver) find(addr uint64) int {
+	t := r.t
+	lo, hi := 0, t.nfunc
+	if !r.bucketsTried {
+		r.buckets, r.bucketsTried = functabBuckets(t), true
+	}
+	if b := &r.buckets; b.first != nil {
+		if addr < b.start {
+			return -1
+		}
+		k := min((addr-b.start)>>b.shift, uint64(len(b.first)-1))
+		lo = int(b.first[k])
+		if k+1 < uint64(len(b.first)) {
+			hi = int(b.first[k+1])
+		}
+	}
+	return lo + sort.Search(hi-lo, func(i int) bool {
+		pc, _ := t.functabEntry(lo + i)
+		return t.entryAddr(pc) > addr
+	}) - 1
+}
+
+// buckets cut the address range of a functab into buckets of 1<<shift bytes: first[k] is the
+// position of the first function whose entry is at or above start + k<<shift. The first
+// function greater than an address of bucket k is then at a position in [first[k],
+// first[k+1]] (the last bucket: up to nfunc).
+type buckets struct {
+	start uint64
+	shift uint
+	first []uint32
+}
+
+// functabBuckets makes about one bucket per function; none (first nil) for a table of few
+// functions, or one whose entries are not in order (the search over the whole table decides
+// there, as it always did).
+func functabBuckets(t *table) buckets {
+	if t.nfunc < 64 {
+		return buckets{}
+	}
+	entry := func(i int) uint64 {
+		pc, _ := t.functabEntry(i)
+		return t.entryAddr(pc)
+	}
+	start, last := entry(0), entry(t.nfunc-1)
+	if last < start {
+		return buckets{}
+	}
+	var shift uint
+	for (last-start)>>shift >= uint64(t.nfunc) {
+		shift++
+	}
+	b := buckets{start: start, shift: shift, first: make([]uint32, (last-start)>>shift+1)}
+	k, prev := 0, start
+	for i := 0; i < t.nfunc; i++ {
+		e := entry(i)
+		if e < prev {
+			return buckets{}
+		}
+		prev = e
+		for k < len(b.first) && start+uint64(k)<<shift <= e {
+			b.first[k] = uint32(i)
+			k++
+		}
+	}
+	for ; k < len(b.first); k++ {
+		b.first[k] = uint32(t.nfunc)
+	}
+	return b
 }
 
 // decode adds function i to the stage, as Load would add it, and returns 1 + its entry in
