@@ -177,9 +177,12 @@ type stage struct {
 	ranges chunks[stRange]
 	lines  chunks[stLine]
 
-	fileIDs map[uint64]uint32 // filetab string offset -> local string ID
-	noLines bool              // see LoadFunctions
-	leave   map[uint64]bool   // entries of the functions commit leaves out (Prepared.Leave)
+	// fileIDs holds 1 + the local string ID of each file-table entry read so far (cutab's
+	// entries from 1.16 on, filetab's before), 0 for one not read yet: an array, as every line
+	// row and inlined call looks a file up.
+	fileIDs []uint32
+	noLines bool            // see LoadFunctions
+	leave   map[uint64]bool // entries of the functions commit leaves out (Prepared.Leave)
 	// validUTF8 makes list hold each string as index.Builder.String stores it, invalid UTF-8
 	// sequences replaced by U+FFFD (strs is still keyed by the bytes read): the Resolver
 	// answers from the stage, with no Builder in between.
@@ -187,7 +190,7 @@ type stage struct {
 }
 
 func newStage() *stage {
-	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}, fileIDs: map[uint64]uint32{}}
+	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}}
 }
 
 // str interns b, copying it only the first time.
@@ -247,34 +250,42 @@ func (s *stage) fileName(t *table, fi *funcInfo, fileVal int32) (uint32, error) 
 	if fileVal < 0 {
 		return 0, nil
 	}
-	var strTab []byte
-	var off uint64
+	var strTab, entries []byte
+	var i, off uint64
 	if t.ver == ver12 {
-		i := uint64(fileVal) * 4
-		if i+4 > uint64(len(t.filetab)) {
+		entries, i = t.filetab, uint64(fileVal)*4
+		if i+4 > uint64(len(entries)) {
 			return 0, fmt.Errorf("%w: file %d beyond filetab", ErrCorrupt, fileVal)
 		}
-		strTab, off = t.data, uint64(t.bo.Uint32(t.filetab[i:]))
+		strTab, off = t.data, uint64(t.bo.Uint32(entries[i:]))
 	} else {
-		i := (uint64(fi.cuOffset) + uint64(fileVal)) * 4
-		if i+4 > uint64(len(t.cutab)) {
+		entries, i = t.cutab, (uint64(fi.cuOffset)+uint64(fileVal))*4
+		if i+4 > uint64(len(entries)) {
 			return 0, fmt.Errorf("%w: file %d of CU %d beyond cutab", ErrCorrupt, fileVal, fi.cuOffset)
 		}
-		v := t.bo.Uint32(t.cutab[i:])
+		v := t.bo.Uint32(entries[i:])
 		if v == ^uint32(0) {
 			return 0, nil
 		}
 		strTab, off = t.filetab, uint64(v)
 	}
-	if id, ok := s.fileIDs[off]; ok {
-		return id, nil
+	k := int(i / 4)
+	if k >= len(s.fileIDs) {
+		// Grown as entries are met: the table's slices run to the end of the pclntab, so
+		// len(entries) does not bound the entries in use.
+		grown := make([]uint32, min(max(k+1, 2*len(s.fileIDs), 1024), len(entries)/4))
+		copy(grown, s.fileIDs)
+		s.fileIDs = grown
+	}
+	if id := s.fileIDs[k]; id != 0 {
+		return id - 1, nil
 	}
 	name, err := cbytes(strTab, off, "file name")
 	if err != nil {
 		return 0, err
 	}
 	id := s.str(name)
-	s.fileIDs[off] = id
+	s.fileIDs[k] = id + 1
 	return id, nil
 }
 
