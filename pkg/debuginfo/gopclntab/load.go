@@ -208,6 +208,19 @@ func (s *stage) str(b []byte) uint32 {
 	return id
 }
 
+// strOnce adds b as a string of its own, not interned: for the name of a function, which
+// names one function only (nothing compares the IDs of functions' own names, inlinedInto
+// looks at inlined calls only), where a lookup in the interning map per function cost more
+// than the copy.
+func (s *stage) strOnce(b []byte) uint32 {
+	v := string(b)
+	if s.validUTF8 && !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	s.list = append(s.list, v)
+	return uint32(len(s.list) - 1)
+}
+
 func (s *stage) commit(b *index.Builder) {
 	ids := make([]uint32, len(s.list))
 	for i, v := range s.list {
@@ -366,7 +379,7 @@ func (s *stage) loadFunc(t *table, mem *memory, inl *inlineLayout, fi *funcInfo,
 			return err
 		}
 	}
-	s.nodes = append(s.nodes, index.Node{Name: s.str(name), StartLine: uint32(startLine), DeclFile: declFile,
+	s.nodes = append(s.nodes, index.Node{Name: s.strOnce(name), StartLine: uint32(startLine), DeclFile: declFile,
 		StartAddress: fi.entry, Parent: index.NoParent})
 	s.ranges.add(stRange{lo: fi.entry, hi: end, node: outer})
 	stats.Functions++
