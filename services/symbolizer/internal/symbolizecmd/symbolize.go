@@ -190,7 +190,7 @@ func (c *Cmd) loadIndex() (debuginfo.Lookuper, func(), error) {
 
 // lazyMemoryLimit is the least Go memory limit in force while a stripped Go binary is read
 // lazily; see lazyGC.
-const lazyMemoryLimit = 256 << 20
+const lazyMemoryLimit = 64 << 20
 
 // lazyGC sets the collector for reading a stripped Go binary lazily and returns what puts the
 // previous settings back. Nearly everything that reading allocates stays live to the end (the
@@ -198,11 +198,12 @@ const lazyMemoryLimit = 256 << 20
 // at the default GOGC the heap's doubling from 4 MB took six collections for the 20,000
 // addresses of bench/symbolize on stripped MinIO, a third of the run's CPU time. The collector
 // is off, with a memory limit instead: it collects only where the heap nears the larger of
-// lazyMemoryLimit and twice the file's size (decoding every function of MinIO's 112 MB file
-// keeps about 200 MB), and then frees the copies that growing slices left behind. A one-shot
-// command may set this; the engine leaves it alone.
+// lazyMemoryLimit and the file's size, which is about what decoding every function keeps
+// (MinIO: 112 MB). With 300,000 addresses, which decode nearly all of MinIO's functions, that
+// also peaked lower than the default GOGC did, which lets the heap reach twice what is live.
+// A one-shot command may set this; the engine leaves it alone.
 func lazyGC(fileSize int64) (restore func()) {
-	limit := debug.SetMemoryLimit(max(lazyMemoryLimit, 2*fileSize))
+	limit := debug.SetMemoryLimit(max(lazyMemoryLimit, fileSize))
 	percent := debug.SetGCPercent(-1)
 	return func() {
 		debug.SetGCPercent(percent)
