@@ -307,14 +307,36 @@ type funcState struct {
 	files, lines, inls []run
 	filesEnd, inlsEnd  uint64
 	linesEnd           uint64
-	memo               map[int32]uint32
-	visiting           map[int32]bool
+	// The inline tree entries of the function being decoded, by index: memo holds 1 + the
+	// node made for an entry (0: none yet), visiting marks the entries whose parents are being
+	// looked for, and touched lists the indexes set, to clear them for the next function.
+	// Arrays rather than maps: they are read and set per inlined call of every function.
+	memo     []uint32
+	visiting []bool
+	touched  []int32
+}
+
+// inlineEntry makes room for entry idx (0 <= idx < maxInlineIndex) in memo and visiting, and
+// notes it for clearInline.
+func (fs *funcState) inlineEntry(idx int32) {
+	if int(idx) >= len(fs.memo) {
+		n := min(max(int(idx)+1, 2*len(fs.memo), 64), maxInlineIndex)
+		fs.memo = append(fs.memo, make([]uint32, n-len(fs.memo))...)
+		fs.visiting = append(fs.visiting, make([]bool, n-len(fs.visiting))...)
+	}
+	fs.touched = append(fs.touched, idx)
+}
+
+// clearInline forgets the entries of the last function.
+func (fs *funcState) clearInline() {
+	for _, i := range fs.touched {
+		fs.memo[i], fs.visiting[i] = 0, false
+	}
+	fs.touched = fs.touched[:0]
 }
 
 func (s *stage) load(t *table, mem *memory, inl *inlineLayout, stats *Stats) error {
 	var fs funcState
-	fs.memo = map[int32]uint32{}
-	fs.visiting = map[int32]bool{}
 	for i := 0; i < t.nfunc; i++ {
 		pcv, off := t.functabEntry(i)
 		nextv, err := t.functabPC(i + 1)
@@ -476,15 +498,14 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 	if fs.inls, fs.inlsEnd, err = t.decodePCValue(fs.inls, pcdata, fi.entry, end); err != nil {
 		return fmt.Errorf("inline index table: %w", err)
 	}
-	clear(fs.memo)
-	clear(fs.visiting)
+	fs.clearInline()
 	var nodeFor func(idx int32, depth int) (uint32, error)
 	nodeFor = func(idx int32, depth int) (uint32, error) {
 		if idx < 0 {
 			return outer, nil
 		}
-		if n, ok := fs.memo[idx]; ok {
-			return n, nil
+		if int(idx) < len(fs.memo) && fs.memo[idx] != 0 {
+			return fs.memo[idx] - 1, nil
 		}
 		if idx >= maxInlineIndex {
 			return 0, fmt.Errorf("%w: inline tree index %d", ErrCorrupt, idx)
@@ -515,12 +536,13 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		// or repeat a frame there. The caller is then unknown: the function itself is the one
 		// caller we know. (The line at parentPc is still taken: where the entry there is the
 		// callee or its descendant, it matched DWARF's call line in most cases measured.)
-		if parentIdx == idx || fs.visiting[parentIdx] || depth >= maxInlineDepth {
+		if parentIdx == idx || parentIdx >= 0 && int(parentIdx) < len(fs.visiting) && fs.visiting[parentIdx] || depth >= maxInlineDepth {
 			parentIdx = -1
 		}
+		fs.inlineEntry(idx)
 		fs.visiting[idx] = true
 		parent, err := nodeFor(parentIdx, depth+1)
-		delete(fs.visiting, idx)
+		fs.visiting[idx] = false
 		if err != nil {
 			return 0, err
 		}
@@ -552,7 +574,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 			Name: nameID, StartLine: uint32(startLine), Parent: index.NodeID(parent),
 			CallFile: callFile, CallLine: callLine, StartAddress: ^uint64(0),
 		})
-		fs.memo[idx] = n
+		fs.memo[idx] = n + 1
 		stats.InlinedCalls++
 		return n, nil
 	}

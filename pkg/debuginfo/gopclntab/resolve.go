@@ -119,8 +119,6 @@ func newResolver(f *elf.File, image []byte) (*Resolver, error) {
 	st := newStage()
 	st.validUTF8 = true
 	r := &Resolver{t: t, mem: mem, inl: inlineFor(f, mem, t), st: st, fns: make([]int32, t.nfunc)}
-	r.fs.memo = map[int32]uint32{}
-	r.fs.visiting = map[int32]bool{}
 	return r, nil
 }
 
