@@ -74,6 +74,8 @@ type Binary struct {
 	// unreadableDWOs counts the skeleton units whose .dwo file was found but not read.
 	unreadableDWOs int
 	info           Info
+	// resolvers are the lazy pclntab readers LazyLookup made, closed with the file.
+	resolvers []*gopclntab.Resolver
 
 	once sync.Once
 	ix   *index.Index
@@ -371,9 +373,13 @@ func (b *Binary) Info() Info {
 	return info
 }
 
-// Close releases the files. An index already built stays usable.
+// Close releases the files. An index already built stays usable; a LazyLookup does not.
 func (b *Binary) Close() error {
 	var errs []error
+	for _, r := range b.resolvers {
+		errs = append(errs, r.Close())
+	}
+	b.resolvers = nil
 	if b.supFile != nil {
 		errs = append(errs, b.supFile.Close())
 		b.supFile = nil

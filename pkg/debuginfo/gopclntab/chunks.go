@@ -25,14 +25,19 @@ func (c *chunks[T]) add(v T) {
 	c.n++
 }
 
-// reset empties c, keeping its first block's memory.
-func (c *chunks[T]) reset() {
-	if len(c.blocks) > 0 {
-		c.blocks = c.blocks[:1]
-		c.blocks[0] = c.blocks[0][:0]
+// truncate drops the values from position n on, keeping the memory of the blocks it keeps.
+func (c *chunks[T]) truncate(n int) {
+	if n >= c.n {
+		return
 	}
-	c.n = 0
+	nb := max((n+chunkSize-1)/chunkSize, 1)
+	c.blocks = c.blocks[:nb]
+	c.blocks[nb-1] = c.blocks[nb-1][:n-(nb-1)*chunkSize]
+	c.n = n
 }
+
+// at returns the value at position i: every block but the last holds chunkSize values.
+func (c *chunks[T]) at(i int) *T { return &c.blocks[i/chunkSize][i%chunkSize] }
 
 func (c *chunks[T]) len() int { return c.n }
 

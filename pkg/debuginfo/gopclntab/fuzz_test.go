@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -14,7 +15,8 @@ import (
 // (byte 0: the pclntab, moduledata, .rodata where the inline trees live, the section headers,
 // or the whole file), an offset in it (bytes 1-4) and the bytes to write there (the rest).
 // Load may fail, but must not panic, hang or allocate without bound, and what it adds must
-// build into an index that answers lookups.
+// build into an index that answers lookups. A Resolver on the same bytes must answer as that
+// index does, and must not panic or hang where Load failed.
 func FuzzLoad(f *testing.F) {
 	_, stripped := buildTestProgram(f)
 	raw, err := os.ReadFile(stripped)
@@ -66,18 +68,44 @@ func FuzzLoad(f *testing.F) {
 		if err != nil {
 			return
 		}
+		var pcs []uint64
+		for pc := text.Addr; pc < text.Addr+text.Size; pc += text.Size / 512 {
+			pcs = append(pcs, pc)
+		}
 		b := index.NewBuilder()
 		if _, err := Load(ef, b); err != nil {
+			resolverAgrees(t, ef, nil, pcs)
 			return
 		}
 		ix, err := b.Build()
 		if err != nil {
 			t.Fatalf("Build after a successful Load: %v", err)
 		}
-		for pc := text.Addr; pc < text.Addr+text.Size; pc += text.Size / 512 {
-			ix.Lookup(pc)
-		}
+		resolverAgrees(t, ef, ix, pcs)
 	})
+}
+
+// resolverAgrees looks pcs up with a Resolver on ef: where Load built ix, the answers must be
+// ix's; where it failed (ix nil), the Resolver must still answer without a panic or a hang.
+func resolverAgrees(t *testing.T, ef *elf.File, ix *index.Index, pcs []uint64) {
+	t.Helper()
+	r, err := NewResolver(ef)
+	if err != nil {
+		if ix != nil {
+			t.Fatalf("NewResolver failed where Load did not: %v", err)
+		}
+		return
+	}
+	var got, want []index.Frame
+	for _, pc := range pcs {
+		got = r.AppendLookup(got[:0], pc)
+		if ix == nil {
+			continue
+		}
+		if want = ix.AppendLookup(want[:0], pc); !slices.Equal(got, want) {
+			t.Fatalf("%#x: resolver %+v, index %+v", pc, got, want)
+		}
+	}
 }
 
 // FuzzLoadSynthetic patches the small tables of synthTable in every format, which runs three
@@ -113,16 +141,19 @@ func FuzzLoadSynthetic(f *testing.F) {
 				ef.Sections[i] = &patched
 			}
 		}
+		var pcs []uint64
+		for pc := uint64(synthText) - 0x10; pc < synthText+0x70; pc++ {
+			pcs = append(pcs, pc)
+		}
 		b := index.NewBuilder()
 		if _, err := Load(ef, b); err != nil {
+			resolverAgrees(t, ef, nil, pcs)
 			return
 		}
 		ix, err := b.Build()
 		if err != nil {
 			t.Fatalf("Build after a successful Load: %v", err)
 		}
-		for pc := uint64(synthText); pc < synthText+0x70; pc++ {
-			ix.Lookup(pc)
-		}
+		resolverAgrees(t, ef, ix, pcs)
 	})
 }

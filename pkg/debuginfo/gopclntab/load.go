@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 )
@@ -175,27 +177,20 @@ type stage struct {
 	ranges chunks[stRange]
 	lines  chunks[stLine]
 
-	fileIDs map[uint64]uint32 // filetab string offset -> local string ID
-	noLines bool              // see LoadFunctions
-	leave   map[uint64]bool   // entries of the functions commit leaves out (Prepared.Leave)
+	// fileIDs holds 1 + the local string ID of each file-table entry read so far (cutab's
+	// entries from 1.16 on, filetab's before), 0 for one not read yet: an array, as every line
+	// row and inlined call looks a file up.
+	fileIDs []uint32
+	noLines bool            // see LoadFunctions
+	leave   map[uint64]bool // entries of the functions commit leaves out (Prepared.Leave)
+	// validUTF8 makes list hold each string as index.Builder.String stores it, invalid UTF-8
+	// sequences replaced by U+FFFD (strs is still keyed by the bytes read): the Resolver
+	// answers from the stage, with no Builder in between.
+	validUTF8 bool
 }
 
 func newStage() *stage {
-	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}, fileIDs: map[uint64]uint32{}}
-}
-
-// reset empties s for the next function, keeping the memory it has grown (the Resolver decodes
-// functions one at a time into one stage: allocating and growing a fresh one for each was a
-// fifth of a command-line run on a stripped binary).
-func (s *stage) reset() {
-	clear(s.strs)
-	s.strs[""] = 0
-	s.list = s.list[:1]
-	s.nodes = s.nodes[:0]
-	s.ranges.reset()
-	s.lines.reset()
-	clear(s.fileIDs)
-	s.noLines, s.leave = false, nil
+	return &stage{strs: map[string]uint32{"": 0}, list: []string{""}}
 }
 
 // str interns b, copying it only the first time.
@@ -206,8 +201,24 @@ func (s *stage) str(b []byte) uint32 {
 	v := string(b)
 	id := uint32(len(s.list))
 	s.strs[v] = id
+	if s.validUTF8 && !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
 	s.list = append(s.list, v)
 	return id
+}
+
+// strOnce adds b as a string of its own, not interned: for the name of a function, which
+// names one function only (nothing compares the IDs of functions' own names, inlinedInto
+// looks at inlined calls only), where a lookup in the interning map per function cost more
+// than the copy.
+func (s *stage) strOnce(b []byte) uint32 {
+	v := string(b)
+	if s.validUTF8 && !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	s.list = append(s.list, v)
+	return uint32(len(s.list) - 1)
 }
 
 func (s *stage) commit(b *index.Builder) {
@@ -252,34 +263,42 @@ func (s *stage) fileName(t *table, fi *funcInfo, fileVal int32) (uint32, error) 
 	if fileVal < 0 {
 		return 0, nil
 	}
-	var strTab []byte
-	var off uint64
+	var strTab, entries []byte
+	var i, off uint64
 	if t.ver == ver12 {
-		i := uint64(fileVal) * 4
-		if i+4 > uint64(len(t.filetab)) {
+		entries, i = t.filetab, uint64(fileVal)*4
+		if i+4 > uint64(len(entries)) {
 			return 0, fmt.Errorf("%w: file %d beyond filetab", ErrCorrupt, fileVal)
 		}
-		strTab, off = t.data, uint64(t.bo.Uint32(t.filetab[i:]))
+		strTab, off = t.data, uint64(t.bo.Uint32(entries[i:]))
 	} else {
-		i := (uint64(fi.cuOffset) + uint64(fileVal)) * 4
-		if i+4 > uint64(len(t.cutab)) {
+		entries, i = t.cutab, (uint64(fi.cuOffset)+uint64(fileVal))*4
+		if i+4 > uint64(len(entries)) {
 			return 0, fmt.Errorf("%w: file %d of CU %d beyond cutab", ErrCorrupt, fileVal, fi.cuOffset)
 		}
-		v := t.bo.Uint32(t.cutab[i:])
+		v := t.bo.Uint32(entries[i:])
 		if v == ^uint32(0) {
 			return 0, nil
 		}
 		strTab, off = t.filetab, uint64(v)
 	}
-	if id, ok := s.fileIDs[off]; ok {
-		return id, nil
+	k := int(i / 4)
+	if k >= len(s.fileIDs) {
+		// Grown as entries are met: the table's slices run to the end of the pclntab, so
+		// len(entries) does not bound the entries in use.
+		grown := make([]uint32, min(max(k+1, 2*len(s.fileIDs), 1024), len(entries)/4))
+		copy(grown, s.fileIDs)
+		s.fileIDs = grown
+	}
+	if id := s.fileIDs[k]; id != 0 {
+		return id - 1, nil
 	}
 	name, err := cbytes(strTab, off, "file name")
 	if err != nil {
 		return 0, err
 	}
 	id := s.str(name)
-	s.fileIDs[off] = id
+	s.fileIDs[k] = id + 1
 	return id, nil
 }
 
@@ -288,14 +307,36 @@ type funcState struct {
 	files, lines, inls []run
 	filesEnd, inlsEnd  uint64
 	linesEnd           uint64
-	memo               map[int32]uint32
-	visiting           map[int32]bool
+	// The inline tree entries of the function being decoded, by index: memo holds 1 + the
+	// node made for an entry (0: none yet), visiting marks the entries whose parents are being
+	// looked for, and touched lists the indexes set, to clear them for the next function.
+	// Arrays rather than maps: they are read and set per inlined call of every function.
+	memo     []uint32
+	visiting []bool
+	touched  []int32
+}
+
+// inlineEntry makes room for entry idx (0 <= idx < maxInlineIndex) in memo and visiting, and
+// notes it for clearInline.
+func (fs *funcState) inlineEntry(idx int32) {
+	if int(idx) >= len(fs.memo) {
+		n := min(max(int(idx)+1, 2*len(fs.memo), 64), maxInlineIndex)
+		fs.memo = append(fs.memo, make([]uint32, n-len(fs.memo))...)
+		fs.visiting = append(fs.visiting, make([]bool, n-len(fs.visiting))...)
+	}
+	fs.touched = append(fs.touched, idx)
+}
+
+// clearInline forgets the entries of the last function.
+func (fs *funcState) clearInline() {
+	for _, i := range fs.touched {
+		fs.memo[i], fs.visiting[i] = 0, false
+	}
+	fs.touched = fs.touched[:0]
 }
 
 func (s *stage) load(t *table, mem *memory, inl *inlineLayout, stats *Stats) error {
 	var fs funcState
-	fs.memo = map[int32]uint32{}
-	fs.visiting = map[int32]bool{}
 	for i := 0; i < t.nfunc; i++ {
 		pcv, off := t.functabEntry(i)
 		nextv, err := t.functabPC(i + 1)
@@ -360,7 +401,7 @@ func (s *stage) loadFunc(t *table, mem *memory, inl *inlineLayout, fi *funcInfo,
 			return err
 		}
 	}
-	s.nodes = append(s.nodes, index.Node{Name: s.str(name), StartLine: uint32(startLine), DeclFile: declFile,
+	s.nodes = append(s.nodes, index.Node{Name: s.strOnce(name), StartLine: uint32(startLine), DeclFile: declFile,
 		StartAddress: fi.entry, Parent: index.NoParent})
 	s.ranges.add(stRange{lo: fi.entry, hi: end, node: outer})
 	stats.Functions++
@@ -457,15 +498,14 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 	if fs.inls, fs.inlsEnd, err = t.decodePCValue(fs.inls, pcdata, fi.entry, end); err != nil {
 		return fmt.Errorf("inline index table: %w", err)
 	}
-	clear(fs.memo)
-	clear(fs.visiting)
+	fs.clearInline()
 	var nodeFor func(idx int32, depth int) (uint32, error)
 	nodeFor = func(idx int32, depth int) (uint32, error) {
 		if idx < 0 {
 			return outer, nil
 		}
-		if n, ok := fs.memo[idx]; ok {
-			return n, nil
+		if int(idx) < len(fs.memo) && fs.memo[idx] != 0 {
+			return fs.memo[idx] - 1, nil
 		}
 		if idx >= maxInlineIndex {
 			return 0, fmt.Errorf("%w: inline tree index %d", ErrCorrupt, idx)
@@ -496,12 +536,13 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 		// or repeat a frame there. The caller is then unknown: the function itself is the one
 		// caller we know. (The line at parentPc is still taken: where the entry there is the
 		// callee or its descendant, it matched DWARF's call line in most cases measured.)
-		if parentIdx == idx || fs.visiting[parentIdx] || depth >= maxInlineDepth {
+		if parentIdx == idx || parentIdx >= 0 && int(parentIdx) < len(fs.visiting) && fs.visiting[parentIdx] || depth >= maxInlineDepth {
 			parentIdx = -1
 		}
+		fs.inlineEntry(idx)
 		fs.visiting[idx] = true
 		parent, err := nodeFor(parentIdx, depth+1)
-		delete(fs.visiting, idx)
+		fs.visiting[idx] = false
 		if err != nil {
 			return 0, err
 		}
@@ -533,7 +574,7 @@ func (s *stage) addInlines(t *table, mem *memory, inl *inlineLayout, fi *funcInf
 			Name: nameID, StartLine: uint32(startLine), Parent: index.NodeID(parent),
 			CallFile: callFile, CallLine: callLine, StartAddress: ^uint64(0),
 		})
-		fs.memo[idx] = n
+		fs.memo[idx] = n + 1
 		stats.InlinedCalls++
 		return n, nil
 	}

@@ -13,6 +13,9 @@ import (
 type memory struct {
 	f     *elf.File
 	cache map[*elf.Section][]byte
+	// image, when set, is the whole file mapped read-only: sections stored as they are
+	// (not compressed) are slices of it, read from the page cache as they are touched.
+	image []byte
 }
 
 func newMemory(f *elf.File) *memory {
@@ -25,6 +28,14 @@ func (m *memory) section(s *elf.Section) ([]byte, error) {
 	}
 	if s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 {
 		return nil, nil
+	}
+	if m.image != nil && s.Flags&elf.SHF_COMPRESSED == 0 && s.Size <= maxSectionSize {
+		if s.Offset > uint64(len(m.image)) || s.Size > uint64(len(m.image))-s.Offset {
+			return nil, fmt.Errorf("%w: section %s of %d bytes runs past the end of the file", ErrCorrupt, s.Name, s.Size)
+		}
+		d := m.image[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
+		m.cache[s] = d
+		return d, nil
 	}
 	d, err := readSection(s)
 	if err != nil {
