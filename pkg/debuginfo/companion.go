@@ -39,6 +39,13 @@ func SupplementaryFileID(path string, lim elfx.Limits) (id string, ok bool, err 
 	if !f.HasDWARF() {
 		return "", false, nil
 	}
+	if f.Runnable() {
+		// dwz -m's common file holds DWARF only; a file with code is a binary (or a library),
+		// whose DWARF need not be read to know it: for a large Go binary that read
+		// decompressed 41 MB of sections on every upload's verification, only to throw them
+		// away before the index build read them again.
+		return "", false, nil
+	}
 	if _, links, err := debugfile.ReadSupLink(f); err != nil || links {
 		// A file that links to a supplementary file is not one (dwz makes no chains).
 		return "", false, nil

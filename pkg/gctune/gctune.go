@@ -1,9 +1,12 @@
 // Package gctune sets the Go garbage collector up for a long-running server:
 //
-//   - a soft memory limit (GOMEMLIMIT) of 90% of the container's memory limit (cgroup
-//     memory.max, through github.com/KimMachineGun/automemlimit), unless GOMEMLIMIT is set
-//     or AUTOMEMLIMIT=off; it makes the collector work harder before the kernel kills the
-//     process, whatever GOGC says;
+//   - a soft memory limit: the GOMEMLIMIT environment variable when set; else 90% of the
+//     container's memory limit (cgroup memory.max or memory.limit_in_bytes, through
+//     github.com/KimMachineGun/automemlimit); else, outside a container, the limit the server
+//     derives from what it is configured to hold (Options.MemoryLimit); AUTOMEMLIMIT=off
+//     leaves the runtime's default (no limit). It makes the collector work harder before the
+//     heap outgrows what the server was sized for, whatever GOGC says: without it the heap
+//     grows to twice its live size before a collection;
 //   - a minimum headroom: GOGC is raised while the live heap is small, so that the heap may
 //     grow by at least that many bytes before a collection.
 //
@@ -18,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -31,7 +35,51 @@ type Options struct {
 	// MinHeadroom is how many bytes the heap may grow past the live heap before a collection,
 	// at least; 0 leaves GOGC alone.
 	MinHeadroom uint64
+	// MemoryLimit is the soft memory limit to set when neither GOMEMLIMIT nor a container's
+	// memory limit gives one; 0 sets none.
+	MemoryLimit int64
 	Logger      *slog.Logger
+}
+
+// Where the soft memory limit came from, as Start logs it.
+const (
+	SourceEnv        = "GOMEMLIMIT"       // the environment variable, read by the runtime
+	SourceOff        = "AUTOMEMLIMIT=off" // automatic limits turned off: the runtime's default
+	SourceContainer  = "container"        // 90% of the cgroup's memory limit
+	SourceConfigured = "configured"       // Options.MemoryLimit: no container limit applies
+	SourceNone       = "none"             // neither a container limit nor Options.MemoryLimit
+)
+
+// containerLimit reads the cgroup's memory limit; tests replace it.
+var containerLimit memlimit.Provider = memlimit.FromCgroup
+
+// setMemoryLimit sets the soft memory limit as the package comment says and returns it with
+// its source (one of the Source constants).
+func setMemoryLimit(fallback int64, log *slog.Logger) (int64, string) {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		return debug.SetMemoryLimit(-1), SourceEnv
+	}
+	if v, ok := os.LookupEnv("AUTOMEMLIMIT"); ok && v == "off" {
+		return debug.SetMemoryLimit(-1), SourceOff
+	}
+	fromContainer := false
+	limit, err := memlimit.Set(memlimit.WithLogger(log.With("component", "automemlimit")),
+		memlimit.WithProvider(func() (uint64, error) {
+			l, err := containerLimit()
+			fromContainer = err == nil && l > 0 && l < math.MaxInt64
+			return l, err
+		}))
+	if err != nil {
+		log.Warn("no memory limit set from the container's", "err", err)
+	}
+	if fromContainer && err == nil {
+		return limit, SourceContainer
+	}
+	if fallback > 0 {
+		debug.SetMemoryLimit(fallback)
+		return fallback, SourceConfigured
+	}
+	return debug.SetMemoryLimit(-1), SourceNone
 }
 
 // minLive stands in for the live heap before the first collection has measured it (and is
@@ -66,14 +114,11 @@ func Start(opt Options) (stop func()) {
 	if log == nil {
 		log = slog.Default()
 	}
-	limit, err := memlimit.Set(memlimit.WithLogger(log.With("component", "automemlimit")))
-	if err != nil {
-		log.Warn("no memory limit set from the container's", "err", err)
-	}
+	limit, source := setMemoryLimit(opt.MemoryLimit, log)
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
 	if opt.MinHeadroom == 0 || base < 0 {
-		log.Info("garbage collector", "gogc", base, "memory_limit", limitString(limit), "headroom_tuning", false)
+		log.Info("garbage collector", "gogc", base, "memory_limit", limitString(limit), "memory_limit_from", source, "headroom_tuning", false)
 		mu.Lock()
 		active = nil
 		mu.Unlock()
@@ -85,7 +130,7 @@ func Start(opt Options) (stop func()) {
 	active = t
 	t.adjust()
 	mu.Unlock()
-	log.Info("garbage collector", "gogc", base, "gogc_now", t.current, "memory_limit", limitString(limit), "min_headroom", opt.MinHeadroom)
+	log.Info("garbage collector", "gogc", base, "gogc_now", t.current, "memory_limit", limitString(limit), "memory_limit_from", source, "min_headroom", opt.MinHeadroom)
 	t.arm()
 	return func() {
 		mu.Lock()

@@ -1,9 +1,16 @@
 package gctune
 
 import (
+	"bytes"
+	"log/slog"
+	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 func TestPercent(t *testing.T) {
@@ -119,5 +126,81 @@ func TestFollowsTheLiveHeap(t *testing.T) {
 	}
 	if p := settle(func(p int) bool { return p != 100 }); p != 100 {
 		t.Fatalf("collections after stop set GOGC to %d", p)
+	}
+}
+
+// env sets (value non-nil) or unsets the variable for the test.
+func env(t *testing.T, name string, value *string) {
+	t.Helper()
+	t.Setenv(name, "") // restores the variable after the test
+	if value == nil {
+		if err := os.Unsetenv(name); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Setenv(name, *value)
+}
+
+func TestMemoryLimitSources(t *testing.T) {
+	const mib = 1 << 20
+	str := func(s string) *string { return &s }
+	limited := func(l uint64) memlimit.Provider { return memlimit.Limit(l) }
+	failing := func(err error) memlimit.Provider {
+		return func() (uint64, error) { return 0, err }
+	}
+	for _, c := range []struct {
+		name                string
+		gomemlimit, automem *string
+		container           memlimit.Provider
+		fallback            int64
+		want                int64 // -1: the limit is left as it was
+		source              string
+	}{
+		{"GOMEMLIMIT wins over everything", str("300MiB"), nil, limited(1000 * mib), 500 * mib, -1, SourceEnv},
+		{"AUTOMEMLIMIT=off sets nothing", nil, str("off"), limited(1000 * mib), 500 * mib, -1, SourceOff},
+		{"a container's limit wins over the server's", nil, nil, limited(1000 * mib), 500 * mib, 900 * mib, SourceContainer},
+		{"the container's ratio from AUTOMEMLIMIT", nil, str("0.5"), limited(1000 * mib), 500 * mib, 500 * mib, SourceContainer},
+		{"no container limit: the server's", nil, nil, failing(memlimit.ErrNoLimit), 500 * mib, 500 * mib, SourceConfigured},
+		{"no cgroup: the server's", nil, nil, failing(memlimit.ErrNoCgroup), 500 * mib, 500 * mib, SourceConfigured},
+		{"an unreadable cgroup: the server's", nil, nil, failing(os.ErrPermission), 500 * mib, 500 * mib, SourceConfigured},
+		{"neither: no limit", nil, nil, failing(memlimit.ErrNoLimit), 0, math.MaxInt64, SourceNone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env(t, "GOMEMLIMIT", c.gomemlimit)
+			env(t, "AUTOMEMLIMIT", c.automem)
+			defer func(p memlimit.Provider) { containerLimit = p }(containerLimit)
+			containerLimit = c.container
+			const before = 12345 * mib
+			defer debug.SetMemoryLimit(debug.SetMemoryLimit(before))
+			limit, source := setMemoryLimit(c.fallback, slog.New(slog.DiscardHandler))
+			want := c.want
+			if want == -1 {
+				want = before
+			}
+			if source != c.source || limit != want {
+				t.Errorf("limit %d MiB from %q, want %d MiB from %q", limit/mib, source, want/mib, c.source)
+			}
+			if got := debug.SetMemoryLimit(-1); got != want {
+				t.Errorf("the runtime's limit is %d MiB, want %d MiB", got/mib, want/mib)
+			}
+		})
+	}
+}
+
+// TestStartLogsTheLimit: Start sets the server's limit outside a container and says so.
+func TestStartLogsTheLimit(t *testing.T) {
+	env(t, "GOMEMLIMIT", nil)
+	env(t, "AUTOMEMLIMIT", nil)
+	defer func(p memlimit.Provider) { containerLimit = p }(containerLimit)
+	containerLimit = func() (uint64, error) { return 0, memlimit.ErrNoLimit }
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	var buf bytes.Buffer
+	Start(Options{MemoryLimit: 1536 << 20, Logger: slog.New(slog.NewTextHandler(&buf, nil))})()
+	if got := debug.SetMemoryLimit(-1); got != 1536<<20 {
+		t.Errorf("memory limit %d, want 1536 MiB", got)
+	}
+	if !strings.Contains(buf.String(), `memory_limit="1536 MiB" memory_limit_from=configured`) {
+		t.Errorf("log does not name the limit and its source:\n%s", buf.String())
 	}
 }

@@ -8,9 +8,11 @@ import (
 )
 
 // StringTable is an index's strings without the rest of it: the names and paths that its
-// lookups' string IDs (FrameRef) refer to, in 6% of the memory of a whole index of a large
-// binary (8.5 MB of 84 MB for MinIO). A symbolizer that keeps results as string IDs in a
-// shared cache needs only this to read them.
+// lookups' string IDs (FrameRef) refer to, in 14% of the memory of a whole index of a large
+// Go binary (11.7 MB of 83.8 MB for MinIO's 143 MiB; 9% for a 16 MB Go binary, a third for a
+// small C binary, whose index is mostly names), and about a third of the index's bytes when
+// serialized. A symbolizer that keeps results as string IDs in a shared cache needs only this
+// to read them.
 //
 // Serialized (little endian):
 //

@@ -37,6 +37,9 @@ type Cache struct {
 
 	// OnEvict is told about evictions (metrics).
 	OnEvict func(bytes int64)
+
+	// superseded holds what an entry of this cache makes redundant (see Supersede).
+	superseded *Cache
 }
 
 type item struct {
@@ -91,13 +94,32 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader) (e *Entr
 	}
 }
 
-// Add inserts an entry, evicting the least recently used ones to make room.
+// Supersede makes every entry kept in c remove the entry of the same key from other: a cache
+// of indexes supersedes the cache of string tables, since an index held whole holds its
+// string table (keeping both would hold that table twice).
+func (c *Cache) Supersede(other *Cache) {
+	c.mu.Lock()
+	c.superseded = other
+	c.mu.Unlock()
+}
+
+// Add inserts an entry, evicting the least recently used ones to make room. An entry larger
+// than the whole cache is not kept (and supersedes nothing).
 func (c *Cache) Add(key string, e *Entry) {
 	if e.Bytes > c.max {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	other := c.superseded
+	c.add(key, e)
+	c.mu.Unlock()
+	if other != nil {
+		other.Remove(key)
+	}
+}
+
+// add is Add with c.mu held.
+func (c *Cache) add(key string, e *Entry) {
 	if el, ok := c.items[key]; ok {
 		c.used -= el.Value.(*item).e.Bytes
 		el.Value.(*item).e = e

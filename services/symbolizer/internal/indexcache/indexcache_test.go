@@ -104,3 +104,29 @@ func TestCallerCancelDoesNotCancelLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestSupersede: an index kept drops its string table from the cache of tables; an index too
+// large to keep, or loaded through GetOrLoad, is treated alike by what it keeps.
+func TestSupersede(t *testing.T) {
+	ix, strs := New(100), New(100)
+	ix.Supersede(strs)
+	for _, k := range []string{"a", "b", "huge", "loaded"} {
+		strs.Add(k, &Entry{Bytes: 10})
+	}
+	ix.Add("a", &Entry{Bytes: 40})
+	ix.Add("huge", &Entry{Bytes: 1000}) // not kept: its table stays useful
+	if _, err := func() (*Entry, error) {
+		e, _, err := ix.GetOrLoad(context.Background(), "loaded", func(context.Context) (*Entry, error) { return &Entry{Bytes: 40}, nil })
+		return e, err
+	}(); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]bool{"a": false, "b": true, "huge": true, "loaded": false} {
+		if got := strs.Get(k) != nil; got != want {
+			t.Errorf("string table of %q kept: %v, want %v", k, got, want)
+		}
+	}
+	if used, n := strs.Used(); used != 20 || n != 2 {
+		t.Errorf("string tables: %d bytes in %d entries, want 20 in 2", used, n)
+	}
+}

@@ -91,7 +91,7 @@ type Config struct {
 	CacheTTL        time.Duration `name:"cache-ttl" default:"24h" env:"SYMBOLIZER_CACHE_TTL" help:"Redis TTL of results, empty ones included (they are as final as any: a result depends only on the file's content). Counted per bucket of addresses from its last write."`
 	HoldUploaded    bool          `name:"hold-uploaded-indexes" default:"true" negatable:"" env:"SYMBOLIZER_HOLD_UPLOADED_INDEXES" help:"Keep the index built while verifying an upload in memory. With build-ID affinity in the gateways, the replica that verifies an upload is seldom the one asked for its lookups: --no-hold-uploaded-indexes leaves the index to its owner, which loads it from the store."`
 	IndexCacheBytes int64         `name:"index-cache-bytes" default:"1073741824" env:"SYMBOLIZER_INDEX_CACHE_BYTES" help:"Memory for loaded indexes."`
-	StringsBytes    int64         `name:"strings-cache-bytes" default:"268435456" env:"SYMBOLIZER_STRINGS_CACHE_BYTES" help:"Memory for the string tables of indexes not in memory, with which results cached in Redis are read (about 6% of an index each)."`
+	StringsBytes    int64         `name:"strings-cache-bytes" default:"268435456" env:"SYMBOLIZER_STRINGS_CACHE_BYTES" help:"Memory for the string tables of indexes not in memory, with which results cached in Redis are read (each about 14% of its index's memory for a large Go binary, up to a third for a small C one; a table is dropped once its index is loaded, and not loaded while the index is in memory)."`
 	ResultEntries   int           `name:"result-cache-entries" default:"200000" env:"SYMBOLIZER_RESULT_CACHE_ENTRIES" help:"Entries of the in-process result cache (0: off)."`
 	MaxModules      int           `name:"max-modules" default:"1024" env:"SYMBOLIZER_MAX_MODULES" help:"Modules per Symbolize request."`
 	MaxAddresses    int           `name:"max-addresses" default:"100000" env:"SYMBOLIZER_MAX_ADDRESSES" help:"Addresses per Symbolize request."`
@@ -119,7 +119,8 @@ type Config struct {
 	DebuginfodOpen     time.Duration `name:"debuginfod-breaker-open" default:"30s" env:"SYMBOLIZER_DEBUGINFOD_BREAKER_OPEN" help:"How long an upstream that failed --debuginfod-breaker-failures times in a row is not asked."`
 
 	TempDir       string `name:"temp-dir" env:"SYMBOLIZER_TEMP_DIR" type:"path" help:"Scratch space for downloads from S3 and upstreams (default: the system's)."`
-	GCMinHeadroom uint64 `name:"gc-min-headroom" default:"268435456" env:"SYMBOLIZER_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). With little live heap, as in a replica answering from Redis, plain GOGC collects twice per 10,000-address batch. GOMEMLIMIT is set to 90% of the container's memory limit unless already set (AUTOMEMLIMIT=off disables that)."`
+	GCMinHeadroom uint64 `name:"gc-min-headroom" default:"268435456" env:"SYMBOLIZER_GC_MIN_HEADROOM" help:"Bytes the Go heap may grow past its live size before a collection, at least (0: plain GOGC). With little live heap, as in a replica answering from Redis, plain GOGC collects twice per 10,000-address batch. The soft memory limit (--memory-limit) bounds the growth."`
+	MemoryLimit   string `name:"memory-limit" default:"auto" env:"SYMBOLIZER_MEMORY_LIMIT" help:"Soft memory limit of the Go runtime (the collector works harder as the heap nears it) where neither GOMEMLIMIT nor a container gives one; inside a container with a memory limit it is 90% of that limit (AUTOMEMLIMIT=off: no limit at all). auto: what the replica is configured to hold, --index-cache-bytes + --strings-cache-bytes + 256 bytes per --result-cache-entries, plus 384 MiB for an upload's verification and requests in flight (1.7 GiB at the defaults); a size (e.g. 2GiB) sets it; off sets none, and the heap grows to twice its live size before each collection. Logged at start with its source."`
 	Pprof         bool   `name:"pprof" env:"SYMBOLIZER_PPROF" help:"Serve Go profiling at /debug/pprof/ (guarded like writes: it needs a token)."`
 	LogFormat     string `name:"log-format" default:"text" enum:"text,json" env:"SYMBOLIZER_LOG_FORMAT" help:"Log format: text or json."`
 	LogLevel      string `name:"log-level" default:"info" enum:"debug,info,warn,error" env:"SYMBOLIZER_LOG_LEVEL" help:"Log level."`
@@ -144,7 +145,11 @@ func (c *Config) Run() error {
 	defer stop()
 	log := c.Logger()
 	slog.SetDefault(log)
-	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom, Logger: log})()
+	limit, err := c.memoryLimit()
+	if err != nil {
+		return err
+	}
+	defer gctune.Start(gctune.Options{MinHeadroom: c.GCMinHeadroom, MemoryLimit: limit, Logger: log})()
 	stopTraces, err := tracing.Install(ctx, "profsym-symbolizer", log)
 	if err != nil {
 		return err

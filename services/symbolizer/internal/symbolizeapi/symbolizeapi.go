@@ -91,7 +91,7 @@ type BuildLocker interface {
 type Service struct {
 	meta    *catalog.Catalog
 	indexes *indexcache.Cache
-	strs    *indexcache.Cache // string tables of files whose index is not in memory
+	strs    *indexcache.Cache // string tables of files whose index is not in memory (indexes supersedes it)
 	results *resultcache.Cache
 	fetch   Fetcher
 	m       *metrics.Metrics
@@ -138,6 +138,8 @@ func New(md *catalog.Catalog, ix *indexcache.Cache, rc *resultcache.Cache, fetch
 	if strs == nil {
 		strs = indexcache.New(opt.StringsCacheBytes)
 	}
+	// An index in memory holds its string table: the cache keeps tables of the others only.
+	ix.Supersede(strs)
 	return &Service{meta: md, indexes: ix, strs: strs, results: rc, fetch: fetch, m: m, opt: opt, resolved: map[catalog.ID]resolved{}, comps: map[string]resolvedCompanions{}}
 }
 
@@ -501,13 +503,20 @@ func publicReason(err error) string {
 }
 
 // stringTable returns the string table of the file's index for reading cached results: a
-// small object of its own in the store (6% of the index), so that a replica without the index
-// in memory need not load the index to read Redis. Without that object (a store written
-// before it existed, or a corrupt one), the index is loaded, and its table stored.
+// small object of its own in the store (a quarter to a third of the index), so that a replica
+// without the index in memory need not load the index to read Redis. Without that object (a
+// store written before it existed, or a corrupt one), the index is loaded, and its table
+// stored. The table of an index in memory is the index's own: the cache of string tables
+// never holds a copy of it (an index kept drops its table from that cache, see
+// indexcache.Cache.Supersede).
 func (s *Service) stringTable(ctx context.Context, rec *catalog.Record, comps catalog.Companions) (*index.StringTable, error) {
 	f := rec.Current
 	variant := comps.Variant()
-	e, _, err := s.strs.GetOrLoad(ctx, f.SHA256+variant, func(ctx context.Context) (*indexcache.Entry, error) {
+	key := f.SHA256 + variant
+	if ie := s.indexes.Get(key); ie != nil {
+		return ie.Index.Strings(), nil
+	}
+	e, _, err := s.strs.GetOrLoad(ctx, key, func(ctx context.Context) (*indexcache.Entry, error) {
 		st, err := s.loadStrings(ctx, f, variant)
 		if err == nil {
 			return &indexcache.Entry{Strings: st, Bytes: st.Bytes()}, nil
@@ -525,6 +534,11 @@ func (s *Service) stringTable(ctx context.Context, rec *catalog.Record, comps ca
 	})
 	if err != nil {
 		return nil, err
+	}
+	// The index was kept while the table loaded (by this load's fallback, another request
+	// or an upload): the table just cached is a copy of the index's.
+	if s.indexes.Get(key) != nil {
+		s.strs.Remove(key)
 	}
 	return e.Strings, nil
 }
