@@ -422,7 +422,10 @@ func upload(ctx context.Context, c *uploadclient.Client, path string) (uploadOut
 	if err != nil {
 		return out, fmt.Errorf("initiate: %w", err)
 	}
-	if err := c.Put(ctx, init, bytes.NewReader(data), int64(len(data))); err != nil {
+	// As the node agent does, a PUT cut short is sent again at once (debugupload's putAttempts).
+	if _, err := uploadclient.Retry(ctx, 4, func() (struct{}, error) {
+		return struct{}{}, c.Put(ctx, init, bytes.NewReader(data), int64(len(data)))
+	}); err != nil {
 		return out, fmt.Errorf("put: %w", err)
 	}
 	if _, err := c.FinishUpload(ctx, ids.GNU, init.UploadId); err != nil {

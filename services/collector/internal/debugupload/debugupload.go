@@ -106,6 +106,9 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// putAttempts is how many times one file's PUT is tried before the upload is left to expire.
+const putAttempts = 4
+
 // Outcomes of one offered file, as counted in metrics and Stats.
 const (
 	OutcomeUploaded      = "uploaded"
@@ -407,10 +410,16 @@ func (u *Uploader) send(ctx context.Context, f *os.File, file uploadclient.File,
 	if max := init.GetMaxSize(); max > 0 && uint64(size) > max {
 		return OutcomeTooLarge, nil
 	}
-	// The timeout bounds the rate limiter's waits as well as the request.
-	pctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
-	err = u.client.Put(pctx, init, &limitedReader{ctx: pctx, r: io.NewSectionReader(f, 0, size), b: u.limit}, size)
-	cancel()
+	// A PUT cut short (a connection the store closed, a 5xx) is sent again at once, a few
+	// times: until this upload expires the server answers every node, this one included,
+	// that it is in progress, so waiting for a later sighting would leave the binary
+	// unsymbolized on every node for the upload's whole lifetime. The timeout bounds the
+	// rate limiter's waits as well as the request.
+	_, err = uploadclient.Retry(ctx, putAttempts, func() (struct{}, error) {
+		pctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
+		defer cancel()
+		return struct{}{}, u.client.Put(pctx, init, &limitedReader{ctx: pctx, r: io.NewSectionReader(f, 0, size), b: u.limit}, size)
+	})
 	if err != nil {
 		return OutcomeFailed, err
 	}
