@@ -20,7 +20,7 @@
 #             cold (the server builds the index), stored (loads the serialized index), warm
 #
 # Usage: bench/bigdwarf/run.sh [BINARY]   (default: the file bench/bigdwarf/build.sh makes;
-#        built first when missing, about 15 minutes on 2 cores)
+#        built first when missing, about 5 minutes on 2 cores)
 # Env:   SMALL (default 10000), OURS_BIG (default 1000000), REPEAT (default 1: each cold run
 #        is tens of seconds), BATCH (default 10000), BATCHES (default 5), SERVICE (default true),
 #        RESULTS (a path: also write the figures there as JSON, for bench/report).

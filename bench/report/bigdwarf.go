@@ -42,7 +42,7 @@ func writeBigDWARF(p *page, b *bigdwarf) {
 	p.f("## The biggest debuginfo: over 1 GB of C++ DWARF\n\n")
 	if b == nil {
 		p.f("Not measured in this run (no %s in the results): the file is not built. `bash bench/bigdwarf/build.sh` builds it "+
-			"(about 15 minutes on 2 cores, 3 GB of memory for the link, into the user's cache directory), then `make bench-report` measures it.\n\n", bigdwarfFile)
+			"(about 5 minutes on 2 cores, 5.5 GB of memory for the link, into the user's cache directory), then `make bench-report` measures it.\n\n", bigdwarfFile)
 		return
 	}
 	p.f("`bench/bigdwarf/run.sh` on `%s` (%d MB, %.1f MB of DWARF), made by `bench/bigdwarf/build.sh`: g++ -g -O2 translation units "+

@@ -55,7 +55,7 @@ log "bench/collector (DURATION=$DURATION_COLLECTOR FREQS=$FREQS BINARIES=$BINARI
 RESULTS=$results/collector.json DURATION=$DURATION_COLLECTOR FREQS=$FREQS BINARIES=$BINARIES UNWINDERS="cfi frame-pointers" \
 	bash bench/collector/run.sh
 # The biggest debuginfo (bench/bigdwarf): measured when bench/bigdwarf/build.sh has built it
-# (about 15 minutes on 2 cores; not built here), its section on the page says how otherwise.
+# (about 5 minutes on 2 cores; not built here), its section on the page says how otherwise.
 bigdwarf=${BIGDWARF_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/profsym/bigdwarf}/bigdwarf
 if [[ -x $bigdwarf ]]; then
 	log "bench/bigdwarf ($bigdwarf)"
