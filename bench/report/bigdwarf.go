@@ -45,7 +45,7 @@ func writeBigDWARF(p *page, b *bigdwarf) {
 			"(about 5 minutes on 2 cores, 5.5 GB of memory for the link, into the user's cache directory), then `make bench-report` measures it.\n\n", bigdwarfFile)
 		return
 	}
-	p.f("`bench/bigdwarf/run.sh` on `%s` (%d MB, %.1f MB of DWARF), made by `bench/bigdwarf/build.sh`: g++ -g -O2 translation units "+
+	p.f("`bench/bigdwarf/run.sh` on `%s` (a %d MiB file, %.1f MB of DWARF), made by `bench/bigdwarf/build.sh`: g++ -g -O2 translation units "+
 		"each including the standard library's headers and instantiating its templates over their own types (recipe: %s). "+
 		"%d addresses sampled over the whole text, one process each, GNU time; best of %d.\n\n",
 		b.Name, b.FileMB, float64(b.DWARFBytes)/1e6, b.Recipe, b.Small, b.Repeat)
@@ -61,7 +61,7 @@ func writeBigDWARF(p *page, b *bigdwarf) {
 			fmtRatio(ratio(b.LLVM.RSSMB, b.Ours.RSSMB))},
 	})
 	p.f("The goals: cold time at most 1.5× llvm-symbolizer's (ratio at least 0.67×), peak memory at most its (ratio at least 1×). "+
-		"Index: %.1f MB; warm: %s addresses per CPU second (index cached, between %d and %d addresses).\n\n",
+		"Index: %.1f MB; warm: %s of CPU time (index cached, between %d and %d addresses).\n\n",
 		float64(b.Ours.IndexBytes)/1e6, fmtRate(b.Ours.WarmRate), b.Small, b.OursBig)
 	p.table([]string{"binary", "tool", "innermost frame", "file:line", "function name", "whole inline chain"}, [][]string{agreementRow(b.Name, b.Fidelity)})
 	if s := b.Service; s != nil {

@@ -115,10 +115,10 @@ func TestGenerate(t *testing.T) {
 				"| cfi | 19 | 0.25% | 0.50× | 1.25× | 40.0 | 0.80× |",
 				"99 Hz costs 4.00× the CPU of 19 Hz and 1.10× its RSS",
 				// bigdwarf: 40/20, 45/30, 2500/1000
-				"`bigdwarf` (1400 MB, 1250.0 MB of DWARF)",
+				"`bigdwarf` (a 1400 MiB file, 1250.0 MB of DWARF)",
 				"| `.debug_info` | 800.0 |",
 				"| ratio: llvm / ours (> 1: ours faster, smaller) | 2.00× | 1.50× | 2.50× |",
-				"Index: 150.0 MB; warm: 2.00 M/s",
+				"Index: 150.0 MB; warm: 2.00 M/s of CPU time",
 				"| bigdwarf | ours | 99.0% | 100.0% | 99.0% | 95.0% |",
 				"stored it in 12.5 s (server peak RSS 300 MiB)",
 				"| cold | no index in memory or in the store: the first batch builds it | 1 | 20000.0 | 500 /s | 30000.0 | 99.5% | 1100 |",
