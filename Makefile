@@ -122,8 +122,8 @@ test-short: ## Unit tests only: no servers, no eBPF, no corpus, no Collector bui
 bench: ## Go benchmarks of the hot paths, then the comparison scripts under bench/ (bench/soak/run.sh, 30 minutes, on its own).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
-	@# The soak (bench/soak, 30 minutes) and the demangler differential (bench/demangle, downloads about 550 MB of Debian packages) are run on their own; bench/report runs the others again for the page (make bench-report).
-	@for s in bench/*/run.sh; do case $$s in bench/soak/run.sh|bench/report/run.sh|bench/demangle/run.sh) continue;; esac; echo "== $$s"; bash $$s; done
+	@# The soak (bench/soak, 30 minutes), the demangler differential (bench/demangle, downloads about 550 MB of Debian packages) and the biggest debuginfo (bench/bigdwarf, builds a 1 GB DWARF file) are run on their own; bench/report runs the others again for the page (make bench-report).
+	@for s in bench/*/run.sh; do case $$s in bench/soak/run.sh|bench/report/run.sh|bench/demangle/run.sh|bench/bigdwarf/run.sh) continue;; esac; echo "== $$s"; bash $$s; done
 
 bench-report: ## Run the bench/ scripts in one run (10 to 15 minutes on 2 cores; as root, after .ci/install-deps) and regenerate docs/benchmarks.md and its plots (bench/report/run.sh).
 	@# sudo resets PATH to a list without the Go toolchain: fall back to its usual place.

@@ -104,6 +104,7 @@ func generate(resultsDir, pagePath, plotsDir string) error {
 	if err := writeCollector(p, r.Collector, plotsDir); err != nil {
 		return err
 	}
+	writeBigDWARF(p, r.BigDWARF)
 	return os.WriteFile(pagePath, []byte(p.String()), 0o644)
 }
 

@@ -176,6 +176,7 @@ type results struct {
 	Symbolizer *symbolizer
 	Gateway    *gateway
 	Collector  *collector
+	BigDWARF   *bigdwarf
 }
 
 // load reads a results directory. run.json is required; a missing bench file is a section
@@ -190,6 +191,7 @@ func load(dir string) (*results, error) {
 		symbolizerFile: &r.Symbolizer,
 		gatewayFile:    &r.Gateway,
 		collectorFile:  &r.Collector,
+		bigdwarfFile:   &r.BigDWARF,
 	} {
 		err := readJSON(filepath.Join(dir, name), dst)
 		if errors.Is(err, fs.ErrNotExist) {

@@ -12,7 +12,7 @@
 # Env: the scripts' own knobs, set here to the values below unless given: REPEAT, BIG,
 #      OURS_BIG, EU_BIG (bench/symbolize); BATCHES, ROUNDS, COLD_RUNS (bench/symbolizer);
 #      N, DURATION_GATEWAY, CONCURRENCY (bench/gateway); DURATION_COLLECTOR, FREQS, BINARIES
-#      (bench/collector). PAGE (default docs/benchmarks.md), PLOTS (default docs/benchmarks).
+#      (bench/collector); BIGDWARF_DIR (bench/bigdwarf/build.sh's). PAGE (default docs/benchmarks.md), PLOTS (default docs/benchmarks).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,6 +54,15 @@ RESULTS=$results/gateway.json OLD_REF=none N=$N DURATION=$DURATION_GATEWAY CONCU
 log "bench/collector (DURATION=$DURATION_COLLECTOR FREQS=$FREQS BINARIES=$BINARIES)"
 RESULTS=$results/collector.json DURATION=$DURATION_COLLECTOR FREQS=$FREQS BINARIES=$BINARIES UNWINDERS="cfi frame-pointers" \
 	bash bench/collector/run.sh
+# The biggest debuginfo (bench/bigdwarf): measured when bench/bigdwarf/build.sh has built it
+# (about 5 minutes on 2 cores; not built here), its section on the page says how otherwise.
+bigdwarf=${BIGDWARF_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/profsym/bigdwarf}/bigdwarf
+if [[ -x $bigdwarf ]]; then
+	log "bench/bigdwarf ($bigdwarf)"
+	RESULTS=$results/bigdwarf.json bash bench/bigdwarf/run.sh "$bigdwarf"
+else
+	log "bench/bigdwarf: $bigdwarf not built (bash bench/bigdwarf/build.sh builds it); its section says so"
+fi
 
 elapsed=$(($(date +%s) - t0))
 settings="bench/symbolize REPEAT=$REPEAT BIG=$BIG OURS_BIG=$OURS_BIG EU_BIG=$EU_BIG; bench/symbolizer BATCHES=$BATCHES ROUNDS=$ROUNDS COLD_RUNS=$COLD_RUNS; bench/gateway N=$N DURATION=$DURATION_GATEWAY CONCURRENCY=$CONCURRENCY OLD_REF=none; bench/collector DURATION=$DURATION_COLLECTOR FREQS=\"$FREQS\" BINARIES=$BINARIES"

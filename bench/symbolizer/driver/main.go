@@ -63,6 +63,7 @@ var (
 	duration      = flag.Duration("duration", 20*time.Second, "how long --against runs")
 	gzipResp      = flag.Bool("gzip", false, "accept gzip-compressed responses (loopback does not need them)")
 	resultsPath   = flag.String("results", "", "also write the figures here as JSON")
+	phases        = flag.String("phases", "cold,stored,warm,memo,cached,redis", "the phases to run, comma-separated (the upload always runs)")
 )
 
 type proc struct {
@@ -281,6 +282,7 @@ type results struct {
 	Batches       int           `json:"batches"`
 	Rounds        int           `json:"rounds"`
 	UploadSeconds float64       `json:"upload_s"`
+	UploadRSSMiB  float64       `json:"upload_rss_mib"`
 	Phases        []phaseResult `json:"phases"`
 	RedisMsCached float64       `json:"redis_ms_per_batch_cached"`
 	RedisMsRedis  float64       `json:"redis_ms_per_batch_redis"`
@@ -391,12 +393,20 @@ func main() {
 		log.Fatalf("upload: %v", err)
 	}
 	collected.UploadSeconds = time.Since(upStart).Seconds()
-	fmt.Printf("upload: %.2f s\n", collected.UploadSeconds)
+	collected.UploadRSSMiB = float64(peakRSS(srv)) / (1 << 20)
+	fmt.Printf("upload: %.2f s, server peak RSS %.0f MiB\n", collected.UploadSeconds, collected.UploadRSSMiB)
 	srv.stop()
+	run := map[string]bool{}
+	for _, p := range strings.Split(*phases, ",") {
+		run[strings.TrimSpace(p)] = true
+	}
 
 	printHeader()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for _, phase := range []string{"cold", "stored"} {
+		if !run[phase] {
+			continue
+		}
 		r := row{phase: phase}
 		for i := 0; i < *coldRuns; i++ {
 			if phase == "cold" {
@@ -415,6 +425,10 @@ func main() {
 		r.print()
 	}
 
+	if !run["warm"] && !run["memo"] && !run["cached"] && !run["redis"] {
+		writeResults()
+		return
+	}
 	// warm: the index in memory answers (no Redis; the in-process result cache is off).
 	srv, url = startServer(ctx, store)
 	c := client(url)
@@ -423,8 +437,14 @@ func main() {
 	for i := 0; i < *batches; i++ {
 		reqs = append(reqs, t.batch(rnd))
 	}
-	measure(ctx, "warm", srv, c, reqs).print()
+	if run["warm"] {
+		measure(ctx, "warm", srv, c, reqs).print()
+	}
 	srv.stop()
+	if !run["memo"] && !run["cached"] && !run["redis"] {
+		writeResults()
+		return
+	}
 
 	// memo: the in-process result cache, large enough for every address of the batches,
 	// filled by a first pass.

@@ -1,0 +1,78 @@
+package main
+
+import "fmt"
+
+const bigdwarfFile = "bigdwarf.json"
+
+// bigdwarf is bench/bigdwarf's JSON.
+type bigdwarf struct {
+	Name       string `json:"name"`
+	FileMB     int    `json:"file_mb"`
+	DWARFBytes int64  `json:"dwarf_bytes"`
+	Sections   []struct {
+		Name  string `json:"name"`
+		Bytes int64  `json:"bytes"`
+	} `json:"sections"`
+	Recipe  string `json:"recipe"`
+	Small   int    `json:"small"`
+	OursBig int    `json:"ours_big"`
+	Repeat  int    `json:"repeat"`
+	Ours    struct {
+		ColdS      float64 `json:"cold_s"`
+		ColdCPUS   float64 `json:"cold_cpu_s"`
+		RSSMB      float64 `json:"rss_mb"`
+		IndexBytes int64   `json:"index_bytes"`
+		WarmRate   float64 `json:"warm_rate"`
+	} `json:"ours"`
+	LLVM struct {
+		ColdS    float64 `json:"cold_s"`
+		ColdCPUS float64 `json:"cold_cpu_s"`
+		RSSMB    float64 `json:"rss_mb"`
+	} `json:"llvm"`
+	Fidelity agreement `json:"fidelity"`
+	Service  *struct {
+		symbolizer
+		UploadRSSMiB float64 `json:"upload_rss_mib"`
+	} `json:"service"`
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+}
+
+func writeBigDWARF(p *page, b *bigdwarf) {
+	p.f("## The biggest debuginfo: over 1 GB of C++ DWARF\n\n")
+	if b == nil {
+		p.f("Not measured in this run (no %s in the results): the file is not built. `bash bench/bigdwarf/build.sh` builds it "+
+			"(about 5 minutes on 2 cores, 5.5 GB of memory for the link, into the user's cache directory), then `make bench-report` measures it.\n\n", bigdwarfFile)
+		return
+	}
+	p.f("`bench/bigdwarf/run.sh` on `%s` (a %d MiB file, %.1f MB of DWARF), made by `bench/bigdwarf/build.sh`: g++ -g -O2 translation units "+
+		"each including the standard library's headers and instantiating its templates over their own types (recipe: %s). "+
+		"%d addresses sampled over the whole text, one process each, GNU time; best of %d.\n\n",
+		b.Name, b.FileMB, float64(b.DWARFBytes)/1e6, b.Recipe, b.Small, b.Repeat)
+	var rows [][]string
+	for _, s := range b.Sections {
+		rows = append(rows, []string{"`" + s.Name + "`", fmtNum(float64(s.Bytes)/1e6, 1)})
+	}
+	p.table([]string{"section", "MB"}, rows)
+	p.table([]string{"", "cold wall", "cold CPU", "peak RSS"}, [][]string{
+		{"ours (index built from the DWARF)", fmtNum(b.Ours.ColdS, 2) + " s", fmtNum(b.Ours.ColdCPUS, 2) + " s", fmtNum(b.Ours.RSSMB, 0) + " MB"},
+		{"llvm-symbolizer", fmtNum(b.LLVM.ColdS, 2) + " s", fmtNum(b.LLVM.ColdCPUS, 2) + " s", fmtNum(b.LLVM.RSSMB, 0) + " MB"},
+		{"ratio: llvm / ours (> 1: ours faster, smaller)", fmtRatio(ratio(b.LLVM.ColdS, b.Ours.ColdS)), fmtRatio(ratio(b.LLVM.ColdCPUS, b.Ours.ColdCPUS)),
+			fmtRatio(ratio(b.LLVM.RSSMB, b.Ours.RSSMB))},
+	})
+	p.f("The goals: cold time at most 1.5× llvm-symbolizer's (ratio at least 0.67×), peak memory at most its (ratio at least 1×). "+
+		"Index: %.1f MB; warm: %s of CPU time (index cached, between %d and %d addresses).\n\n",
+		float64(b.Ours.IndexBytes)/1e6, fmtRate(b.Ours.WarmRate), b.Small, b.OursBig)
+	p.table([]string{"binary", "tool", "innermost frame", "file:line", "function name", "whole inline chain"}, [][]string{agreementRow(b.Name, b.Fidelity)})
+	if s := b.Service; s != nil {
+		p.f("Through the service (bench/symbolizer's driver, `symbolizer serve` on a loopback port): `symbolizer upload` sent, verified and stored it in %.1f s "+
+			"(server peak RSS %.0f MiB); Symbolize calls of %d addresses:\n\n", s.UploadS, s.UploadRSSMiB, s.Batch)
+		var srows [][]string
+		for _, ph := range s.Phases {
+			srows = append(srows, []string{ph.Phase, phaseMeaning[ph.Phase], fmt.Sprint(ph.Batches), fmtNum(ph.P50ms, 1), fmtRate(ph.AddrsPerSec),
+				orDash(ph.CPUmsBatch > 0, fmtNum(ph.CPUmsBatch, 1)), orDash(ph.Resolved > 0, fmtNum(100*ph.Resolved, 1)+"%"), orDash(ph.RSSMiB > 0, fmtNum(ph.RSSMiB, 0))})
+		}
+		p.table([]string{"phase", "what it measures", "calls", "p50 ms", "addresses/s", "server CPU ms/call", "resolved", "RSS MiB"}, srows)
+	}
+	p.f("Load average during this bench: %s before, %s after.\n\n", b.LoadBefore, b.LoadAfter)
+}
