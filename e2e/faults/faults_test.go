@@ -196,11 +196,16 @@ func TestFaults(t *testing.T) {
 			// answers (or counted unsymbolized at the hold's end); with a downstream that cannot
 			// be reached requests wait in the sending queue, retried.
 			switch {
-			case link == "gateway->symbolizer" && (f.name == "down" || f.name == "timeout"):
+			case link == "gateway->symbolizer" && f.name == "down":
 				if rows[len(rows)-1].unresolvedDelta == 0 {
 					t.Errorf("%s: no location counted unresolved", name)
 				}
-			case link == "gateway->symbolizer" && f.name == "latency":
+			case link == "gateway->symbolizer" && (f.name == "latency" || f.name == "timeout"):
+				// A symbolizer that takes the request and never answers looks, from the
+				// gateway, like a busy one: its call ends at the deadline, and the profile is
+				// held. Whether the hold outlasts the fault (then the frames are symbolized
+				// after all) or ends first (then they are counted unsymbolized) is the race of
+				// a loaded machine; one of the two must be seen.
 				if r := rows[len(rows)-1]; r.unresolvedDelta == 0 && r.heldDelta == 0 {
 					t.Errorf("%s: no location counted unresolved and no profile held", name)
 				}
