@@ -6,6 +6,7 @@
 package uploadcli
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -85,7 +86,7 @@ func (c *Conn) rpc(httpClient *http.Client) (debuginfov1connect.DebuginfoService
 type UploadCmd struct {
 	Conn
 	Paths    []string `arg:"" type:"path" help:"ELF files or directories (searched recursively for ELF files)."`
-	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once (files of one build ID, such as an executable and its debug file, go one after the other)."`
+	Parallel int      `default:"4" env:"SYMBOLIZER_UPLOAD_PARALLEL" help:"Files uploaded at once (files of one build ID, such as an executable and its debug file, go one after the other, the one with DWARF first)."`
 	Source   string   `default:"ci" enum:"ci,node,debuginfod" env:"SYMBOLIZER_UPLOAD_SOURCE" help:"Where the files come from: ci, node or debuginfod."`
 	Type     string   `default:"auto" enum:"auto,debuginfo,executable" help:"Kind of file; auto: debuginfo when it has DWARF, else executable. Supplementary DWARF files (dwz -m) and DWARF packages (.dwp) are recognized either way."`
 	// PackageOf names the executable of a DWARF package that has none beside it.
@@ -207,25 +208,28 @@ func (u *UploadCmd) Upload(ctx context.Context) ([]Result, error) {
 	var mu sync.Mutex
 	sem := make(chan struct{}, max(u.Parallel, 1))
 	var wg sync.WaitGroup
-	for i, f := range files {
+	for _, group := range groupByID(files) {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rs := []Result{u.one(ctx, client, f, bar)}
-			lines := []string{fmt.Sprintf("%s: %s", f.path, rs[0].Outcome)}
-			if pr, notes := u.packDWO(ctx, client, f, rs[0], packs, bar); pr != nil {
-				rs = append(rs, *pr)
-				lines = append(append(lines, notes...), fmt.Sprintf("%s: %s", pr.Path, pr.Outcome))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			results[i] = rs
-			if !useBar {
-				for _, l := range lines {
-					fmt.Fprintln(errw, l)
+			for _, i := range group {
+				f := files[i]
+				rs := []Result{u.one(ctx, client, f, bar)}
+				lines := []string{fmt.Sprintf("%s: %s", f.path, rs[0].Outcome)}
+				if pr, notes := u.packDWO(ctx, client, f, rs[0], packs, bar); pr != nil {
+					rs = append(rs, *pr)
+					lines = append(append(lines, notes...), fmt.Sprintf("%s: %s", pr.Path, pr.Outcome))
 				}
+				mu.Lock()
+				results[i] = rs
+				if !useBar {
+					for _, l := range lines {
+						fmt.Fprintln(errw, l)
+					}
+				}
+				mu.Unlock()
 			}
 		}()
 	}
@@ -300,6 +304,51 @@ func collect(paths []string) ([]fileRef, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].path < out[j].path })
 	return out, nil
+}
+
+// groupByID gathers the files that carry the same build ID (an executable and its debug
+// file, found together in a build directory) into one group, sent one after the other with
+// the files that hold DWARF first: the store then has the whole debuginfo from the first
+// upload on, and the stripped executable that follows adds nothing or only a companion. Sent
+// the other way round, lookups would be answered from the executable's symbol table alone
+// until the debug file was verified. Groups keep the order of their first file; a file whose
+// build ID cannot be read quickly (no note, not ELF) is a group of its own and fails or
+// succeeds later as before. The result holds indexes into files.
+func groupByID(files []fileRef) [][]int {
+	type info struct {
+		id    string
+		dwarf bool
+	}
+	infos := make([]info, len(files))
+	for i, f := range files {
+		ef, closer, err := elfx.OpenPath(f.path, elfx.Limits{})
+		if err != nil {
+			continue
+		}
+		gnu, goID := buildid.FromELF(ef)
+		infos[i] = info{id: cmp.Or(gnu, goID), dwarf: ef.HasDWARF()}
+		// Only read from: a failing close loses nothing.
+		_ = closer.Close()
+	}
+	var groups [][]int
+	at := map[string]int{}
+	for i, in := range infos {
+		if in.id == "" {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := at[in.id]
+		if !ok {
+			g = len(groups)
+			at[in.id] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	for _, g := range groups {
+		sort.SliceStable(g, func(a, b int) bool { return infos[g[a]].dwarf && !infos[g[b]].dwarf })
+	}
+	return groups
 }
 
 func isELF(path string) bool {

@@ -3,6 +3,7 @@ package uploadcli
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -88,5 +89,30 @@ func TestPrintRecordCompanions(t *testing.T) {
 	printRecord(&out, d, false)
 	if want := " supplementary=12:missing dwarf_package=ab:available\n"; !strings.HasSuffix(out.String(), want) {
 		t.Errorf("record line %q, want it to end in %q", out.String(), want)
+	}
+}
+
+// An executable and its debug file go in one group, the debug file first, whatever their
+// names' order; a file without a build ID is a group of its own.
+func TestGroupByIDSendsDWARFFirst(t *testing.T) {
+	exe := testsupport.CompileC(t, "int main(void) { return 0; }\n", "-g", "-Wl,--build-id")
+	dir := t.TempDir()
+	stripped := filepath.Join(dir, "app")
+	debug := filepath.Join(dir, "app.debug")
+	other := filepath.Join(dir, "notes")
+	testsupport.NeedTools(t, "objcopy")
+	for _, args := range [][]string{{"--only-keep-debug", exe, debug}, {"--strip-all", exe, stripped}} {
+		if out, err := exec.Command("objcopy", args...).CombinedOutput(); err != nil {
+			t.Fatalf("objcopy %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.WriteFile(other, []byte("not elf"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := []fileRef{{stripped, true}, {debug, true}, {other, true}}
+	got := groupByID(files)
+	want := [][]int{{1, 0}, {2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("groupByID = %v, want %v (app.debug before app, notes alone)", got, want)
 	}
 }
