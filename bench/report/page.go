@@ -236,6 +236,7 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 			{"ours", fmtNum(st.Ours.WallS, 2) + " s", fmtNum(st.Ours.CPUS, 2) + " s", fmtNum(st.Ours.RSSMB, 0) + " MB"},
 			{"go tool addr2line", fmtNum(st.A2L.WallS, 2) + " s", fmtNum(st.A2L.CPUS, 2) + " s", fmtNum(st.A2L.RSSMB, 0) + " MB"},
 			row})
+		p.f("The goal: at most go tool addr2line's wall and CPU time (ratios at least 1×).\n\n")
 		var frows [][]string
 		for _, a := range st.Fidelity {
 			frows = append(frows, agreementRow("minio, stripped", a))
