@@ -17,29 +17,24 @@ import (
 // time was a quarter of the CPU time of indexing a C++ program with 1.39 GB of DWARF. An
 // index therefore holds, for each such name, a string ID whose string is shown demangled
 // (Builder.Demangled): it stores the mangled bytes once, under the linkage name's ID, and the
-// demangled spelling is made by String, Frame and the StringTable when asked for, and kept in
-// a bounded cache.
+// demangled spelling is made by String, Frame and the StringTable when first asked for, and
+// kept.
 
 // demangled marks the string IDs whose string is a mangled name shown demangled.
 type demangled struct {
 	bits []uint64 // by string ID
+	rank []uint32 // rank[w]: the marks in bits[:w]
 	refs []demangledRef
 
-	memoOnce  sync.Once
-	memo      []atomic.Pointer[memoEntry] // a power of two long
-	memoShift uint
+	// memo holds each name once demangled, by its rank among the marks: made on the first
+	// read, it costs 8 bytes per mark, and the names it keeps are at most those an index that
+	// demangled every name when built would hold.
+	memoOnce sync.Once
+	memo     []atomic.Pointer[string]
 }
 
 // demangledRef says that string id is string src shown demangled.
 type demangledRef struct{ id, src uint32 }
-
-type memoEntry struct {
-	id uint32
-	s  string
-}
-
-// maxMemo bounds the cache of demangled names: 2^18 slots of 8 bytes, plus the names held.
-const maxMemo = 1 << 18
 
 func newDemangled(ns int, refs []demangledRef) *demangled {
 	if len(refs) == 0 {
@@ -48,6 +43,12 @@ func newDemangled(ns int, refs []demangledRef) *demangled {
 	d := &demangled{bits: make([]uint64, (ns+63)/64), refs: refs}
 	for _, r := range refs {
 		d.bits[r.id/64] |= 1 << (r.id % 64)
+	}
+	d.rank = make([]uint32, len(d.bits))
+	n := uint32(0)
+	for w, b := range d.bits {
+		d.rank[w] = n
+		n += uint32(bits.OnesCount64(b))
 	}
 	return d
 }
@@ -62,18 +63,14 @@ func (d *demangled) get(strs []string, id uint32) string {
 	if !d.has(id) {
 		return s
 	}
-	d.memoOnce.Do(func() {
-		n := min(1<<bits.Len(uint(len(d.refs))), maxMemo)
-		d.memo = make([]atomic.Pointer[memoEntry], n)
-		d.memoShift = uint(33 - bits.Len(uint(n)))
-	})
-	// A multiplicative (Fibonacci) hash spreads neighbouring IDs over the slots.
-	slot := &d.memo[(id*0x9e3779b1)>>d.memoShift]
-	if e := slot.Load(); e != nil && e.id == id {
-		return e.s
+	d.memoOnce.Do(func() { d.memo = make([]atomic.Pointer[string], len(d.refs)) })
+	w := id / 64
+	slot := &d.memo[d.rank[w]+uint32(bits.OnesCount64(d.bits[w]&(1<<(id%64)-1)))]
+	if p := slot.Load(); p != nil {
+		return *p
 	}
 	out := demangle.Name(s)
-	slot.Store(&memoEntry{id: id, s: out})
+	slot.Store(&out)
 	return out
 }
 

@@ -86,8 +86,8 @@ func toValid(s string) string {
 	return b.strList[b.String(s)]
 }
 
-// TestDemangledConcurrent reads many names from many goroutines through the bounded cache
-// (run with -race): each read is the name demangled, whichever slot it shares.
+// TestDemangledConcurrent reads many names from many goroutines through the cache of names
+// demangled (run with -race): each read is the name demangled, first read or not.
 func TestDemangledConcurrent(t *testing.T) {
 	b := NewBuilder()
 	const n = 3000
