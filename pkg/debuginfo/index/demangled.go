@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/profsym/profsym/pkg/debuginfo/demangle"
 )
@@ -51,6 +52,22 @@ func newDemangled(ns int, refs []demangledRef) *demangled {
 		n += uint32(bits.OnesCount64(b))
 	}
 	return d
+}
+
+// readBytes estimates the memory the names of d take once all are read and kept: a slot, a
+// string header and twice the mangled length each (a demangled C++ name runs about 1.5 to 2
+// times its mangled one), plus the marks themselves. Index.Stats counts it, so that a cache
+// of indexes sized by Stats().Bytes holds them to about what they held when names were
+// demangled at build time.
+func (d *demangled) readBytes(strs []string) int64 {
+	if d == nil {
+		return 0
+	}
+	n := int64(len(d.bits))*12 + int64(len(d.refs))*int64(unsafe.Sizeof(demangledRef{}))
+	for _, r := range d.refs {
+		n += 8 + 16 + 2*int64(len(strs[r.src]))
+	}
+	return n
 }
 
 func (d *demangled) has(id uint32) bool {

@@ -968,7 +968,8 @@ func ivUpper(rows []ivRow, lo, hi int, v uint64) int {
 // Stats describes an index's size.
 type Stats struct {
 	Strings, Nodes, Intervals, LineRows int
-	// Bytes approximates the memory the index holds.
+	// Bytes approximates the memory the index holds, the names it demangles when they are
+	// read counted as if all were read.
 	Bytes int64
 }
 
@@ -981,6 +982,7 @@ func (ix *Index) Stats() Stats {
 			s.Bytes += int64(len(str))
 		}
 	}
+	s.Bytes += ix.dm.readBytes(ix.strings)
 	s.Bytes += int64(len(ix.nodes))*int64(unsafe.Sizeof(Node{})) +
 		int64(len(ix.iv)+len(ix.on))*int64(unsafe.Sizeof(ivRow{})) +
 		int64(len(ix.ln))*int64(unsafe.Sizeof(lnRow{})) +
