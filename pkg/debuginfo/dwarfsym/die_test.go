@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 )
 
@@ -39,7 +38,7 @@ func TestSkipAttrsAsReadAttr(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		dc := newDecoder(secs, binary.LittleEndian, units, &sync.Map{})
+		dc := newDecoder(secs, binary.LittleEndian, units)
 		entries := 0
 		forms := map[uint64]bool{}
 		for _, h := range units {

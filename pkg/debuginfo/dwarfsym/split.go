@@ -291,8 +291,8 @@ func (dc *decoder) splitUnit(u *unitCtx, files *lineFiles) error {
 	if len(units) != 1 {
 		return fmt.Errorf("split unit of DWO ID %#x: the package's part holds %d units, not one", u.hdr.dwoID, len(units))
 	}
-	sub := newDecoder(secs, dc.s.order, units, dc.shared)
-	sub.res, sub.strIdx, sub.display = dc.res, dc.strIdx, dc.display
+	sub := newDecoder(secs, dc.s.order, units)
+	sub.res, sub.strIdx = dc.res, dc.strIdx
 	su, err := sub.unitCtx(0)
 	if err != nil {
 		return fmt.Errorf("split unit of DWO ID %#x: %w", u.hdr.dwoID, err)

@@ -44,7 +44,12 @@ func synthBuilder(seed uint64, funcs int) *Builder {
 	for i := 0; i < funcs; i++ {
 		size := uint64(16 + r.IntN(2048))
 		ln := names[r.IntN(len(names))]
-		n := b.AddNode(Node{Name: ln, LinkageName: b.String(fmt.Sprintf("_ZN2ns5Class6method%dEiRKSs", i)), StartLine: uint32(r.IntN(5000)), Parent: NoParent})
+		m := fmt.Sprint("method", i)
+		linkage := fmt.Sprintf("_ZN2ns5Class%d%sEiRKSs", len(m), m)
+		if i%3 == 0 { // named as DWARF names C++ functions: demangled when read
+			ln = b.Demangled(linkage)
+		}
+		n := b.AddNode(Node{Name: ln, LinkageName: b.String(linkage), StartLine: uint32(r.IntN(5000)), Parent: NoParent})
 		if r.IntN(20) == 0 {
 			b.AddSymbolRange(addr, addr+size, n)
 		} else {
@@ -183,16 +188,20 @@ func TestUnmarshalRejects(t *testing.T) {
 		{"no strings", payload(cat([]byte{3}, uv(0))...), false},
 		{"string 0 not empty", payload(cat([]byte{3}, uv(1), uv(1), []byte("x"), uv(0), uv(0), uv(0))...), false},
 		{"string longer than input", payload(cat([]byte{3}, uv(2), uv(0), uv(1<<50))...), false},
-		{"huge node count", payload(cat([]byte{3}, uv(1), uv(0), uv(1<<33))...), false},
-		{"parent before node 0", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
-		{"name out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(5), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
-		{"interval node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(0), uv(0))...), false},
-		{"empty interval", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(0), uv(0), uv(0), uv(0))...), false},
-		{"interval overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0), uv(0), uv(0))...), false},
-		{"line file out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(7), binary.AppendVarint(nil, 1), uv(0), uv(0))...), false},
-		{"line overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(1), binary.AppendVarint(nil, 1<<40), uv(0), uv(0))...), false},
-		{"outer name node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0))...), false},
-		{"outer name overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0))...), false},
+		{"huge node count", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1<<33))...), false},
+		{"parent before node 0", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"name out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(5), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"interval node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(0), uv(0))...), false},
+		{"empty interval", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"interval overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0), uv(0), uv(0))...), false},
+		{"line file out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(7), binary.AppendVarint(nil, 1), uv(0), uv(0))...), false},
+		{"line overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(1), binary.AppendVarint(nil, 1<<40), uv(0), uv(0))...), false},
+		{"outer name node out of range", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0))...), false},
+		{"outer name overflow", payload(cat([]byte{3}, uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(^uint64(0)), uv(4), uv(0))...), false},
+		{"demangled name out of range", payload(cat([]byte{3}, uv(2), uv(0), uv(1), []byte("f"), uv(1), uv(2), uv(1), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"demangled name with bytes", payload(cat([]byte{3}, uv(2), uv(0), uv(1), []byte("f"), uv(1), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"demangled name of one", payload(cat([]byte{3}, uv(3), uv(0), uv(0), uv(0), uv(2), uv(1), uv(2), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0))...), false},
+		{"demangled string 0", payload(cat([]byte{3}, uv(2), uv(0), uv(0), uv(1), uv(0), uv(1), uv(0), uv(0), uv(0), uv(0))...), false},
 		{"bad uvarint", payload(cat([]byte{3}, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})...), false},
 	}
 	for _, tt := range tests {
@@ -219,7 +228,7 @@ func TestUnmarshalValid(t *testing.T) {
 	good, _ := mustBuild(t, NewBuilder()).MarshalBinary()
 	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 	var p []byte
-	for _, part := range [][]byte{{3}, uv(2), uv(0), uv(1), []byte("f"), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(2), uv(16), uv(4), uv(2), uv(0), binary.AppendVarint(nil, 7), binary.AppendVarint(nil, -7), uv(3), uv(0), uv(0)} {
+	for _, part := range [][]byte{{3}, uv(2), uv(0), uv(1), []byte("f"), uv(0), uv(1), uv(1), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(0), uv(1), uv(16), uv(4), uv(0), uv(2), uv(16), uv(4), uv(2), uv(0), binary.AppendVarint(nil, 7), binary.AppendVarint(nil, -7), uv(3), uv(0), uv(0)} {
 		p = append(p, part...)
 	}
 	ix, err := Unmarshal(reseal(append(append([]byte(nil), good[:headerSize]...), p...)))

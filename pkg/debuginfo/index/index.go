@@ -28,7 +28,9 @@ const NoParent NodeID = ^NodeID(0)
 // Node is one function in an inline chain: a concrete function, or one inlined instance of a
 // function inside its caller. String fields are IDs from Builder.String.
 type Node struct {
-	// Name is the display name: the demangled linkage name when there is one, else the plain name.
+	// Name is the display name: the demangled linkage name when there is one, else the plain
+	// name. A source that has the linkage name gives Builder.Demangled's ID, which reads as
+	// the demangled name.
 	Name uint32
 	// LinkageName is the mangled (symbol) name, or the empty-string ID when there is none.
 	LinkageName uint32
@@ -96,13 +98,17 @@ func (f Fidelity) String() string {
 // Builder collects nodes, ranges and line rows from any number of sources. It is not safe for
 // concurrent use; sources that work in parallel build their parts and add them from one goroutine.
 type Builder struct {
-	strs     map[string]uint32
-	strList  []string
-	nodes    []Node
-	ranges   chunks[rangeEntry]
-	lines    chunks[lineRow]
-	outer    []rangeEntry
-	fidelity Fidelity
+	strs    map[string]uint32
+	strList []string
+	// shown maps a linkage name's string ID to the ID of its demangled spelling, which
+	// shownRefs lists in ID order (see Demangled).
+	shown     map[uint32]uint32
+	shownRefs []demangledRef
+	nodes     []Node
+	ranges    chunks[rangeEntry]
+	lines     chunks[lineRow]
+	outer     []rangeEntry
+	fidelity  Fidelity
 }
 
 type rangeEntry struct {
@@ -244,6 +250,7 @@ func (b *Builder) NumNodes() int { return len(b.nodes) }
 // the tables hold millions of rows, and each further array a lookup reads is another miss.
 type Index struct {
 	strings  []string
+	dm       *demangled // the strings read demangled (see Builder.Demangled); nil for none
 	nodes    []Node
 	iv       []ivRow // disjoint, sorted by start
 	ln       []lnRow // sorted by address
@@ -418,7 +425,7 @@ func (b *Builder) Build() (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{strings: b.strList, nodes: b.nodes, fidelity: b.fidelity, str: &lazyStrings{}}
+	ix := &Index{strings: b.strList, dm: newDemangled(len(b.strList), b.shownRefs), nodes: b.nodes, fidelity: b.fidelity, str: &lazyStrings{}}
 	ix.iv = flatten(b.ranges.Join(), depth)
 	ix.on = dropSameOuterNames(outerNames(b.outer), ix.iv, b.nodes)
 
@@ -793,8 +800,10 @@ func (ix *Index) Lookup(addr uint64) []Frame {
 	return ix.AppendLookup(nil, addr)
 }
 
-// FrameRef is a Frame whose strings are IDs into the index's StringTable. IDs are equal
-// exactly when the strings are: an index holds each distinct string once.
+// FrameRef is a Frame whose strings are IDs into the index's StringTable. Equal IDs are equal
+// strings, and an index holds each distinct string once, with one exception: a function name
+// kept mangled and read demangled (Builder.Demangled) has an ID of its own per linkage name,
+// which may read as another ID's string does.
 type FrameRef struct {
 	Function, LinkageName, File, StartFile uint32
 	Line, Column, StartLine                uint32
@@ -804,7 +813,7 @@ type FrameRef struct {
 // Frame returns r with its strings.
 func (ix *Index) Frame(r FrameRef) Frame {
 	return Frame{
-		Function: ix.strings[r.Function], LinkageName: ix.strings[r.LinkageName], File: ix.strings[r.File],
+		Function: ix.dm.get(ix.strings, r.Function), LinkageName: ix.strings[r.LinkageName], File: ix.strings[r.File],
 		Line: r.Line, Column: r.Column, StartLine: r.StartLine,
 		StartFile: ix.strings[r.StartFile], StartAddress: r.StartAddress,
 	}
@@ -959,16 +968,21 @@ func ivUpper(rows []ivRow, lo, hi int, v uint64) int {
 // Stats describes an index's size.
 type Stats struct {
 	Strings, Nodes, Intervals, LineRows int
-	// Bytes approximates the memory the index holds.
+	// Bytes approximates the memory the index holds, the names it demangles when they are
+	// read counted as if all were read.
 	Bytes int64
 }
 
 // Stats reports the index's counts and approximate memory.
 func (ix *Index) Stats() Stats {
 	s := Stats{Strings: len(ix.strings), Nodes: len(ix.nodes), Intervals: len(ix.iv), LineRows: len(ix.ln)}
-	for _, str := range ix.strings {
-		s.Bytes += int64(len(str)) + 16
+	for i, str := range ix.strings {
+		s.Bytes += 16
+		if !ix.dm.has(uint32(i)) { // else the bytes are its linkage name's
+			s.Bytes += int64(len(str))
+		}
 	}
+	s.Bytes += ix.dm.readBytes(ix.strings)
 	s.Bytes += int64(len(ix.nodes))*int64(unsafe.Sizeof(Node{})) +
 		int64(len(ix.iv)+len(ix.on))*int64(unsafe.Sizeof(ivRow{})) +
 		int64(len(ix.ln))*int64(unsafe.Sizeof(lnRow{})) +

@@ -3,6 +3,8 @@ package index
 import (
 	"slices"
 	"sort"
+
+	"github.com/profsym/profsym/pkg/debuginfo/demangle"
 )
 
 // referenceLookup is Lookup written the plain way, without the search hint: sort.Search over
@@ -26,7 +28,7 @@ func (ix *Index) referenceLookup(addr uint64) []Frame {
 	for n := ix.iv[i].node; ; {
 		node := ix.nodes[n]
 		f := Frame{
-			Function:     ix.strings[node.Name],
+			Function:     ix.refString(node.Name),
 			LinkageName:  ix.strings[node.LinkageName],
 			StartLine:    node.StartLine,
 			StartFile:    ix.strings[node.DeclFile],
@@ -42,7 +44,7 @@ func (ix *Index) referenceLookup(addr uint64) []Frame {
 			}
 			if j := sort.Search(len(ix.on), func(k int) bool { return ix.on[k].start() > addr }) - 1; j >= 0 && addr < ix.on[j].end() {
 				o := ix.nodes[ix.on[j].node]
-				f.Function, f.LinkageName, f.StartAddress = ix.strings[o.Name], ix.strings[o.LinkageName], o.StartAddress
+				f.Function, f.LinkageName, f.StartAddress = ix.refString(o.Name), ix.strings[o.LinkageName], o.StartAddress
 				if !hasLine {
 					f.File = ix.strings[o.CallFile]
 				}
@@ -83,4 +85,13 @@ func (ix *Index) edgeAddrs() []uint64 {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// refString reads string id as the index shows it, without its cache: a name marked
+// demangled (Builder.Demangled) is demangled here.
+func (ix *Index) refString(id uint32) string {
+	if ix.dm.has(id) {
+		return demangle.Name(ix.strings[id])
+	}
+	return ix.strings[id]
 }

@@ -30,27 +30,30 @@ import (
 // whose answers differ, even where the strings did not change.
 type StringTable struct {
 	strs  []string
+	dm    *demangled // the strings shown demangled (see Builder.Demangled); shared with the index
 	bytes int64
 
 	tagOnce sync.Once
 	tag     string // set at Unmarshal, else on first use: hashing takes 20 ms on a large table
 }
 
-const stringsVersion = 1
+// stringsVersion 2 adds the demangled-name marks (see appendStrings).
+const stringsVersion = 2
 
 var stringsMagic = [8]byte{'P', 'S', 'Y', 'M', 'S', 'T', 'R', 0x1a}
 
 // Len is the number of strings; IDs run from 0 (always "") to Len()-1.
 func (t *StringTable) Len() int { return len(t.strs) }
 
-// String returns string id, which must be below Len.
-func (t *StringTable) String(id uint32) string { return t.strs[id] }
+// String returns string id, which must be below Len. A function name kept mangled is
+// demangled here (see Builder.Demangled). Safe for concurrent use.
+func (t *StringTable) String(id uint32) string { return t.dm.get(t.strs, id) }
 
 // Tag names the table's content.
 func (t *StringTable) Tag() string {
 	t.tagOnce.Do(func() {
 		if t.tag == "" {
-			t.tag = tagOf(formatVersion, appendStrings(nil, t.strs))
+			t.tag = tagOf(formatVersion, appendStrings(nil, t.strs, t.dm))
 		}
 	})
 	return t.tag
@@ -70,10 +73,13 @@ func (t *StringTable) Bytes() int64 { return t.bytes }
 func (ix *Index) Strings() *StringTable {
 	build := func() *StringTable {
 		n := int64(0)
-		for _, s := range ix.strings {
-			n += int64(len(s)) + 16
+		for i, s := range ix.strings {
+			n += 16
+			if !ix.dm.has(uint32(i)) {
+				n += int64(len(s))
+			}
 		}
-		return &StringTable{strs: ix.strings, bytes: n}
+		return &StringTable{strs: ix.strings, dm: ix.dm, bytes: n}
 	}
 	if ix.str == nil { // an Index not made by Build or Unmarshal
 		return build()
@@ -82,8 +88,8 @@ func (ix *Index) Strings() *StringTable {
 	return ix.str.table
 }
 
-func newStringTable(strs []string, payload []byte) *StringTable {
-	return &StringTable{strs: strs, tag: tagOf(formatVersion, payload), bytes: int64(len(payload)) + 16*int64(len(strs))}
+func newStringTable(strs []string, dm *demangled, payload []byte) *StringTable {
+	return &StringTable{strs: strs, dm: dm, tag: tagOf(formatVersion, payload), bytes: int64(len(payload)) + 16*int64(len(strs))}
 }
 
 // MarshalStrings serializes ix's string table alone.
@@ -92,7 +98,7 @@ func (ix *Index) MarshalStrings() []byte {
 	for _, s := range ix.strings {
 		n += len(s) + 2
 	}
-	buf := appendStrings(make([]byte, headerSize, headerSize+n+8), ix.strings)
+	buf := appendStrings(make([]byte, headerSize, headerSize+n+8), ix.strings, ix.dm)
 	seal(buf, stringsMagic, stringsVersion)
 	return buf
 }
@@ -106,12 +112,12 @@ func UnmarshalStrings(data []byte) (*StringTable, error) {
 		return nil, err
 	}
 	d := &decoder{b: payload}
-	strs, err := d.strings()
+	strs, dm, err := d.strings()
 	if err != nil {
 		return nil, err
 	}
 	if d.off != len(payload) {
 		return nil, fmt.Errorf("%w: %d bytes after the string table", ErrCorrupt, len(payload)-d.off)
 	}
-	return newStringTable(strs, payload), nil
+	return newStringTable(strs, dm, payload), nil
 }

@@ -35,6 +35,7 @@ type Cmd struct {
 	NoCache        bool     `help:"Neither read nor write the index cache." name:"no-cache"`
 	CacheSize      int64    `help:"Largest total size of the cache directory in bytes, indexes and files fetched from debuginfod together; the least recently used are removed beyond it." default:"2147483648" placeholder:"BYTES"`
 	CPUProfile     string   `help:"Write a Go CPU profile of the run to this file." hidden:"" placeholder:"FILE"`
+	AllocProfile   string   `help:"Write a Go allocation profile of the run (every allocation site, sampled) to this file." hidden:"" placeholder:"FILE"`
 	// Stderr receives the cache's warnings (a cache that cannot be written is not an error).
 	Stderr    io.Writer `kong:"-"`
 	Addresses []string  `arg:"" optional:"" help:"ELF virtual addresses, hex with 0x or decimal (as llvm-symbolizer reads them). Read from stdin, one per line, when none are given."`
@@ -53,7 +54,20 @@ func (c *Cmd) Run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return c.run(os.Stdin, os.Stdout)
+	err := c.run(os.Stdin, os.Stdout)
+	if c.AllocProfile != "" {
+		f, perr := os.Create(c.AllocProfile)
+		if perr == nil {
+			perr = pprof.Lookup("allocs").WriteTo(f, 0)
+			if cerr := f.Close(); perr == nil {
+				perr = cerr
+			}
+		}
+		if perr != nil && err == nil {
+			err = fmt.Errorf("allocation profile: %w", perr)
+		}
+	}
+	return err
 }
 
 func (c *Cmd) run(stdin io.Reader, stdout io.Writer) error {
