@@ -102,7 +102,7 @@ func TestGroupByIDSendsDWARFFirst(t *testing.T) {
 	other := filepath.Join(dir, "notes")
 	testsupport.NeedTools(t, "objcopy")
 	for _, args := range [][]string{{"--only-keep-debug", exe, debug}, {"--strip-all", exe, stripped}} {
-		if out, err := exec.Command("objcopy", args...).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(t.Context(), "objcopy", args...).CombinedOutput(); err != nil {
 			t.Fatalf("objcopy %v: %v\n%s", args, err, out)
 		}
 	}
