@@ -43,14 +43,7 @@ func TestDemangled(t *testing.T) {
 	if got := ix.dm.refs; len(got) != 5 {
 		t.Errorf("%d names marked demangled, want 5 (the valid names starting with '_' and longer than 1): %v", len(got), got)
 	}
-	data, err := ix.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Unmarshal(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, data := roundTrip(t, ix)
 	if again, _ := back.MarshalBinary(); string(again) != string(data) {
 		t.Errorf("the decoded index encodes differently")
 	}

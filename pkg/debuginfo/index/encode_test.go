@@ -77,6 +77,21 @@ func mustBuild(t testing.TB, b *Builder) *Index {
 	return ix
 }
 
+// roundTrip encodes ix and decodes it again: the tests ask the decoded index what they ask
+// the built one. It returns the decoded index and the encoding.
+func roundTrip(t testing.TB, ix *Index) (*Index, []byte) {
+	t.Helper()
+	data, err := ix.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Unmarshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back, data
+}
+
 func TestMarshalRoundTrip(t *testing.T) {
 	tests := []struct {
 		name string

@@ -83,14 +83,7 @@ func TestOuterNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := ix.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Unmarshal(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, _ := roundTrip(t, ix)
 	symName, coldName := "ns::(anonymous namespace)::summarize<short>(int)", "ns::(anonymous namespace)::summarize<short>(int) (.cold)"
 	tests := []struct {
 		addr uint64
@@ -185,14 +178,7 @@ func TestSearchHint(t *testing.T) {
 func TestLookupMatchesReference(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		ix := mustBuild(t, synthBuilder(seed, 600))
-		data, err := ix.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := Unmarshal(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		back, _ := roundTrip(t, ix)
 		lo, hi := ix.iv[0].start(), ix.iv[len(ix.iv)-1].end()
 		r := rand.New(rand.NewPCG(seed, 9))
 		probes := ix.edgeAddrs()
@@ -227,14 +213,7 @@ func TestInvalidUTF8(t *testing.T) {
 		Function: "caf\uFFFD::r\uFFFDsum\uFFFD", LinkageName: "_Z4caf\uFFFDv", File: "\uFFFDdir/\uFFFD.c",
 		Line: 3, Column: 1, StartFile: "/src/\uFFFDx.c",
 	}}
-	data, err := ix.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Unmarshal(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, data := roundTrip(t, ix)
 	for name, x := range map[string]*Index{"built": ix, "decoded": back} {
 		got := x.Lookup(0x14)
 		if !reflect.DeepEqual(got, want) {
@@ -253,7 +232,7 @@ func TestInvalidUTF8(t *testing.T) {
 		t.Fatal("string bytes not found in the encoding")
 	}
 	data[i+5] = 0xff
-	_, err = Unmarshal(reseal(data))
+	_, err := Unmarshal(reseal(data))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "UTF-8") {
 		t.Fatalf("Unmarshal of an invalid string: %v, want a UTF-8 error wrapping ErrCorrupt", err)
 	}
