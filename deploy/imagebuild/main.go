@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -36,6 +38,7 @@ import (
 	"github.com/profsym/profsym/deploy/imagebuild/images"
 	"github.com/profsym/profsym/pkg/dockerfile"
 	"github.com/profsym/profsym/pkg/ociimage"
+	"github.com/profsym/profsym/pkg/toolpins"
 )
 
 // Services are the images defined by a Dockerfile in deploy/docker (NAME.Dockerfile).
@@ -488,28 +491,55 @@ func (b *builder) redis(arch string) (v1.Image, error) {
 	})
 }
 
-// minio builds the image of the MinIO release the manifests name (quay.io/minio/minio:RELEASE.X):
-// that release's module version (the proxy resolves the tag), built static as MinIO's own
-// releases are, once, into the tools folder as minio-RELEASE.X.
+// minio builds the image the manifests name quay.io/minio/minio:RELEASE.X from the one MinIO
+// the repository pins (.ci/pins: the module proxy does not serve MinIO's release tags), static
+// as MinIO's own releases are. For the host's architecture it is the binary .ci/install-deps
+// builds for the test servers (the tools folder's minio); for another, minio-VERSION-linux-ARCH
+// beside it. Either is built once.
 func (b *builder) minio(arch, name string) (v1.Image, error) {
 	release := name[strings.LastIndex(name, ":")+1:]
 	if !strings.HasPrefix(release, "RELEASE.") {
 		return nil, fmt.Errorf("MinIO image %s: the tag is not a MinIO release (RELEASE.<time>)", name)
 	}
-	bin := toolPath("minio-" + release)
-	if _, err := os.Stat(bin); err != nil {
-		gobin := filepath.Join(b.tmp, "minio-gobin")
+	pins, err := toolpins.Load(b.root)
+	if err != nil {
+		return nil, err
+	}
+	pin, err := pins.Get("minio")
+	if err != nil {
+		return nil, err
+	}
+	bin := toolPath("minio")
+	if arch != runtime.GOARCH {
+		bin = toolPath("minio-" + pin.Version + "-linux-" + arch)
+	}
+	if err := staticBuildOf(bin, pin); err != nil {
+		gobin := filepath.Join(b.tmp, "minio-gobin-"+arch)
 		start := time.Now()
-		slog.Info("building MinIO (once; about 3 minutes on 2 cores)", "module", minioModule+"@"+release, "into", bin)
-		cmd := exec.CommandContext(b.ctx, "go", "install", "-trimpath", minioModule+"@"+release)
-		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
-		if o, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go install %s@%s: %w\n%s", minioModule, release, err, o)
+		slog.Info("building MinIO (once; about 3 minutes on 2 cores)", "module", pin.Install(), "for", release, "into", bin, "because", err)
+		cmd := exec.CommandContext(b.ctx, "go", "install", "-trimpath", pin.Install())
+		env := append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
+		out := filepath.Join(gobin, "minio")
+		if arch == runtime.GOARCH {
+			env = append(env, "GOBIN="+gobin)
+		} else {
+			// go install cannot put a cross-compiled binary in GOBIN: it writes
+			// GOPATH/bin/linux_ARCH, so GOPATH is a folder of its own (the module cache stays).
+			modcache, err := exec.CommandContext(b.ctx, "go", "env", "GOMODCACHE").Output()
+			if err != nil {
+				return nil, fmt.Errorf("go env GOMODCACHE: %w", err)
+			}
+			env = append(env, "GOPATH="+gobin, "GOMODCACHE="+strings.TrimSpace(string(modcache)))
+			out = filepath.Join(gobin, "bin", "linux_"+arch, "minio")
 		}
-		if err := copyFile(filepath.Join(gobin, "minio"), bin); err != nil {
+		cmd.Env = env
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go install %s: %w\n%s", pin.Install(), err, o)
+		}
+		if err := copyFile(out, bin); err != nil {
 			return nil, err
 		}
-		slog.Info("built MinIO", "release", release, "took", time.Since(start).Round(time.Second))
+		slog.Info("built MinIO", "version", pin.Version, "took", time.Since(start).Round(time.Second))
 	}
 	files := []ociimage.Entry{
 		ociimage.HostFile("/usr/bin/minio", 0o755, bin),
@@ -521,7 +551,23 @@ func (b *builder) minio(arch, name string) (v1.Image, error) {
 	})
 }
 
-const minioModule = "github.com/minio/minio"
+// staticBuildOf checks that bin is pin's module at pin's version, built without cgo (the
+// distroless base has no libc to load it with).
+func staticBuildOf(bin string, pin toolpins.Pin) error {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	if info.Main.Path != pin.Module || info.Main.Version != pin.Version {
+		return fmt.Errorf("%s is %s@%s, not the pinned %s@%s", bin, info.Main.Path, info.Main.Version, pin.Module, pin.Version)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "CGO_ENABLED" && s.Value == "0" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is built with cgo", bin)
+}
 
 // copyFile copies an executable to dst through a temporary file beside it.
 func copyFile(src, dst string) error {

@@ -160,7 +160,7 @@ func minioAddr(port int) string {
 
 func minioBinary(t testing.TB) string {
 	t.Helper()
-	const install = "install it with .ci/install-deps or GOBIN=${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin} go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+	const install = "install it with .ci/install-deps (it builds the MinIO that .ci/pins names into ${PROFSYM_TOOLS:-$HOME/.cache/profsym/bin})"
 	if path := os.Getenv("PROFSYM_MINIO"); path != "" {
 		ok, err := isExecutable(path)
 		if err != nil || !ok {
