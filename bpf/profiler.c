@@ -41,6 +41,9 @@
 #define MAP_SEARCH_STEPS 9
 #define ROW_SEARCH_STEPS 25
 
+#define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
+#define WRITE_ONCE(x, v) (*(volatile typeof(x) *)&(x) = (v))
+
 char LICENSE[] SEC("license") = "GPL";
 
 // The struct is not called "sample": vmlinux.h already has a kernel type of
@@ -360,6 +363,12 @@ struct psym_unwind_scratch {
 	__u8 exact_pc; // pc is where the frame was interrupted (after a signal frame), not a return address
 	__u8 sp_exact; // sp is the frame's stack pointer, not an estimate from its frame record
 	__u8 pad[4];
+	// A binary search's bounds. They live in map memory, which the verifier does not track,
+	// rather than in registers: there, each step's two outcomes left different bounds that
+	// the verifier had to follow separately (the index into the mappings needs exact bounds),
+	// and the searches' paths multiplied.
+	__u32 lo;
+	__u32 hi;
 	struct psym_stack_event event;
 };
 
@@ -607,18 +616,22 @@ static long unwind_step(__u64 index, void *ctx)
 		return 1;
 	}
 	// The last mapping starting at or below pc.
-	__u32 lo = 0, hi = proc->count;
-	if (hi > MAX_PROC_MAPS)
-		hi = MAX_PROC_MAPS;
-	for (int i = 0; i < MAP_SEARCH_STEPS && lo < hi; i++) {
+	__u32 count = proc->count;
+	WRITE_ONCE(s->lo, 0);
+	WRITE_ONCE(s->hi, count > MAX_PROC_MAPS ? MAX_PROC_MAPS : count);
+	for (int i = 0; i < MAP_SEARCH_STEPS; i++) {
+		__u32 lo = READ_ONCE(s->lo), hi = READ_ONCE(s->hi);
+		if (lo >= hi)
+			break;
 		__u32 mid = (lo + hi) / 2;
 		if (mid >= MAX_PROC_MAPS)
 			return 1;
 		if (proc->maps[mid].start <= pc)
-			lo = mid + 1;
+			WRITE_ONCE(s->lo, mid + 1);
 		else
-			hi = mid;
+			WRITE_ONCE(s->hi, mid);
 	}
+	__u32 lo = READ_ONCE(s->lo);
 	if (lo == 0 || lo > MAX_PROC_MAPS) {
 		s->end = PSYM_END_NOT_MAPPED;
 		return 1;
@@ -647,8 +660,13 @@ static long unwind_step(__u64 index, void *ctx)
 	if (vaddr < f->base || rel > 0xffffffffULL)
 		return uncovered(s, n);
 	// The last row starting at or below rel.
-	__u32 rlo = 0, rhi = f->row_count, start = f->row_start;
-	for (int i = 0; i < ROW_SEARCH_STEPS && rlo < rhi; i++) {
+	__u32 start = f->row_start;
+	WRITE_ONCE(s->lo, 0);
+	WRITE_ONCE(s->hi, f->row_count);
+	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
+		__u32 rlo = READ_ONCE(s->lo), rhi = READ_ONCE(s->hi);
+		if (rlo >= rhi)
+			break;
 		__u32 mid = (rlo + rhi) / 2;
 		__u32 key = start + mid;
 		struct psym_row *r = bpf_map_lookup_elem(&unwind_rows, &key);
@@ -657,10 +675,11 @@ static long unwind_step(__u64 index, void *ctx)
 			return 1;
 		}
 		if (r->pc <= (__u32)rel)
-			rlo = mid + 1;
+			WRITE_ONCE(s->lo, mid + 1);
 		else
-			rhi = mid;
+			WRITE_ONCE(s->hi, mid);
 	}
+	__u32 rlo = READ_ONCE(s->lo);
 	if (rlo == 0)
 		return uncovered(s, n);
 	__u32 key = start + rlo - 1;

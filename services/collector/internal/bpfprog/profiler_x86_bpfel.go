@@ -88,6 +88,8 @@ type profilerPsymUnwindScratch struct {
 	ExactPc uint8
 	SpExact uint8
 	Pad     [4]uint8
+	Lo      uint32
+	Hi      uint32
 	Event   profilerPsymStackEvent
 }
 
