@@ -280,6 +280,17 @@ static __always_inline __u64 code_addr(__u64 ra)
 	return ra;
 }
 
+// The registers a perf event interrupted, from the program's context (uapi struct pt_regs:
+// r15 ... ip, cs, flags, sp, ss), and whether they are user mode's (the privilege level in
+// cs). Kernels before 5.15 have no bpf_task_pt_regs to find the user registers otherwise.
+static __always_inline bool ctx_user_regs(struct bpf_perf_event_data *ctx, __u64 *sp, __u64 *lr)
+{
+	__u64 *r = (__u64 *)ctx;
+	*sp = r[19];
+	*lr = 0;
+	return (r[17] & 3) == 3;
+}
+
 // After a signal handler returns into the trampoline (glibc's __restore_rt) the stack
 // pointer is at the ucontext of the kernel's rt_sigframe; its sigcontext starts 40 bytes in
 // (r8-r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip: the uapi layout).
@@ -324,6 +335,17 @@ static __always_inline void user_regs(struct task_struct *task, __u64 *pc, __u64
 static __always_inline __u64 code_addr(__u64 ra)
 {
 	return ra & USER_ADDR_MASK;
+}
+
+// The registers a perf event interrupted, from the program's context (uapi user_pt_regs:
+// regs[31], sp, pc, pstate), and whether they are user mode's (EL0 in pstate's mode bits).
+// Kernels before 5.15 have no bpf_task_pt_regs to find the user registers otherwise.
+static __always_inline bool ctx_user_regs(struct bpf_perf_event_data *ctx, __u64 *sp, __u64 *lr)
+{
+	__u64 *r = (__u64 *)ctx;
+	*sp = r[31];
+	*lr = r[30];
+	return (r[33] & 0xf) == 0;
 }
 
 // At the vDSO's __kernel_rt_sigreturn the stack pointer is at the kernel's rt_sigframe: a
@@ -493,6 +515,31 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	}
 	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
 	fp_user_stack(ctx, e);
+	bpf_ringbuf_submit(e, wakeup_flag());
+	count(PSYM_COUNTER_SAMPLES);
+	return 0;
+}
+
+// The same sampling for kernels without bpf_get_current_task_btf (5.11) and bpf_task_pt_regs
+// (5.15), such as 5.10: the leaf's return-address candidate only when the sample interrupted
+// user mode, where the perf event's registers are the user's.
+SEC("perf_event")
+int profile_cpu_compat(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!sampled(id >> 32))
+		return 0;
+
+	struct psym_stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(PSYM_COUNTER_LOST);
+		return 0;
+	}
+	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
+	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	__u64 sp, lr;
+	if (e->ustack_len > 0 && ctx_user_regs(ctx, &sp, &lr))
+		e->leaf_ret = leaf_ret(sp, lr);
 	bpf_ringbuf_submit(e, wakeup_flag());
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;

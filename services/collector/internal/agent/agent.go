@@ -48,6 +48,10 @@ type Config struct {
 	// Unwinder is how user stacks are walked (bpfprog.UnwindCFI or UnwindFramePointers),
 	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
 	Unwinder                             bpfprog.Unwinder
+	// UnwinderFallBack lets a kernel that refuses the CFI unwinder (or off-CPU profiling) give
+	// frame-pointer profiles (or CPU profiles only) with the reason logged and in Mode, not
+	// an error (--unwinder=auto).
+	UnwinderFallBack bool
 	UnwindRows, UnwindFiles, UnwindProcs uint32
 	// PerfMaps names frames in JIT code from the perf-PID.map files runtimes write (see
 	// package perfmap), within PerfMapMaxBytesPerProcess and PerfMapMaxBytes (zero:
@@ -131,9 +135,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.intervalAt = time.Now()
 	a.sampler, err = bpfprog.Open(bpfprog.Options{FrequencyHz: cfg.FrequencyHz, PIDs: cfg.PIDs, CgroupIDs: cfg.CgroupIDs,
 		Unwinder: cfg.Unwinder, UnwindRows: cfg.UnwindRows, UnwindFiles: cfg.UnwindFiles, UnwindProcs: cfg.UnwindProcs,
-		Paused: cfg.Unwinder == bpfprog.UnwindCFI, OffCPU: cfg.OffCPU}, log)
+		Paused: cfg.Unwinder == bpfprog.UnwindCFI, OffCPU: cfg.OffCPU, FallBack: cfg.UnwinderFallBack}, log)
 	if err != nil {
 		return nil, err
+	}
+	a.registerModeMetrics()
+	if !a.sampler.CFI() && cfg.Unwinder == bpfprog.UnwindCFI {
+		// Opened paused for a CFI unwinder that fell back to frame pointers: nothing to preload.
+		if err := a.sampler.Start(); err != nil {
+			a.closeSampler()
+			return nil, err
+		}
 	}
 	if a.sampler.CFI() {
 		a.unwind, err = unwind.New(unwind.Config{Maps: a.sampler.Unwind(), Registerer: cfg.Registerer, Log: log})
@@ -157,6 +169,43 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// Mode says how user stacks are walked ("cfi", "frame-pointers", "frame-pointers-compat") and,
+// when the kernel refused what was asked, why.
+func (a *Agent) Mode() (string, error) { return a.sampler.Mode() }
+
+// OffCPUOff says why off-CPU profiling, asked for, is off on this kernel (nil otherwise).
+func (a *Agent) OffCPUOff() error { return a.sampler.OffCPUOff() }
+
+// registerModeMetrics exports the unwinder the kernel accepted and whether off-CPU
+// profiling, asked for, runs, each as a gauge of 1 with the reason as a label.
+func (a *Agent) registerModeMetrics() {
+	reg := a.cfg.Registerer
+	if reg == nil {
+		return
+	}
+	mode, fellBack := a.sampler.Mode()
+	reason := "as_configured"
+	if fellBack != nil {
+		reason = "cfi_refused_by_kernel"
+	}
+	unwinder := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "profsym_collector", Name: "unwinder",
+		Help: "How user stacks are walked (mode: cfi, frame-pointers, frame-pointers-compat), with why when it is not what was configured (reason: as_configured, cfi_refused_by_kernel; the log has the kernel's words): 1."},
+		[]string{"mode", "reason"})
+	unwinder.WithLabelValues(mode, reason).Set(1)
+	reg.MustRegister(unwinder)
+	if a.cfg.OffCPU != nil {
+		state, why := "on", "as_configured"
+		if a.sampler.OffCPUOff() != nil {
+			state, why = "off", "refused_by_kernel"
+		}
+		offCPU := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "profsym_collector", Name: "off_cpu",
+			Help: "Whether off-CPU profiling, configured, runs (state: on, off), with why (reason: as_configured, refused_by_kernel): 1."},
+			[]string{"state", "reason"})
+		offCPU.WithLabelValues(state, why).Set(1)
+		reg.MustRegister(offCPU)
+	}
 }
 
 func (a *Agent) newBuilder() *profilebuilder.Builder {

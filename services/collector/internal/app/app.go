@@ -7,13 +7,16 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -62,7 +65,7 @@ type CLI struct {
 	K8sPodName   string `name:"k8s-pod-name" env:"K8S_POD_NAME" help:"k8s.pod.name resource attribute, for a collector that profiles its own pod (a sidecar with shareProcessNamespace)."`
 	K8sNamespace string `name:"k8s-namespace" env:"K8S_NAMESPACE" help:"k8s.namespace.name resource attribute, with --k8s-pod-name."`
 
-	Unwinder           string `default:"cfi" enum:"cfi,frame-pointers" env:"PROFSYM_UNWINDER" help:"How user stacks are walked: cfi (unwind tables from each binary's .eh_frame, frame pointers for Go; needs Linux 5.17) or frame-pointers (the kernel's walk only: stacks through code built without frame pointers come out short)."`
+	Unwinder           string `default:"auto" enum:"auto,cfi,frame-pointers" env:"PROFSYM_UNWINDER" help:"How user stacks are walked: auto (cfi where the kernel accepts it, else frame-pointers with a warning, the mode in the profsym_collector_unwinder metric and on /readyz), cfi (unwind tables from each binary's .eh_frame, frame pointers for Go; needs Linux 5.17; an error where the kernel refuses it) or frame-pointers (the kernel's walk only: stacks through code built without frame pointers come out short; Linux 5.8)."`
 	UnwindTableRows    uint32 `default:"4194304" env:"PROFSYM_UNWIND_TABLE_ROWS" help:"Unwind-table rows the kernel holds (16 bytes each; libc needs about 30000): when full, the least recently used tables are evicted (counted)."`
 	UnwindMaxFiles     uint32 `default:"4096" env:"PROFSYM_UNWIND_MAX_FILES" help:"Files with an unwind table in the kernel at once."`
 	UnwindMaxProcesses uint32 `default:"8192" env:"PROFSYM_UNWIND_MAX_PROCESSES" help:"Processes the kernel unwinder knows at once (about 10 KiB each, allocated on use)."`
@@ -72,6 +75,8 @@ type CLI struct {
 	PerfMapMaxBytes           int64 `default:"67108864" env:"PROFSYM_PERF_MAP_MAX_BYTES" help:"Memory for all processes' perf-map symbols; beyond it the growing process's earliest symbols are dropped (counted)."`
 
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
+
+	CheckKernel bool `name:"check-kernel" help:"Load each eBPF program on this kernel, print one JSON line per program (name, loaded, the instructions the verifier processed, the kernel's reason for a refusal) and the mode --unwinder=auto would run in, and exit: nothing is sampled. Exit status 1 when no sampling program loads."`
 
 	OffCPU OffCPU `embed:"" group:"Off-CPU profiling"`
 
@@ -100,6 +105,9 @@ type DebuginfoUpload struct {
 
 // Validate checks flag combinations kong cannot.
 func (c *CLI) Validate() error {
+	if c.CheckKernel {
+		return nil
+	}
 	if c.Frequency < 1 || c.Frequency > 10000 {
 		return fmt.Errorf("--frequency %d out of range 1..10000", c.Frequency)
 	}
@@ -153,6 +161,9 @@ func (c *CLI) Logger() *slog.Logger {
 func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr error) {
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if c.CheckKernel {
+		return checkKernel(os.Stdout)
 	}
 	// Traces of exports and uploads, when OTEL_EXPORTER_OTLP_ENDPOINT says where; off by default.
 	stopTraces, err := tracing.Install(ctx, "profsym-collector", log)
@@ -232,6 +243,8 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	if c.Unwinder == "frame-pointers" {
 		unwinder = bpfprog.UnwindFramePointers
 	}
+	// A CLI built in code leaves it empty: that is the default, auto.
+	fallBack := c.Unwinder == "auto" || c.Unwinder == ""
 	var offCPU *bpfprog.OffCPUOptions
 	if c.OffCPU.OffCPU {
 		offCPU = &bpfprog.OffCPUOptions{Probability: c.OffCPU.OffCPUProbability, MinBlocked: c.OffCPU.OffCPUMinBlocked}
@@ -243,7 +256,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 			otlpattr.K8sPodName: c.K8sPodName, otlpattr.K8sNamespaceName: c.K8sNamespace,
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
-		Unwinder:              unwinder, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
+		Unwinder: unwinder, UnwinderFallBack: fallBack, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
 		PerfMaps: c.PerfMaps, PerfMapMaxBytesPerProcess: c.PerfMapMaxBytesPerProcess, PerfMapMaxBytes: c.PerfMapMaxBytes,
 		OffCPU: offCPU,
 		Sinks:  sinks, Registerer: reg, Version: version,
@@ -257,7 +270,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		}
 		return err
 	}
-	ready.set()
+	ready.set(modeReport(a))
 
 	expCtx, expCancel := context.WithCancel(context.Background())
 	expDone := make(chan struct{})
@@ -305,7 +318,7 @@ func (c *CLI) runUploadOnly(ctx context.Context, reg *prometheus.Registry, log *
 	upDone := make(chan struct{})
 	go func() { uploader.Run(upCtx); close(upDone) }()
 	log.Info("upload-only: walking the node's processes", "interval", c.Upload.ScanInterval, "symbolizer", c.Upload.SymbolizerURL)
-	scanner.Run(ctx, c.Upload.ScanInterval, ready.set)
+	scanner.Run(ctx, c.Upload.ScanInterval, func() { ready.set("") })
 	log.Info("shutting down")
 	upCancel()
 	<-upDone
@@ -362,12 +375,31 @@ func stopMetrics(srv *http.Server, log *slog.Logger) {
 	}
 }
 
-type readiness struct{ ch chan struct{} }
+// readiness is closed once the collector runs, with what /readyz says besides "ok".
+type readiness struct {
+	ch     chan struct{}
+	detail string
+}
 
-func (r *readiness) set() {
+func (r *readiness) set(detail string) {
 	if r.ch != nil {
+		r.detail = detail
 		close(r.ch)
 	}
+}
+
+// modeReport is what /readyz says of how the collector runs on this kernel: the unwinder and
+// off-CPU profiling, with the kernel's reason where it refused what was configured.
+func modeReport(a *agent.Agent) string {
+	mode, fellBack := a.Mode()
+	out := "unwinder: " + mode + "\n"
+	if fellBack != nil {
+		out = "unwinder: " + mode + " (the kernel refused the CFI unwinder: " + fellBack.Error() + ")\n"
+	}
+	if off := a.OffCPUOff(); off != nil {
+		out += "off-cpu: off (" + off.Error() + ")\n"
+	}
+	return out
 }
 
 func handler(reg *prometheus.Registry, ready *readiness, notReady string, log *slog.Logger) http.Handler {
@@ -385,6 +417,11 @@ func handler(reg *prometheus.Registry, ready *readiness, notReady string, log *s
 		select {
 		case <-ready.ch:
 			ok(w, r)
+			if ready.detail != "" {
+				if _, err := w.Write([]byte(ready.detail)); err != nil {
+					log.Debug("answer probe", "path", r.URL.Path, "err", err)
+				}
+			}
 		default:
 			http.Error(w, notReady, http.StatusServiceUnavailable)
 		}
@@ -427,6 +464,54 @@ func CgroupID(path string) (uint64, error) {
 		return st.Ino, nil
 	}
 	return 0, lastErr
+}
+
+// checkKernel is --check-kernel: what the running kernel's verifier says of each program, as
+// JSON lines, then the kernel's line with the mode --unwinder=auto picks.
+func checkKernel(w io.Writer) error {
+	if err := bpfprog.CheckKernel(); err != nil {
+		return err
+	}
+	checks, err := bpfprog.CheckPrograms()
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	loaded := map[string]bool{}
+	for _, c := range checks {
+		loaded[c.Name] = c.Loaded
+		if err := enc.Encode(c); err != nil {
+			return err
+		}
+	}
+	mode := "none"
+	switch {
+	case loaded["profile_cpu_cfi"]:
+		mode = "cfi"
+	case loaded["profile_cpu"]:
+		mode = "frame-pointers"
+	case loaded["profile_cpu_compat"]:
+		mode = "frame-pointers-compat"
+	}
+	offCPU := "none"
+	switch {
+	case mode == "cfi" && loaded["off_cpu_switch_cfi"]:
+		offCPU = "cfi"
+	case loaded["off_cpu_switch"]:
+		offCPU = "frame-pointers"
+	}
+	if err := enc.Encode(struct {
+		Kernel string `json:"kernel"`
+		Arch   string `json:"arch"`
+		Mode   string `json:"auto_mode"`
+		OffCPU string `json:"off_cpu"`
+	}{bpfprog.KernelRelease(), runtime.GOARCH, mode, offCPU}); err != nil {
+		return err
+	}
+	if mode == "none" {
+		return errors.New("no sampling program loads on this kernel")
+	}
+	return nil
 }
 
 // IsPrivilegeError reports whether err comes from missing privileges.

@@ -96,17 +96,22 @@ func TestCgroupID(t *testing.T) {
 func TestReadiness(t *testing.T) {
 	var r readiness
 	h := handler(prometheus.NewRegistry(), &r, "not attached", slog.New(slog.DiscardHandler))
+	var body string
 	get := func(path string) int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil))
+		body = rec.Body.String()
 		return rec.Code
 	}
 	if get("/healthz") != 200 || get("/readyz") != 503 {
 		t.Error("before attach: want healthz 200, readyz 503")
 	}
-	r.set()
-	if get("/readyz") != 200 || get("/metrics") != 200 {
-		t.Error("after attach: want readyz and metrics 200")
+	r.set("unwinder: frame-pointers (the kernel refused the CFI unwinder: x)\n")
+	if get("/readyz") != 200 || body != "ok\nunwinder: frame-pointers (the kernel refused the CFI unwinder: x)\n" {
+		t.Errorf("after attach: want readyz 200 with the mode, got body %q", body)
+	}
+	if get("/metrics") != 200 {
+		t.Error("after attach: want metrics 200")
 	}
 }
 

@@ -45,6 +45,9 @@ func CheckCFISupport() error {
 	return nil
 }
 
+// KernelRelease is the running kernel's release (uname -r).
+func KernelRelease() string { return kernelRelease() }
+
 func kernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {

@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -148,6 +150,10 @@ type Options struct {
 	// OffCPU, when set, also records the stacks of tasks that block, weighted by the time
 	// until they run again.
 	OffCPU *OffCPUOptions
+	// FallBack lets a kernel that refuses the CFI unwinder (or off-CPU profiling) give
+	// frame-pointer profiles (or CPU profiles only) instead of an error: Mode and OffCPUMode
+	// then say why.
+	FallBack bool
 }
 
 // OffCPUOptions bound the cost of off-CPU profiling.
@@ -251,6 +257,12 @@ type fpObjects struct {
 	Profile *ebpf.Program `ebpf:"profile_cpu"`
 }
 
+// fpCompatObjects is the frame-pointer program for kernels without bpf_task_pt_regs.
+type fpCompatObjects struct {
+	samplerMaps
+	Profile *ebpf.Program `ebpf:"profile_cpu_compat"`
+}
+
 type cfiObjects struct {
 	samplerMaps
 	Profile       *ebpf.Program `ebpf:"profile_cpu_cfi"`
@@ -293,7 +305,10 @@ type Sampler struct {
 	// paused).
 	offCPUProg *ebpf.Program
 	cfi        bool
-	events     []int
+	// fellBack is why the CFI unwinder, asked for, did not load; compat why the frame-pointer
+	// program is the compatible one; offCPUOff why off-CPU profiling, asked for, is off.
+	fellBack, compat, offCPUOff error
+	events                      []int
 	links      []link.Link
 	reader     *ringbuf.Reader
 	monoOff    time.Duration // wall clock minus CLOCK_MONOTONIC
@@ -350,46 +365,24 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 	var offCPU *ebpf.Program
 	switch opts.Unwinder {
 	case UnwindFramePointers:
-		var objs fpObjects
-		if opts.OffCPU != nil {
-			var all fpOffCPUObjects
-			if err := spec.LoadAndAssign(&all, nil); err != nil {
-				return nil, privilegeError("load eBPF programs", err)
-			}
-			objs, offCPU = all.fpObjects, all.OffCPU
-		} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
-			return nil, privilegeError("load eBPF programs", err)
-		}
-		s.objs, s.profile = objs.samplerMaps, objs.Profile
 	case UnwindCFI:
-		if err := CheckCFISupport(); err != nil {
-			return nil, err
-		}
-		sizes := []struct {
-			name     string
-			n, deflt uint32
-		}{{"unwind_rows", opts.UnwindRows, DefaultUnwindRows}, {"unwind_files", opts.UnwindFiles, DefaultUnwindFiles}, {"unwind_procs", opts.UnwindProcs, DefaultUnwindProcs}}
-		for _, sz := range sizes {
-			if sz.n == 0 {
-				sz.n = sz.deflt
+		offCPU, err = s.loadCFI(spec, opts)
+		if err != nil {
+			if !opts.FallBack || errors.Is(err, ErrPrivileges) {
+				return nil, err
 			}
-			spec.Maps[sz.name].MaxEntries = sz.n
+			s.fellBack = err
+			log.Warn("the kernel refuses the CFI unwinder: user stacks are walked by frame pointers instead, "+
+				"and come out short through code built without them (--unwinder=cfi makes this an error)",
+				"kernel", kernelRelease(), "reason", err)
 		}
-		var objs cfiObjects
-		if opts.OffCPU != nil {
-			var all cfiOffCPUObjects
-			if err := spec.LoadAndAssign(&all, nil); err != nil {
-				return nil, privilegeError("load eBPF programs", err)
-			}
-			objs, offCPU = all.cfiObjects, all.OffCPU
-		} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
-			return nil, privilegeError("load eBPF programs", err)
-		}
-		s.objs, s.profile, s.scratch = objs.samplerMaps, objs.Profile, objs.UnwindScratch
-		s.unwind = UnwindMaps{Rows: objs.UnwindRows, Files: objs.UnwindFiles, Procs: objs.UnwindProcs}
-		s.cfi = true
 	default:
 		return nil, fmt.Errorf("unknown unwinder %d", opts.Unwinder)
+	}
+	if !s.cfi {
+		if offCPU, err = s.loadFramePointers(spec, opts); err != nil {
+			return nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -454,6 +447,102 @@ func Open(opts Options, log *slog.Logger) (_ *Sampler, err error) {
 	log.Info("eBPF sampler attached", "cpus", len(cpus), "frequency_hz", opts.FrequencyHz, "cfi_unwinding", s.cfi,
 		"pid_filter", len(opts.PIDs), "cgroup_filter", len(opts.CgroupIDs))
 	return s, nil
+}
+
+// loadCFI loads the CFI unwinder's programs and maps, with its off-CPU program when asked.
+func (s *Sampler) loadCFI(spec *ebpf.CollectionSpec, opts Options) (*ebpf.Program, error) {
+	if err := CheckCFISupport(); err != nil {
+		return nil, err
+	}
+	sizes := []struct {
+		name     string
+		n, deflt uint32
+	}{{"unwind_rows", opts.UnwindRows, DefaultUnwindRows}, {"unwind_files", opts.UnwindFiles, DefaultUnwindFiles}, {"unwind_procs", opts.UnwindProcs, DefaultUnwindProcs}}
+	for _, sz := range sizes {
+		if sz.n == 0 {
+			sz.n = sz.deflt
+		}
+		spec.Maps[sz.name].MaxEntries = sz.n
+	}
+	var objs cfiObjects
+	var offCPU *ebpf.Program
+	if opts.OffCPU != nil {
+		var all cfiOffCPUObjects
+		if err := spec.LoadAndAssign(&all, nil); err != nil {
+			return nil, privilegeError("load eBPF programs", err)
+		}
+		objs, offCPU = all.cfiObjects, all.OffCPU
+	} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, privilegeError("load eBPF programs", err)
+	}
+	s.objs, s.profile, s.scratch = objs.samplerMaps, objs.Profile, objs.UnwindScratch
+	s.unwind = UnwindMaps{Rows: objs.UnwindRows, Files: objs.UnwindFiles, Procs: objs.UnwindProcs}
+	s.cfi = true
+	return offCPU, nil
+}
+
+// loadFramePointers loads the frame-pointer sampling program, and the off-CPU one when asked.
+// On a kernel without bpf_get_current_task_btf or bpf_task_pt_regs (5.10) it is the
+// compatible program, which reads the user registers from the perf event; there off-CPU
+// profiling, which needs task storage (5.11), is left off when opts.FallBack allows, with the
+// reason kept, and is an error otherwise.
+func (s *Sampler) loadFramePointers(spec *ebpf.CollectionSpec, opts Options) (*ebpf.Program, error) {
+	compat := s.compatReason()
+	var objs fpObjects
+	var offCPU *ebpf.Program
+	if opts.OffCPU != nil && compat == nil {
+		var all fpOffCPUObjects
+		err := spec.LoadAndAssign(&all, nil)
+		if err == nil {
+			s.objs, s.profile, s.compat = all.samplerMaps, all.Profile, compat
+			return all.OffCPU, nil
+		}
+		err = privilegeError("load the off-CPU program", err)
+		if !opts.FallBack || errors.Is(err, ErrPrivileges) {
+			return nil, err
+		}
+		s.offCPUOff = err
+	} else if opts.OffCPU != nil {
+		err := fmt.Errorf("off-CPU profiling needs Linux 5.15 or later (task storage, bpf_get_current_task_btf), this kernel is %s: %w", kernelRelease(), compat)
+		if !opts.FallBack {
+			return nil, err
+		}
+		s.offCPUOff = err
+	}
+	if s.offCPUOff != nil {
+		s.log.Warn("off-CPU profiling is off: the kernel cannot run it (--unwinder=cfi or frame-pointers makes this an error)", "kernel", kernelRelease(), "reason", s.offCPUOff)
+	}
+	if compat != nil {
+		var c fpCompatObjects
+		if err := spec.LoadAndAssign(&c, nil); err != nil {
+			return nil, privilegeError("load eBPF programs", err)
+		}
+		objs = fpObjects{samplerMaps: c.samplerMaps, Profile: c.Profile}
+		s.log.Info("this kernel has no bpf_task_pt_regs: the leaf's return address is read only for samples taken in user mode", "kernel", kernelRelease(), "reason", compat)
+	} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, privilegeError("load eBPF programs", err)
+	}
+	s.objs, s.profile, s.compat = objs.samplerMaps, objs.Profile, compat
+	return offCPU, nil
+}
+
+// compatReason says why the frame-pointer program cannot run here (a helper it calls is
+// missing), or nil.
+func (s *Sampler) compatReason() error {
+	for _, h := range []struct {
+		fn   asm.BuiltinFunc
+		name string
+	}{{asm.FnGetCurrentTaskBtf, "bpf_get_current_task_btf"}, {asm.FnTaskPtRegs, "bpf_task_pt_regs"}} {
+		err := features.HaveProgramHelper(ebpf.PerfEvent, h.fn)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("the kernel has no %s helper", h.name)
+		}
+		if err != nil {
+			// A probe that cannot run says nothing: the full program is tried.
+			s.log.Debug("probe for a helper", "helper", h.name, "err", err)
+		}
+	}
+	return nil
 }
 
 func openCPUClock(cpu, freq, progFD int, enable bool) (int, error) {
@@ -694,6 +783,25 @@ func decodeStack(dst []uint64, b []byte, n int32) []uint64 {
 
 // CFI reports whether user stacks are walked with unwind tables.
 func (s *Sampler) CFI() bool { return s.cfi }
+
+// Mode says how user stacks are walked ("cfi", "frame-pointers", or "frame-pointers-compat"
+// on kernels without bpf_task_pt_regs) and, when that is not what was asked for, why (nil
+// otherwise).
+func (s *Sampler) Mode() (string, error) {
+	switch {
+	case s.cfi:
+		return "cfi", nil
+	case s.compat != nil:
+		if s.fellBack != nil {
+			return "frame-pointers-compat", s.fellBack
+		}
+		return "frame-pointers-compat", nil
+	}
+	return "frame-pointers", s.fellBack
+}
+
+// OffCPUOff says why off-CPU profiling, asked for, is off (nil when it runs or was not asked).
+func (s *Sampler) OffCPUOff() error { return s.offCPUOff }
 
 // Unwind returns the maps of the CFI unwinder (nil maps in frame-pointer mode).
 func (s *Sampler) Unwind() UnwindMaps { return s.unwind }

@@ -97,30 +97,31 @@ type profilerPsymUnwindScratch struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapCgroupFilter     = "cgroup_filter"
-	profilerMapCounters         = "counters"
-	profilerMapEvents           = "events"
-	profilerMapOffCpuPending    = "off_cpu_pending"
-	profilerMapPidFilter        = "pid_filter"
-	profilerMapUnwindFiles      = "unwind_files"
-	profilerMapUnwindProcs      = "unwind_procs"
-	profilerMapUnwindRows       = "unwind_rows"
-	profilerMapUnwindScratch    = "unwind_scratch"
-	profilerProgOffCpuSwitch    = "off_cpu_switch"
-	profilerProgOffCpuSwitchCfi = "off_cpu_switch_cfi"
-	profilerProgOnExec          = "on_exec"
-	profilerProgOnExit          = "on_exit"
-	profilerProgProfileCpu      = "profile_cpu"
-	profilerProgProfileCpuCfi   = "profile_cpu_cfi"
-	profilerVarFilterCgroups    = "filter_cgroups"
-	profilerVarFilterPids       = "filter_pids"
-	profilerVarOffCpuMinNs      = "off_cpu_min_ns"
-	profilerVarOffCpuThreshold  = "off_cpu_threshold"
-	profilerVarUnusedFile       = "unused_file"
-	profilerVarUnusedProc       = "unused_proc"
-	profilerVarUnusedProcEvent  = "unused_proc_event"
-	profilerVarUnusedRow        = "unused_row"
-	profilerVarUnusedStackEvent = "unused_stack_event"
+	profilerMapCgroupFilter      = "cgroup_filter"
+	profilerMapCounters          = "counters"
+	profilerMapEvents            = "events"
+	profilerMapOffCpuPending     = "off_cpu_pending"
+	profilerMapPidFilter         = "pid_filter"
+	profilerMapUnwindFiles       = "unwind_files"
+	profilerMapUnwindProcs       = "unwind_procs"
+	profilerMapUnwindRows        = "unwind_rows"
+	profilerMapUnwindScratch     = "unwind_scratch"
+	profilerProgOffCpuSwitch     = "off_cpu_switch"
+	profilerProgOffCpuSwitchCfi  = "off_cpu_switch_cfi"
+	profilerProgOnExec           = "on_exec"
+	profilerProgOnExit           = "on_exit"
+	profilerProgProfileCpu       = "profile_cpu"
+	profilerProgProfileCpuCfi    = "profile_cpu_cfi"
+	profilerProgProfileCpuCompat = "profile_cpu_compat"
+	profilerVarFilterCgroups     = "filter_cgroups"
+	profilerVarFilterPids        = "filter_pids"
+	profilerVarOffCpuMinNs       = "off_cpu_min_ns"
+	profilerVarOffCpuThreshold   = "off_cpu_threshold"
+	profilerVarUnusedFile        = "unused_file"
+	profilerVarUnusedProc        = "unused_proc"
+	profilerVarUnusedProcEvent   = "unused_proc_event"
+	profilerVarUnusedRow         = "unused_row"
+	profilerVarUnusedStackEvent  = "unused_stack_event"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -165,12 +166,13 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	OffCpuSwitch    *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
-	OffCpuSwitchCfi *ebpf.ProgramSpec `ebpf:"off_cpu_switch_cfi"`
-	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
-	ProfileCpu      *ebpf.ProgramSpec `ebpf:"profile_cpu"`
-	ProfileCpuCfi   *ebpf.ProgramSpec `ebpf:"profile_cpu_cfi"`
+	OffCpuSwitch     *ebpf.ProgramSpec `ebpf:"off_cpu_switch"`
+	OffCpuSwitchCfi  *ebpf.ProgramSpec `ebpf:"off_cpu_switch_cfi"`
+	OnExec           *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit           *ebpf.ProgramSpec `ebpf:"on_exit"`
+	ProfileCpu       *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	ProfileCpuCfi    *ebpf.ProgramSpec `ebpf:"profile_cpu_cfi"`
+	ProfileCpuCompat *ebpf.ProgramSpec `ebpf:"profile_cpu_compat"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
@@ -267,12 +269,13 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	OffCpuSwitch    *ebpf.Program `ebpf:"off_cpu_switch"`
-	OffCpuSwitchCfi *ebpf.Program `ebpf:"off_cpu_switch_cfi"`
-	OnExec          *ebpf.Program `ebpf:"on_exec"`
-	OnExit          *ebpf.Program `ebpf:"on_exit"`
-	ProfileCpu      *ebpf.Program `ebpf:"profile_cpu"`
-	ProfileCpuCfi   *ebpf.Program `ebpf:"profile_cpu_cfi"`
+	OffCpuSwitch     *ebpf.Program `ebpf:"off_cpu_switch"`
+	OffCpuSwitchCfi  *ebpf.Program `ebpf:"off_cpu_switch_cfi"`
+	OnExec           *ebpf.Program `ebpf:"on_exec"`
+	OnExit           *ebpf.Program `ebpf:"on_exit"`
+	ProfileCpu       *ebpf.Program `ebpf:"profile_cpu"`
+	ProfileCpuCfi    *ebpf.Program `ebpf:"profile_cpu_cfi"`
+	ProfileCpuCompat *ebpf.Program `ebpf:"profile_cpu_compat"`
 }
 
 func (p *profilerPrograms) Close() error {
@@ -283,6 +286,7 @@ func (p *profilerPrograms) Close() error {
 		p.OnExit,
 		p.ProfileCpu,
 		p.ProfileCpuCfi,
+		p.ProfileCpuCompat,
 	)
 }
 
