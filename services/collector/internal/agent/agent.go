@@ -47,11 +47,11 @@ type Config struct {
 	OnMappedFile func(procmaps.MappedFile)
 	// Unwinder is how user stacks are walked (bpfprog.UnwindCFI or UnwindFramePointers),
 	// and UnwindRows, UnwindFiles, UnwindProcs size the CFI unwinder's maps (zero: defaults).
-	Unwinder                             bpfprog.Unwinder
+	Unwinder bpfprog.Unwinder
 	// UnwinderFallBack lets a kernel that refuses the CFI unwinder (or off-CPU profiling) give
 	// frame-pointer profiles (or CPU profiles only) with the reason logged and in Mode, not
 	// an error (--unwinder=auto).
-	UnwinderFallBack bool
+	UnwinderFallBack                     bool
 	UnwindRows, UnwindFiles, UnwindProcs uint32
 	// PerfMaps names frames in JIT code from the perf-PID.map files runtimes write (see
 	// package perfmap), within PerfMapMaxBytesPerProcess and PerfMapMaxBytes (zero:

@@ -256,7 +256,7 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 			otlpattr.K8sPodName: c.K8sPodName, otlpattr.K8sNamespaceName: c.K8sNamespace,
 		},
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
-		Unwinder: unwinder, UnwinderFallBack: fallBack, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
+		Unwinder:              unwinder, UnwinderFallBack: fallBack, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
 		PerfMaps: c.PerfMaps, PerfMapMaxBytesPerProcess: c.PerfMapMaxBytesPerProcess, PerfMapMaxBytes: c.PerfMapMaxBytes,
 		OffCPU: offCPU,
 		Sinks:  sinks, Registerer: reg, Version: version,

@@ -309,10 +309,10 @@ type Sampler struct {
 	// program is the compatible one; offCPUOff why off-CPU profiling, asked for, is off.
 	fellBack, compat, offCPUOff error
 	events                      []int
-	links      []link.Link
-	reader     *ringbuf.Reader
-	monoOff    time.Duration // wall clock minus CLOCK_MONOTONIC
-	log        *slog.Logger
+	links                       []link.Link
+	reader                      *ringbuf.Reader
+	monoOff                     time.Duration // wall clock minus CLOCK_MONOTONIC
+	log                         *slog.Logger
 }
 
 // ErrPrivileges marks a failure caused by missing privileges.
