@@ -141,6 +141,20 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	}
 	dir, _ := gatewayPprofDir(ctx, t, client, clusterDir)
 	seen := map[string]bool{}
+	// A failure below is the profiler's or the workload's: keep what they said.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, args := range [][]string{
+			{"logs", "-n", "profsym-collector", "-l", "app.kubernetes.io/name=otel-ebpf-profiler", "--tail=300", "--timestamps"},
+			{"get", "events", "-n", "pyworkload"},
+			{"describe", "pod", "-n", "pyworkload", "pyloop"},
+		} {
+			out, err := c.Kubectl(context.Background(), nil, args...)
+			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
+		}
+	})
 
 	// Before the upload: Python functions named by the profiler, the interpreter's frames not.
 	ps, err := pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.python > 0 && s.interp > 0 })
