@@ -8,14 +8,11 @@ package coverage
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -28,6 +25,7 @@ import (
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/services/symbolizer/internal/periodic"
+	"github.com/profsym/profsym/services/symbolizer/internal/replica"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
@@ -169,6 +167,8 @@ const shardVersion = 1
 
 // Options configures a Recorder.
 type Options struct {
+	// Instance names this replica's shard (default: replica.Name()).
+	Instance string
 	// MaxEntries bounds the binaries tallied in memory; beyond it the least recently seen
 	// is dropped. 0 means 100,000.
 	MaxEntries int
@@ -193,9 +193,9 @@ type Recorder struct {
 	dirty   bool
 }
 
-// New returns a Recorder writing to st under a fresh instance name (host name and a random
-// suffix: a restarted replica starts a new file and the old one keeps counting until it ages
-// out).
+// New returns a Recorder writing to st under the replica's name (opt.Instance, default
+// replica.Name(): the host name and a random suffix, so a restarted replica starts a new file
+// and the old one keeps counting until it ages out; the name its usage files have too).
 func New(st store.Store, opt Options) *Recorder {
 	if opt.MaxEntries == 0 {
 		opt.MaxEntries = 100000
@@ -209,16 +209,11 @@ func New(st store.Store, opt Options) *Recorder {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	host, _ := os.Hostname()
-	host = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
-			return r
-		}
-		return '_'
-	}, host)
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	r := &Recorder{st: st, opt: opt, instance: strings.Trim(host+"-"+hex.EncodeToString(rnd[:]), "."), entries: map[key]*Entry{}}
+	inst := opt.Instance
+	if inst == "" {
+		inst = replica.Name()
+	}
+	r := &Recorder{st: st, opt: opt, instance: inst, entries: map[key]*Entry{}}
 	if opt.Registerer != nil {
 		r.unres = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "symbolizer_coverage_unresolved_ratio",

@@ -28,8 +28,8 @@ func TestRecordAndMerge(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	a := New(st, Options{Now: clock})
-	b := New(st, Options{Now: clock})
+	a := New(st, Options{Now: clock, Instance: "a"})
+	b := New(st, Options{Now: clock, Instance: "b"})
 	ctx := context.Background()
 	ok, missing := symbolizerv1.ModuleStatus_MODULE_STATUS_OK, symbolizerv1.ModuleStatus_MODULE_STATUS_NOT_FOUND
 
@@ -170,7 +170,7 @@ func TestMissingCompanions(t *testing.T) {
 			}
 			now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 			clock := func() time.Time { return now }
-			reps := []*Recorder{New(st, Options{Now: clock}), New(st, Options{Now: clock})}
+			reps := []*Recorder{New(st, Options{Now: clock, Instance: "r0"}), New(st, Options{Now: clock, Instance: "r1"})}
 			ctx := context.Background()
 			for _, s := range c.steps {
 				now = now.Add(time.Minute)
@@ -221,7 +221,7 @@ func TestShardVersions(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	ctx := context.Background()
-	a := New(st, Options{Now: func() time.Time { return now }})
+	a := New(st, Options{Now: func() time.Time { return now }, Instance: "a"})
 	a.Record(mod("aa", 3, "/bin/x"), answer(symbolizerv1.ModuleStatus_MODULE_STATUS_OK, 1, 1, 1))
 	if err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func TestShardVersions(t *testing.T) {
 	}
 	put("earlier", 0)            // no version field: read as version 1
 	put("later", shardVersion+1) // skipped
-	b := New(st, Options{Now: func() time.Time { return now }})
+	b := New(st, Options{Now: func() time.Time { return now }, Instance: "b"})
 	got, _, err := b.List(ctx, Filter{})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("List = %v, %v", got, err)

@@ -92,7 +92,23 @@ func Plan(p Policy, recs []*catalog.Record, usage map[string]Entry, recordingSin
 		case p.CIWithin > 0 && f.Source == debuginfov1.UploadSource_UPLOAD_SOURCE_CI && !f.UploadedAt.Before(now.Add(-p.CIWithin)):
 			d.Keep, d.Why = true, "uploaded from CI "+f.UploadedAt.UTC().Format(dayLayout)
 		default:
-			d.Why = "unused since " + d.LastUsed.UTC().Format(dayLayout)
+			// Every rule that is on, and why it does not keep the record; the builds rule
+			// adds its own below.
+			var why []string
+			if p.UsedWithin > 0 {
+				why = append(why, "unused since "+d.LastUsed.UTC().Format(dayLayout))
+			}
+			if p.CIWithin > 0 {
+				if f.Source == debuginfov1.UploadSource_UPLOAD_SOURCE_CI {
+					why = append(why, "uploaded from CI "+f.UploadedAt.UTC().Format(dayLayout))
+				} else {
+					why = append(why, "not uploaded from CI")
+				}
+			}
+			if p.KeepBuilds > 0 && (d.Name == "" || f.IsCompanion()) {
+				why = append(why, "no name to count its builds by")
+			}
+			d.Why = strings.Join(why, ", ")
 		}
 		if d.Name != "" && !f.IsCompanion() {
 			byName[d.Name] = append(byName[d.Name], i)
@@ -108,9 +124,15 @@ func Plan(p Policy, recs []*catalog.Record, usage map[string]Entry, recordingSin
 				}
 				return x.Key > y.Key
 			})
-			for n, i := range idx[:min(p.KeepBuilds, len(idx))] {
-				if !out[i].Keep {
+			for n, i := range idx {
+				switch {
+				case out[i].Keep:
+				case n < p.KeepBuilds:
 					out[i].Keep, out[i].Why = true, fmt.Sprintf("build %d of the last %d of %s", n+1, p.KeepBuilds, name)
+				case out[i].Why != "":
+					out[i].Why = fmt.Sprintf("%s, %d newer builds of %s", out[i].Why, n, name)
+				default:
+					out[i].Why = fmt.Sprintf("%d newer builds of %s", n, name)
 				}
 			}
 		}

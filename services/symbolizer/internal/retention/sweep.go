@@ -185,7 +185,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		attrs := []any{"record", d.Key, "build_id", d.BuildID, "name", d.Name, "type", d.Type, "source", d.Source,
-			"size", d.Size, "uploaded_at", d.UploadedAt.UTC(), "last_used", d.LastUsed.UTC(), "why", d.Why}
+			"size", d.Size, "uploaded_at", d.UploadedAt.UTC(), "last_used", d.LastUsed.UTC().Format(dayLayout), "why", d.Why}
 		if s.opt.DryRun {
 			s.opt.Logger.Info("retention: would delete (dry run)", attrs...)
 			s.count("dry_run", d.Size)

@@ -9,14 +9,11 @@ package retention
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -26,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/profsym/profsym/services/symbolizer/internal/periodic"
+	"github.com/profsym/profsym/services/symbolizer/internal/replica"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
 )
 
@@ -93,7 +91,8 @@ type UsageOptions struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 	Registerer prometheus.Registerer
-	// Instance names this replica's day files (default: host name and a random suffix).
+	// Instance names this replica's day files (default: replica.Name(), the name its
+	// coverage shard has too).
 	Instance string
 	// CacheFor is how long Read reuses the merged usage it read (default 1m).
 	CacheFor time.Duration
@@ -132,7 +131,7 @@ func NewUsage(st store.Store, opt UsageOptions) *Usage {
 	}
 	inst := opt.Instance
 	if inst == "" {
-		inst = instanceName()
+		inst = replica.Name()
 	}
 	u := &Usage{st: st, opt: opt, instance: inst, days: map[string]map[string]string{}, dirty: map[string]bool{},
 		writes: prometheus.NewCounter(prometheus.CounterOpts{
@@ -148,19 +147,6 @@ func NewUsage(st store.Store, opt UsageOptions) *Usage {
 		opt.Registerer.MustRegister(u.writes, u.writeBytes)
 	}
 	return u
-}
-
-func instanceName() string {
-	host, _ := os.Hostname()
-	host = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-			return r
-		}
-		return '_'
-	}, host)
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	return strings.Trim(host+"-"+hex.EncodeToString(rnd[:]), "-")
 }
 
 // Use records that the record at key was used now; name is the binary's name as the lookup

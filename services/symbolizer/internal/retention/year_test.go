@@ -8,6 +8,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -501,10 +502,34 @@ func TestSimulatedYear(t *testing.T) {
 	s.clock.SetDay(opt.days, 12)
 	p := yearPolicy()
 	keep := s.expected(p, s.clock.Now())
-	sw := NewSweeper(s.meta, s.usage[0], SweeperOptions{Policy: p, DryRun: true, Now: s.clock.Now, Logger: quiet})
+	var dryLog bytes.Buffer
+	sw := NewSweeper(s.meta, s.usage[0], SweeperOptions{Policy: p, DryRun: true, Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(&dryLog, nil))})
 	dry, err := sw.Sweep(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each deletion's log line: last_used is the day recorded, never after today.
+	today := s.clock.Now().UTC().Format(dayLayout)
+	lines := 0
+	for line := range strings.Lines(dryLog.String()) {
+		var l struct {
+			Msg      string `json:"msg"`
+			LastUsed string `json:"last_used"`
+			Why      string `json:"why"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l.Msg != "retention: would delete (dry run)" {
+			continue
+		}
+		lines++
+		if _, err := time.Parse(dayLayout, l.LastUsed); err != nil || l.LastUsed > today {
+			t.Errorf("a deletion's last_used %q: want a day (YYYY-MM-DD) no later than %s", l.LastUsed, today)
+		}
+		if l.Why == "" {
+			t.Errorf("a deletion without a reason: %s", line)
+		}
+	}
+	if lines != dry.Deleted {
+		t.Errorf("%d deletions logged, %d counted", lines, dry.Deleted)
 	}
 	t.Logf("dry run (nothing else running): plan of %d records in %v", len(dry.Plan), dry.Took.Round(time.Millisecond))
 	if dry.Deleted != len(s.builds)-len(keep) || dry.Kept != len(keep) {

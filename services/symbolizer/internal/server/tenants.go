@@ -17,6 +17,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
+	"github.com/profsym/profsym/services/symbolizer/internal/replica"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
@@ -100,8 +101,10 @@ func (s *Server) newStack(name string) (*stack, error) {
 		log = log.With("tenant", tenant.Label(name))
 	}
 	view := tenant.Store(s.Store, name)
-	st.usage = retention.NewUsage(view, retention.UsageOptions{Logger: log, Registerer: reg})
-	st.coverage = coverage.New(view, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: reg, Logger: log})
+	// One name for the replica's usage days and coverage shard.
+	inst := replica.Name()
+	st.usage = retention.NewUsage(view, retention.UsageOptions{Logger: log, Registerer: reg, Instance: inst})
+	st.coverage = coverage.New(view, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: reg, Logger: log, Instance: inst})
 	st.meta = catalog.New(view, catalog.Options{
 		MaxSize: c.MaxUpload, UploadTTL: c.UploadTTL, TempDir: c.TempDir, Logger: log,
 		OnIndex: func(f *catalog.File, ins *catalog.Inspection) {
