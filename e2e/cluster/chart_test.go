@@ -211,6 +211,10 @@ func checkChartPods(ctx context.Context, t *testing.T, c *cluster.Cluster, clien
 	if !strings.Contains(string(logs), "eBPF sampler attached") {
 		t.Errorf("the collector is Ready but its log does not say the eBPF sampler attached:\n%.4000s", logs)
 	}
+	// The default unwinder (auto) on this kernel is the CFI one, not the frame-pointer fall-back.
+	if !strings.Contains(string(logs), "cfi_unwinding=true") && !strings.Contains(string(logs), `"cfi_unwinding":true`) {
+		t.Errorf("the collector does not unwind with CFI on this node's kernel:\n%.4000s", logs)
+	}
 }
 
 // chartE2E holds what the checks after the install share.
