@@ -99,18 +99,40 @@ func itaniumName(name string) string {
 	}
 	// LLVM treats everything from the first '.' after the encoding as one clone or vendor
 	// suffix and prints it in one parenthesis ("f() (.constprop.0.cold)"); the module's parser
-	// would split ".constprop.0" and ".cold" and rejects suffixes it does not know. Itanium
-	// encodings contain no '.', so the first one starts the suffix.
-	base, suffix := name, ""
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		base, suffix = name[:i], name[i:]
+	// would split ".constprop.0" and ".cold" and rejects suffixes it does not know. The
+	// grammar has no '.' outside source names, and those are rare: GCC names a coroutine's
+	// frame type "<encoding>.Frame" in its actor and destroy clones
+	// (_ZN1f...E25_ZN5probe7counterEi.Frame.actor). A cut inside a source name leaves that
+	// name short of its length, so the encoding ends at the first '.' where the name before
+	// it parses.
+	from := 0
+	for range maxSuffixCuts {
+		i := strings.IndexByte(name[from:], '.')
+		if i < 0 {
+			break
+		}
+		i += from
+		if i == 0 {
+			return name
+		}
+		if out, ok := itaniumString(name[:i]); ok {
+			return withSuffix(llvmAngles(out), name[i:])
+		}
+		from = i + 1
 	}
-	out, ok := itaniumString(base)
+	if from > 0 {
+		return name
+	}
+	out, ok := itaniumString(name)
 	if !ok {
 		return name
 	}
-	return withSuffix(llvmAngles(out), suffix)
+	return llvmAngles(out)
 }
+
+// maxSuffixCuts bounds the '.' a name's encoding is tried to end at: compilers put at most
+// one in a source name (a coroutine frame's ".Frame").
+const maxSuffixCuts = 4
 
 // rustLegacyPath decodes the length-prefixed path elements of a legacy Rust name (without
 // "_ZN" and the hash element) the way rustc-demangle does, and appends "::"+hash.

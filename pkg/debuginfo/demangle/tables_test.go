@@ -8,11 +8,13 @@ import (
 )
 
 // TestTables checks the checked-in name tables: testdata/callonce.tsv (every function of
-// testdata/src/callonce.cc, std::call_once with a lambda, built with g++ 12) and
+// testdata/src/callonce.cc, std::call_once with a lambda, built with g++ 12),
+// testdata/cxx20.tsv (every function of testdata/src/cxx20.cc, C++20, built with g++ 12 and
+// clang++ 14 by testdata/cxx20.sh, with its class against the references) and
 // testdata/hard-shapes.tsv (one name for each class of disagreement the distribution-scale
 // differential, bench/demangle, found, with the answer decided for it).
 func TestTables(t *testing.T) {
-	for _, file := range []string{"testdata/callonce.tsv", "testdata/hard-shapes.tsv"} {
+	for _, file := range []string{"testdata/callonce.tsv", "testdata/hard-shapes.tsv", "testdata/cxx20.tsv"} {
 		rows := readTable(t, file)
 		if len(rows) == 0 {
 			t.Fatalf("%s: no rows", file)
