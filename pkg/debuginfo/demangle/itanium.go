@@ -227,12 +227,12 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 				j++
 			}
 			if j < len(name) && name[j] == '_' {
-				if _, ok := pr.substitutionsAt(b.String()); ok {
-					if k, ok := seqIndex(name[x+1 : j]); ok {
-						if k >= p {
-							k++
-						}
-						b.WriteString(seqString(k))
+				// Only an index of p or more changes: a lower one is written as it is
+				// whether the module reads a substitution there or not, so it needs no
+				// probe (each probe parses the name up to here).
+				if k, ok := seqIndex(name[x+1 : j]); ok && k >= p {
+					if _, ok := pr.substitutionsAt(b.String()); ok {
+						b.WriteString(seqString(k + 1))
 						x = j + 1
 						continue
 					}
