@@ -39,7 +39,7 @@ func TestDecisions(t *testing.T) {
 
 // readTable returns the rows of a tab-separated table, comment lines (#) left out; each row
 // has at least a symbol and the name wanted for it.
-func readTable(t *testing.T, file string) [][]string {
+func readTable(t testing.TB, file string) [][]string {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
