@@ -33,4 +33,7 @@ echo "differential: $((compared - fetched)) s; the names of each class: $out"
 
 DEMANGLE_NAMES=$cache/names.txt go test -count=1 -run '^$' -bench '^BenchmarkNameDistribution$' -benchmem -benchtime "${BENCHTIME:-700000x}" \
 	./pkg/debuginfo/demangle | grep -E '^Benchmark'
+# The median name's cost (every 68th name, each measured on its own).
+DEMANGLE_NAMES=$cache/names.txt go test -count=1 -run '^$' -bench '^BenchmarkNameMedian$' -benchtime 1x \
+	./pkg/debuginfo/demangle | grep -E '^Benchmark'
 echo "total: $(($(date +%s) - start)) s"

@@ -1,12 +1,16 @@
 // Package demangle turns C++ (Itanium) and Rust (legacy and v0) linkage names into the
 // readable names profiles show, matching what llvm-symbolizer 14 prints for the same symbol.
 //
-// The parsing is github.com/ianlancetaylor/demangle's, with its LLVM-style printing; this
+// The common shapes of Itanium names (86% of a distribution's) are read by a one-pass parser
+// of this package (fastpath.go) that prints into a pooled buffer, one allocation a name. The
+// others are parsed by github.com/ianlancetaylor/demangle, with its LLVM-style printing; this
 // package corrects what that module gets wrong around it (itanium.go, rustv0.go: the mangled
 // name rewritten before the module reads it, or the module's syntax tree corrected before it is
 // printed) and adjusts the few spellings where LLVM 14 prints differently, so that a name
-// resolved from DWARF, from the symbol table or by llvm-symbolizer reads the same. Legacy Rust
-// names are decoded here. docs/design/0005-demangler.md says why and measures it.
+// resolved from DWARF, from the symbol table or by llvm-symbolizer reads the same. The fast
+// path answers what the module's way does wherever it answers (TestFastPathAgrees,
+// FuzzFastPath). Legacy Rust names are decoded here. docs/design/0005-demangler.md says why
+// and measures it.
 //
 // Deliberate differences from LLVM 14 (testdata/cases.tsv lists each case with its reason):
 //   - Legacy Rust names (_ZN...17h<hash>E): LLVM demangles them as plain Itanium names and
@@ -99,18 +103,60 @@ func itaniumName(name string) string {
 	}
 	// LLVM treats everything from the first '.' after the encoding as one clone or vendor
 	// suffix and prints it in one parenthesis ("f() (.constprop.0.cold)"); the module's parser
-	// would split ".constprop.0" and ".cold" and rejects suffixes it does not know. Itanium
-	// encodings contain no '.', so the first one starts the suffix.
-	base, suffix := name, ""
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		base, suffix = name[:i], name[i:]
+	// would split ".constprop.0" and ".cold" and rejects suffixes it does not know. The
+	// grammar has no '.' outside source names, and those are rare: GCC names a coroutine's
+	// frame type "<encoding>.Frame" in its actor and destroy clones
+	// (_ZN1f...E25_ZN5probe7counterEi.Frame.actor). A cut inside a source name leaves that
+	// name short of its length, so the encoding ends at the first '.' where the name before
+	// it parses.
+	if out, ok := fastName(name); ok {
+		return out
 	}
-	out, ok := itaniumString(base)
+	from := 0
+	for range maxSuffixCuts {
+		i := strings.IndexByte(name[from:], '.')
+		if i < 0 {
+			break
+		}
+		i += from
+		if i == 0 {
+			return name
+		}
+		if out, ok := itaniumString(name[:i]); ok {
+			return withSuffix(llvmAngles(out), name[i:])
+		}
+		from = i + 1
+	}
+	if from > 0 {
+		return name
+	}
+	out, ok := itaniumString(name)
 	if !ok {
 		return name
 	}
-	return withSuffix(llvmAngles(out), suffix)
+	return llvmAngles(out)
 }
+
+// fastName demangles name on the fast path (fastpath.go), its clone suffix (from the first
+// '.') in LLVM's spelling; false where the fast path declines.
+func fastName(name string) (string, bool) {
+	if fastDisabled {
+		return "", false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' {
+			return fastItanium(name[:i], name[i:])
+		}
+	}
+	return fastItanium(name, "")
+}
+
+// fastDisabled turns the fast path off, for the tests that compare it with the module's way.
+var fastDisabled bool
+
+// maxSuffixCuts bounds the '.' a name's encoding is tried to end at: compilers put at most
+// one in a source name (a coroutine frame's ".Frame").
+const maxSuffixCuts = 4
 
 // rustLegacyPath decodes the length-prefixed path elements of a legacy Rust name (without
 // "_ZN" and the hash element) the way rustc-demangle does, and appends "::"+hash.

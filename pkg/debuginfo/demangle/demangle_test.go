@@ -110,6 +110,11 @@ func FuzzName(f *testing.F) {
 		"_Z1fPPPPPPPPPPPPPPPPi",
 		"_ZSt11__addressofIZSt9call_onceIZ4workRSt6vectorIiSaIiEEEUlvE_JEEvRSt9once_flagOT_DpOT0_EUlvE_EPS8_RS8_",
 		"_ZGRZ1fvE1x_",
+		// C++20: a coroutine frame's source name with a '.', a class-type template argument
+		// from a string literal, a new-expression in a decltype.
+		"_ZN5probe7counterEPZNS_7counterEiE25_ZN5probe7counterEi.Frame.actor",
+		"_ZN5probe3tagIXtlNS_5fixedILm6EEEtlA6_cLc104ELc101ELc108ELc108ELc111EEEEE4nameEv",
+		"_ZSt12construct_atIiJRKiEEDTgsnwcvPvLi0E_T_pispcl7declvalIT0_EEEEPS3_DpOS4_",
 	} {
 		f.Add(s)
 	}

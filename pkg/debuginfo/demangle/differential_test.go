@@ -184,6 +184,9 @@ func llvmSpelling(s string) string {
 		}
 		return fmt.Sprintf("'unnamed%d'", num-2)
 	})
+	// GNU numbers a generic lambda's invented template parameters ("{lambda(auto:1&&)#1}"),
+	// LLVM prints them "auto" ("'lambda'(auto&&)").
+	out = autoParam.ReplaceAllString(out, "auto")
 	// GNU marks clones " [clone .cold]"; LLVM puts the whole suffix in one parenthesis.
 	if i := strings.Index(out, " [clone "); i > 0 {
 		suffix := strings.ReplaceAll(out[i:], " [clone ", "")
@@ -193,7 +196,10 @@ func llvmSpelling(s string) string {
 	return llvmAngles(out)
 }
 
-var unnamedTypes = regexp.MustCompile(`\{unnamed type#[0-9]+\}`)
+var (
+	unnamedTypes = regexp.MustCompile(`\{unnamed type#[0-9]+\}`)
+	autoParam    = regexp.MustCompile(`\bauto:[0-9]+`)
+)
 
 func closingParen(s string) int {
 	depth := 0
@@ -318,6 +324,13 @@ func collectSources(t *testing.T) []nameSource {
 		}
 	}
 	var sources []nameSource
+	// The C++20 program's names as testdata/cxx20.sh listed them (g++ 12 and clang++ 14),
+	// checked whatever compilers are installed here.
+	if names, err := readNames(filepath.Join("testdata", "cxx20.names")); err != nil {
+		t.Fatal(err)
+	} else {
+		sources = append(sources, nameSource{name: "cxx20.names", names: names})
+	}
 	for _, p := range paths {
 		names, err := mangledNames(p)
 		if err != nil {
@@ -351,6 +364,9 @@ func compilePrograms(t *testing.T) []string {
 		// Unoptimized, std::call_once's helpers keep their own symbols.
 		out := filepath.Join(dir, "callonce-"+strings.TrimSuffix(cxx, "++")+"xx")
 		builds = append(builds, build{out: out, argv: []string{cxx, "-O0", "-std=c++17", "-o", out, filepath.Join("testdata", "src", "callonce.cc")}})
+		// C++20 as testdata/cxx20.sh builds it.
+		out = filepath.Join(dir, "cxx20-"+strings.TrimSuffix(cxx, "++")+"xx")
+		builds = append(builds, build{out: out, argv: []string{cxx, "-std=c++20", "-O0", "-g", "-o", out, filepath.Join("testdata", "src", "cxx20.cc")}})
 	}
 	if _, err := exec.LookPath("rustc"); err == nil {
 		src := filepath.Join("testdata", "src", "rs.rs")
@@ -385,6 +401,15 @@ func compilePrograms(t *testing.T) []string {
 		outs = append(outs, b.out)
 	}
 	return outs
+}
+
+// readNames returns the names of a file, one a line.
+func readNames(file string) ([]string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(b)), nil
 }
 
 // mangledNames returns the sorted, distinct names of path's symbol tables that are mangled.

@@ -19,6 +19,11 @@ import (
 //     internal, and fails;
 //   - parenthesizeFunctionAddress: LLVM prints "&(f(int))" for the address of a function with
 //     its parameters and "&(f)" for one without, the module "&f(int)" and "&f";
+//   - charArrayInitializers: LLVM and GNU print a char array in a class-type template argument
+//     (C++20, tag<fixed{"hello"}>) element by element, "char [6]{(char)104, ...}", the
+//     module as a string literal;
+//   - newExpressions: LLVM prints a new-expression "new (<placement>)<type>(<init>)", the
+//     module "::new(<placement>) <type>((<init>))";
 //   - localTemplateParams: a substitution that repeats a template parameter of another
 //     encoding (std::call_once's callable in the names of its helpers) means that parameter's
 //     argument; the module rebinds it to the template the substitution is read in.
@@ -38,6 +43,12 @@ func itaniumString(name string) (string, bool) {
 	}
 	if strings.Contains(name, "adL_Z") {
 		parenthesizeFunctionAddress(a)
+	}
+	if strings.Contains(name, "tlA") {
+		charArrayInitializers(a)
+	}
+	if strings.Contains(name, "nw") || strings.Contains(name, "na") {
+		newExpressions(a)
 	}
 	if a, ok = localTemplateParams(fixed, a); !ok {
 		return "", false
@@ -216,12 +227,12 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 				j++
 			}
 			if j < len(name) && name[j] == '_' {
-				if _, ok := pr.substitutionsAt(b.String()); ok {
-					if k, ok := seqIndex(name[x+1 : j]); ok {
-						if k >= p {
-							k++
-						}
-						b.WriteString(seqString(k))
+				// Only an index of p or more changes: a lower one is written as it is
+				// whether the module reads a substitution there or not, so it needs no
+				// probe (each probe parses the name up to here).
+				if k, ok := seqIndex(name[x+1 : j]); ok && k >= p {
+					if _, ok := pr.substitutionsAt(b.String()); ok {
+						b.WriteString(seqString(k + 1))
 						x = j + 1
 						continue
 					}
@@ -294,4 +305,111 @@ func walk(a demangle.AST, fn func(demangle.AST)) {
 		fn(n)
 		return true
 	})
+}
+
+// charArrayInitializers makes the module print a char array's initializer in a template
+// argument as LLVM 14 and GNU c++filt do, element by element with its type
+// ("probe::fixed<6ul>{char [6]{(char)104, (char)101, (char)108, (char)108, (char)111}}", C++20's
+// class-type template arguments made from a string literal), where the module prints a
+// string literal ({"hello"}). The module prints a char array's initializer list as a string
+// whenever it can; with its type replaced by a name that reads the same, it prints the list.
+func charArrayInitializers(a demangle.AST) {
+	walk(a, func(n demangle.AST) {
+		il, ok := n.(*demangle.InitializerList)
+		if !ok || il.Type == nil {
+			return
+		}
+		if array, ok := il.Type.(*demangle.ArrayType); ok {
+			if b, ok := array.Element.(*demangle.BuiltinType); ok && b.Name == "char" {
+				il.Type = &demangle.Name{Name: demangle.ASTToString(array, opts...)}
+			}
+		}
+	})
+}
+
+// newExpressions makes the module print a new-expression (in a decltype, C++20's
+// std::construct_at) as LLVM 14 does: "new ((void*)(0))int(declval<int const&>())". The module
+// prints "::new((void*)(0)) int((declval<int const&>()))", GNU c++filt
+// "::new ((void*)(0)) int((declval<int const&>)())": the references differ, and we print what
+// llvm-symbolizer prints (decisions.tsv records the names).
+func newExpressions(a demangle.AST) {
+	walk(a, func(n demangle.AST) {
+		switch n := n.(type) {
+		case *demangle.Unary, *demangle.Binary, *demangle.Trinary, *demangle.Decltype,
+			*demangle.ExprList, *demangle.PackExpansion:
+			replaceNew(n)
+		}
+	})
+}
+
+// replaceNew replaces the new-expressions among the children of n by their LLVM spelling.
+func replaceNew(n demangle.AST) {
+	fix := func(p *demangle.AST) {
+		e := *p
+		// LLVM 14 drops the global scope of "::new" (gs nw).
+		if u, ok := e.(*demangle.Unary); ok {
+			if op, ok := u.Op.(*demangle.Operator); ok && op.Name == "::" {
+				e = u.Expr
+			}
+		}
+		nw, ok := e.(*demangle.New)
+		if !ok {
+			return
+		}
+		var b strings.Builder
+		op, _ := nw.Op.(*demangle.Operator)
+		if op == nil {
+			return
+		}
+		b.WriteString(strings.TrimPrefix(op.Name, "::"))
+		b.WriteByte(' ')
+		if nw.Place != nil {
+			b.WriteByte('(')
+			b.WriteString(exprListString(nw.Place))
+			b.WriteByte(')')
+		}
+		b.WriteString(demangle.ASTToString(nw.Type, opts...))
+		if nw.Init != nil {
+			b.WriteByte('(')
+			b.WriteString(exprListString(nw.Init))
+			b.WriteByte(')')
+		}
+		*p = &demangle.Name{Name: b.String()}
+	}
+	switch n := n.(type) {
+	case *demangle.Unary:
+		fix(&n.Expr)
+	case *demangle.Binary:
+		fix(&n.Left)
+		fix(&n.Right)
+	case *demangle.Trinary:
+		fix(&n.First)
+		fix(&n.Second)
+		fix(&n.Third)
+	case *demangle.Decltype:
+		fix(&n.Expr)
+	case *demangle.ExprList:
+		for i := range n.Exprs {
+			fix(&n.Exprs[i])
+		}
+	case *demangle.PackExpansion:
+		fix(&n.Base)
+	}
+}
+
+// exprListString prints an expression list element by element, as LLVM does, each without
+// the parentheses the module puts around a list's elements.
+func exprListString(a demangle.AST) string {
+	el, ok := a.(*demangle.ExprList)
+	if !ok {
+		return demangle.ASTToString(a, opts...)
+	}
+	parts := make([]string, len(el.Exprs))
+	for i, e := range el.Exprs {
+		if pe, ok := e.(*demangle.PackExpansion); ok {
+			e = pe.Base
+		}
+		parts[i] = demangle.ASTToString(e, opts...)
+	}
+	return strings.Join(parts, ", ")
 }

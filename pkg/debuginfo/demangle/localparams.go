@@ -43,6 +43,7 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 	var b strings.Builder
 	last, markers := 0, 0
 	var indexes []int // the parameter number of each marker
+	var covered []bool
 	for i := 2; i < len(name); i++ {
 		if name[i] != 'T' {
 			continue
@@ -54,7 +55,12 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 		if j >= len(name) || name[j] != '_' {
 			continue
 		}
-		if _, ok := pr.substitutionsAt(name[:i]); !ok {
+		if covered == nil {
+			covered = sourceNameCover(name)
+		}
+		if readAsType(name, i, j, covered) {
+			// No probe needed.
+		} else if _, ok := pr.substitutionsAt(name[:i]); !ok {
 			if pr.left < 0 {
 				return a, true // more parameters than real names have: left as read
 			}
@@ -125,6 +131,77 @@ func localTemplateParams(name string, a demangle.AST) (demangle.AST, bool) {
 		c.field.Set(reflect.ValueOf(&c.to).Elem())
 	}
 	return root.Name, true
+}
+
+// readAsType reports whether the template parameter name[i:j+1] ("T<seq>_") is certainly
+// read as a type, so that substitutionsAt need not parse the name up to it (each probe
+// parses the prefix; a long name with a few dozen parameters spent milliseconds there). It
+// is when the byte before it introduces a type: a pointer, reference or qualifier (P, R, O,
+// K, V, r), a template argument or pack element (I, J), or a pack expansion of a type (Dp),
+// and none of those bytes can be inside a source name (covered) nor be the second letter
+// of an operator's code in an expression (oR |=, eO ^=, sP sizeof..., mI -=, dV /=, rM
+// %=...). Anything else is probed as before.
+func readAsType(name string, i, j int, covered []bool) bool {
+	if i < 3 {
+		return false
+	}
+	for k := i - 2; k <= j; k++ {
+		if covered[k] {
+			return false
+		}
+	}
+	prev, before := name[i-1], name[i-2]
+	switch prev {
+	case 'K', 'J':
+		return true
+	case 'P':
+		return before != 's'
+	case 'R':
+		return before != 'o'
+	case 'O':
+		return before != 'e'
+	case 'I':
+		return before != 'm'
+	case 'V':
+		return before != 'd'
+	case 'r':
+		return false
+	case 'p':
+		return before == 'D' && (i < 4 || !covered[i-3])
+	}
+	return false
+}
+
+// sourceNameCover marks every byte of name that some source name could hold: for each
+// position of a digit, the bytes after its run of digits, as many as the digits from it
+// say. It over-approximates (the digits of a literal, an array bound or a discriminator are
+// taken for a length too), which costs a probe, never a wrong answer.
+func sourceNameCover(name string) []bool {
+	covered := make([]bool, len(name)+1)
+	end := 0 // the end of the marking so far
+	for k := 0; k < len(name); {
+		if !isDigit(name[k]) {
+			k++
+			continue
+		}
+		run := k
+		for run < len(name) && isDigit(name[run]) {
+			run++
+		}
+		for d := k; d < run; d++ {
+			n := 0
+			for e := d; e < run && n <= len(name); e++ {
+				n = n*10 + int(name[e]-'0')
+			}
+			to := min(run+n, len(name))
+			for x := max(run, end); x < to; x++ {
+				covered[x] = true
+			}
+			end = max(end, to)
+		}
+		k = run
+	}
+	return covered
 }
 
 // templateSignatures counts the encodings of a template function in a, up to 2: the
@@ -198,6 +275,12 @@ type lockstep struct {
 	poisoned []bool
 	later    []*occurrence
 	left     int
+	seen     map[walkKey]bool
+}
+
+type walkKey struct {
+	x, y        demangle.AST
+	tmpl, named *demangle.Template
 }
 
 // walk goes down the module's tree x and the marked tree y side by side; tmpl is the template
@@ -217,6 +300,7 @@ func (w *lockstep) walk(x, y, parent demangle.AST, child int, tmpl, named *deman
 		// argument's own: the position is the outermost reference.
 		return w.record(id, x, y, parent, child, tmpl)
 	}
+
 	if reflect.TypeOf(x) != reflect.TypeOf(y) {
 		if _, ok := y.(*demangle.PackExpansion); ok {
 			// A parameter pack: the module expands it, the marker cannot be. Its
@@ -235,6 +319,21 @@ func (w *lockstep) walk(x, y, parent demangle.AST, child int, tmpl, named *deman
 	if len(cx) != len(cy) {
 		return false
 	}
+	if len(cx) == 0 {
+		return true
+	}
+	// Substitutions share subtrees: a pair of subtrees walked already in the same
+	// templates records nothing new inside (its occurrences have the same parents, nodes
+	// and templates, and come after the first ones), so it is walked once. A long name
+	// repeats a few subtrees hundreds of times.
+	k := walkKey{x, y, tmpl, named}
+	if w.seen == nil {
+		w.seen = map[walkKey]bool{}
+	}
+	if w.seen[k] {
+		return true
+	}
+	w.seen[k] = true
 	var sig *demangle.Template
 	switch t := x.(type) {
 	case *demangle.Typed:

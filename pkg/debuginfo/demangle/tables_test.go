@@ -8,11 +8,13 @@ import (
 )
 
 // TestTables checks the checked-in name tables: testdata/callonce.tsv (every function of
-// testdata/src/callonce.cc, std::call_once with a lambda, built with g++ 12) and
+// testdata/src/callonce.cc, std::call_once with a lambda, built with g++ 12),
+// testdata/cxx20.tsv (every function of testdata/src/cxx20.cc, C++20, built with g++ 12 and
+// clang++ 14 by testdata/cxx20.sh, with its class against the references) and
 // testdata/hard-shapes.tsv (one name for each class of disagreement the distribution-scale
 // differential, bench/demangle, found, with the answer decided for it).
 func TestTables(t *testing.T) {
-	for _, file := range []string{"testdata/callonce.tsv", "testdata/hard-shapes.tsv"} {
+	for _, file := range []string{"testdata/callonce.tsv", "testdata/hard-shapes.tsv", "testdata/cxx20.tsv"} {
 		rows := readTable(t, file)
 		if len(rows) == 0 {
 			t.Fatalf("%s: no rows", file)
@@ -37,7 +39,7 @@ func TestDecisions(t *testing.T) {
 
 // readTable returns the rows of a tab-separated table, comment lines (#) left out; each row
 // has at least a symbol and the name wanted for it.
-func readTable(t *testing.T, file string) [][]string {
+func readTable(t testing.TB, file string) [][]string {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
