@@ -678,12 +678,14 @@ static long unwind_step(__u64 index, void *ctx)
 		else
 			WRITE_ONCE(s->hi, mid);
 	}
-	__u32 lo = READ_ONCE(s->lo);
-	if (lo == 0 || lo > MAX_PROC_MAPS) {
+	// The index below lo; lo == 0 wraps to a value past the end. One unsigned bound is
+	// what every verifier follows (6.1's does not learn lo != 0 from a test of lo == 0).
+	__u32 idx = READ_ONCE(s->lo) - 1;
+	if (idx >= MAX_PROC_MAPS) {
 		s->end = PSYM_END_NOT_MAPPED;
 		return 1;
 	}
-	struct psym_map *m = &proc->maps[lo - 1];
+	struct psym_map *m = &proc->maps[idx];
 	if (pc >= m->end) {
 		s->end = PSYM_END_NOT_MAPPED;
 		return 1;

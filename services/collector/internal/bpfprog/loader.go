@@ -609,6 +609,12 @@ func (s *Sampler) Start() error {
 // privilegeError wraps err with ErrPrivileges when the kernel refused for
 // lack of privileges, naming the capabilities this process lacks.
 func privilegeError(what string, err error) error {
+	// The verifier refuses a program it cannot prove safe with EACCES too, after it ran:
+	// its log says so, which a refusal for privileges (before any verification) has not.
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) && len(ve.Log) > 0 {
+		return fmt.Errorf("%s: the kernel's verifier refused it: %w", what, err)
+	}
 	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
 		return fmt.Errorf("%s: %w", what, err)
 	}

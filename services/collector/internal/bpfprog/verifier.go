@@ -5,11 +5,13 @@ package bpfprog
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 )
 
 // VerifierLimit is the kernel's budget of instructions the verifier may process for one
@@ -33,6 +35,8 @@ type ProgramCheck struct {
 // with the maps it uses, and reports what the verifier said of each. It needs the same
 // privileges as the collector. The maps are sized small: the check loads, it does not run.
 func CheckPrograms() ([]ProgramCheck, error) {
+	// As Open: kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	_ = rlimit.RemoveMemlock()
 	spec, err := loadProfiler()
 	if err != nil {
 		return nil, fmt.Errorf("load eBPF spec: %w", err)
@@ -51,18 +55,18 @@ func CheckPrograms() ([]ProgramCheck, error) {
 
 func checkProgram(spec *ebpf.CollectionSpec, name string) ProgramCheck {
 	one := spec.Copy()
-	for n := range one.Programs {
-		if n != name {
-			delete(one.Programs, n)
-		}
-	}
 	for _, m := range []string{"unwind_rows", "unwind_files", "unwind_procs"} {
 		if ms, ok := one.Maps[m]; ok {
 			ms.MaxEntries = 16
 		}
 	}
 	check := ProgramCheck{Name: name}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{
+	// LoadAndAssign creates only the maps the program uses: a map type this kernel lacks
+	// (task storage on 5.10) then refuses only the programs that use it.
+	target := reflect.New(reflect.StructOf([]reflect.StructField{{
+		Name: "Program", Type: reflect.TypeFor[*ebpf.Program](), Tag: reflect.StructTag(`ebpf:"` + name + `"`),
+	}}))
+	err := one.LoadAndAssign(target.Interface(), &ebpf.CollectionOptions{
 		Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats},
 	})
 	if err != nil {
@@ -76,16 +80,19 @@ func checkProgram(spec *ebpf.CollectionSpec, name string) ProgramCheck {
 		}
 		return check
 	}
-	defer coll.Close()
+	prog := target.Elem().Field(0).Interface().(*ebpf.Program)
+	// The maps go with the program: LoadAndAssign hands only the program out, and the maps'
+	// file descriptors are released with it once nothing refers to them.
+	defer prog.Close()
 	check.Loaded = true
-	if info, err := coll.Programs[name].Info(); err == nil {
+	if info, err := prog.Info(); err == nil {
 		if n, ok := info.VerifiedInstructions(); ok {
 			check.VerifiedInsns = n
 		}
 	}
 	if check.VerifiedInsns == 0 {
 		// Kernels before 5.16 have no verified_insns: the stats line of the log tells.
-		check.VerifiedInsns = processedInsns(coll.Programs[name].VerifierLog)
+		check.VerifiedInsns = processedInsns(prog.VerifierLog)
 	}
 	return check
 }
