@@ -1,3 +1,5 @@
+//go:build linux
+
 package guest
 
 import (
@@ -5,11 +7,46 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
+
+// MaxGuests is how many guests Boot runs at once on a machine, over all test processes
+// (go test runs packages in parallel): each emulates 2 CPUs, and the machines the suite runs
+// on have 2 cores.
+const MaxGuests = 2
+
+// slotDir holds the lock files of the guest slots: the machine's temporary directory, which
+// every test process shares.
+var slotDir = os.TempDir()
+
+// acquireSlot waits for one of MaxGuests lock files in slotDir; release frees it (so does the
+// process's end).
+func acquireSlot(ctx context.Context) (release func(), err error) {
+	for {
+		for i := range MaxGuests {
+			path := filepath.Join(slotDir, fmt.Sprintf("profsym-qemu-guest-%d.lock", i))
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+			if err != nil {
+				return nil, fmt.Errorf("guest slot: %w", err)
+			}
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+				return func() { f.Close() }, nil
+			}
+			f.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a guest slot: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
 
 // Run is one boot of a guest under qemu.
 type Run struct {
@@ -25,9 +62,15 @@ type Run struct {
 var ErrDeadline = errors.New("the guest did not power off in time")
 
 // Boot runs qemu (the program and its arguments) until the guest powers off or deadline
-// passes, and parses what the guest reported. The Run comes back on error too, with the
+// passes, and parses what the guest reported; it first waits until fewer than MaxGuests
+// guests run on the machine (the deadline starts after). The Run comes back on error too, with the
 // console for the failure's report.
 func Boot(ctx context.Context, deadline time.Duration, qemu string, args ...string) (*Run, error) {
+	release, err := acquireSlot(ctx)
+	if err != nil {
+		return &Run{}, err
+	}
+	defer release()
 	qctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	cmd := exec.CommandContext(qctx, qemu, args...)
@@ -38,7 +81,7 @@ func Boot(ctx context.Context, deadline time.Duration, qemu string, args ...stri
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	console.start = start
-	err := cmd.Run()
+	err = cmd.Run()
 	r := &Run{Console: console.String(), Took: time.Since(start), Timeline: console.timeline()}
 	if qctx.Err() != nil {
 		return r, fmt.Errorf("%w: not within %v", ErrDeadline, deadline)

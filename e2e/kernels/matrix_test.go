@@ -33,9 +33,9 @@ const (
 	// fails with the console. On a busy 2-core machine a check takes 15 to 40 s and a full
 	// run 60 to 80 s; the verifier's work on the CFI programs is most of it.
 	guestDeadline = 8 * time.Minute
-	// parallelGuests is how many qemu guests run at once: each emulates 2 CPUs, and the
-	// machines this runs on have 2 cores shared with the rest of the suite.
-	parallelGuests = 2
+	// parallelGuests is how many kernels are under way at once: as many as guest.Boot lets
+	// run on the machine, so that none waits holding its place in the order.
+	parallelGuests = guest.MaxGuests
 	// minSamples is the least a workload must be sampled on a full run: at sampleHz for
 	// sampleSecs an emulated guest gives thousands.
 	minSamples = 100
