@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -147,7 +148,9 @@ type row struct {
 	id      string // "host" or a kernel of the matrix
 	version string // the Debian package's version
 	check   *checkReport
-	shares  map[string]*share // by workload (guest path), on full runs
+	// sampled says how a full run went: the whole-stack share of each workload and the
+	// unwinder the collector ran, or why there are none; empty on a check alone.
+	sampled string
 }
 
 // TestKernelMatrix runs the collector's --check-kernel on each kernel of the matrix and on
@@ -327,7 +330,7 @@ func runGuest(t *testing.T, ctx context.Context, k kernel, f fetched, initrd, tr
 		t.Error(e)
 	}
 	if k.full {
-		res.shares = checkSampling(t, g, r, tree)
+		res.sampled = checkSampling(t, g, r, tree)
 	}
 	return res
 }
@@ -347,8 +350,9 @@ func logPrograms(t *testing.T, r *checkReport) {
 // checkSampling checks a full run: the collector ran to the end in the mode --check-kernel
 // announced, and the workloads' stacks are whole where the CFI unwinder runs (through code
 // without frame pointers the kernel's own walk stops after a frame or two: there the
-// profiles need only hold samples). tree is the guest's file tree on the host.
-func checkSampling(t *testing.T, g *guest.Guest, r *checkReport, tree string) map[string]*share {
+// profiles need only hold samples). tree is the guest's file tree on the host. It returns
+// the run's cell of the table.
+func checkSampling(t *testing.T, g *guest.Guest, r *checkReport, tree string) string {
 	for _, m := range g.Metrics {
 		if strings.Contains(m, "unwind_stacks_total") || strings.Contains(m, "samples_total") || strings.Contains(m, "unwinder") {
 			t.Logf("guest metric %s", m)
@@ -356,7 +360,7 @@ func checkSampling(t *testing.T, g *guest.Guest, r *checkReport, tree string) ma
 	}
 	if !g.Ready || g.CollectorExit != 0 || g.OTLP == nil {
 		t.Errorf("the collector did not run to the end (ready %v, exit status %d, output file %d bytes)", g.Ready, g.CollectorExit, len(g.OTLP))
-		return nil
+		return fmt.Sprintf("the collector exited (status %d)", g.CollectorExit)
 	}
 	mode := metricLabel(g.Metrics, "profsym_collector_unwinder", "mode")
 	if mode != r.Kernel.AutoMode {
@@ -369,25 +373,25 @@ func checkSampling(t *testing.T, g *guest.Guest, r *checkReport, tree string) ma
 		s, err := openSymtab(filepath.Join(tree, bin))
 		if err != nil {
 			t.Errorf("workload %s: %v", name, err)
-			return nil
+			return "error"
 		}
 		workloads[pid], syms[bin] = bin, s
 	}
 	if len(workloads) == 0 {
 		t.Error("the guest started no workload")
-		return nil
+		return "error"
 	}
 	recs, err := guest.Records(g.OTLP)
 	if err != nil {
 		t.Errorf("output file: %v", err)
-		return nil
+		return "error"
 	}
 	shares := map[string]*share{}
 	for i, b := range recs {
 		req := pprofileotlp.NewExportRequest()
 		if err := req.UnmarshalProto(b); err != nil {
 			t.Errorf("output file: request %d does not decode: %v", i, err)
-			return nil
+			return "error"
 		}
 		tallyStacks(req.Profiles(), workloads, syms, shares)
 	}
@@ -406,7 +410,11 @@ func checkSampling(t *testing.T, g *guest.Guest, r *checkReport, tree string) ma
 			t.Errorf("%s: %s samples whole, want %.0f%%; e.g. %s", bin, sh, 100*minWhole, sh.example)
 		}
 	}
-	return shares
+	var parts []string
+	for _, bin := range slices.Sorted(maps.Keys(shares)) {
+		parts = append(parts, fmt.Sprintf("%s %s", strings.TrimPrefix(bin, "/w/"), shares[bin]))
+	}
+	return strings.Join(parts, "; ") + " (" + mode + ")"
 }
 
 // metricLabel returns the value of label in the first sample of metric with value 1 (an info
@@ -434,7 +442,7 @@ func metricLabel(metrics []string, metric, label string) string {
 // kernels by architecture and release.
 func table(rows map[string]*row) string {
 	var b strings.Builder
-	b.WriteString("| Kernel | Arch | Debian package | Programs loaded | profile_cpu_cfi insns | off_cpu_switch_cfi insns | --unwinder=auto | Off-CPU | Whole stacks |\n")
+	b.WriteString("| Kernel | Arch | Debian package | Programs loaded | profile_cpu_cfi insns | off_cpu_switch_cfi insns | --unwinder=auto | Off-CPU | Full run: whole stacks (unwinder) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	ids := []string{"host"}
 	for _, arch := range []string{"amd64", "arm64"} {
@@ -459,7 +467,7 @@ func table(rows map[string]*row) string {
 			}
 		}
 		programs := fmt.Sprintf("%d of %d", loaded, len(c.Programs))
-		if len(refused) > 0 {
+		if loaded > 0 && len(refused) > 0 {
 			programs += " (not " + strings.Join(refused, ", ") + ")"
 		}
 		insns := func(name string) string {
@@ -477,20 +485,9 @@ func table(rows map[string]*row) string {
 			version = "(this machine)"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Kernel.Kernel, c.Kernel.Arch, version, programs,
-			insns("profile_cpu_cfi"), insns("off_cpu_switch_cfi"), c.Kernel.AutoMode, c.Kernel.OffCPU, sharesCell(r.shares))
+			insns("profile_cpu_cfi"), insns("off_cpu_switch_cfi"), c.Kernel.AutoMode, c.Kernel.OffCPU, cmp.Or(r.sampled, "not sampled"))
 	}
 	return b.String()
-}
-
-func sharesCell(shares map[string]*share) string {
-	if shares == nil {
-		return "not sampled"
-	}
-	var parts []string
-	for _, bin := range slices.Sorted(maps.Keys(shares)) {
-		parts = append(parts, fmt.Sprintf("%s %s", strings.TrimPrefix(bin, "/w/"), shares[bin]))
-	}
-	return strings.Join(parts, "; ")
 }
 
 func TestMetricLabel(t *testing.T) {
@@ -508,5 +505,34 @@ func TestMetricLabel(t *testing.T) {
 	}
 	if got := metricLabel(metrics, "profsym_collector_off_cpu", "state"); got != "" {
 		t.Errorf("a metric not there: %q", got)
+	}
+}
+
+func TestTable(t *testing.T) {
+	progs := func(loaded bool) []programCheck {
+		var ps []programCheck
+		for _, n := range concat(cfiPrograms, btfPrograms, compatPrograms) {
+			ps = append(ps, programCheck{Name: n, Loaded: loaded || !slices.Contains(cfiPrograms, n), VerifiedInsns: 100})
+		}
+		return ps
+	}
+	rows := map[string]*row{
+		"amd64-7.2": {id: "amd64-7.2", version: "7.2.13-1", sampled: "chain 100.0% of 3060 (cfi)",
+			check: &checkReport{Programs: progs(true), Kernel: kernelCheck{"7.2.13+deb14-amd64", "amd64", "cfi", "cfi"}}},
+		"arm64-6.1": {id: "arm64-6.1", version: "6.1.192-3",
+			check: &checkReport{Programs: progs(false), Kernel: kernelCheck{"6.1.0-57-arm64", "arm64", "frame-pointers", "frame-pointers"}}},
+	}
+	got := table(rows)
+	for _, want := range []string{
+		"| 7.2.13+deb14-amd64 | amd64 | 7.2.13-1 | 7 of 7 | 100 | 100 | cfi | cfi | chain 100.0% of 3060 (cfi) |\n",
+		"| 6.1.0-57-arm64 | arm64 | 6.1.192-3 | 5 of 7 (not profile_cpu_cfi, off_cpu_switch_cfi) | refused | refused | frame-pointers | frame-pointers | not sampled |\n",
+		"| host | | | (no result) | | | | | |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table has no line %q:\n%s", want, got)
+		}
+	}
+	if n := strings.Count(got, "\n"); n != 2+9 {
+		t.Errorf("%d lines, want a header, a rule and 9 rows:\n%s", n, got)
 	}
 }
