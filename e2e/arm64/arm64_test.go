@@ -3,7 +3,6 @@
 package arm64
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,12 +10,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
+	"github.com/profsym/profsym/e2e/guest"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -113,7 +112,7 @@ func TestCollectorOnArm64Kernel(t *testing.T) {
 	// Any failure below leaves the guest's console in the test output.
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("guest console:\n%s", withoutBase64(console))
+			t.Logf("guest console:\n%s", guest.WithoutBase64(console))
 		}
 	})
 	for _, m := range g.Metrics {
@@ -124,7 +123,7 @@ func TestCollectorOnArm64Kernel(t *testing.T) {
 	if !g.Ready || g.CollectorExit != 0 || g.OTLP == nil {
 		t.Fatalf("the collector did not run to the end in the guest (ready %v, exit status %d, output file %d bytes)", g.Ready, g.CollectorExit, len(g.OTLP))
 	}
-	recs, err := Records(g.OTLP)
+	recs, err := guest.Records(g.OTLP)
 	if err != nil {
 		t.Fatalf("output file: %v", err)
 	}
@@ -142,60 +141,21 @@ func TestCollectorOnArm64Kernel(t *testing.T) {
 
 // bootGuest runs qemu on the kernel and initramfs until the guest powers off or
 // guestDeadline passes, and returns what the guest reported with the whole console.
-func bootGuest(t *testing.T, ctx context.Context, kernel, initrd string) (*Guest, string) {
+func bootGuest(t *testing.T, ctx context.Context, kernel, initrd string) (*guest.Guest, string) {
 	t.Helper()
-	qctx, cancel := context.WithTimeout(ctx, guestDeadline)
-	defer cancel()
 	// -cpu max has pointer authentication; its implementation-defined algorithm is much
 	// cheaper to emulate than QARMA. -nic none: the guest needs no network (and the default
 	// NIC wants a ROM file).
-	cmd := exec.CommandContext(qctx, "qemu-system-aarch64",
+	r, err := guest.Boot(ctx, guestDeadline, "qemu-system-aarch64",
 		"-M", "virt", "-cpu", "max,pauth-impdef=on", "-smp", "2", "-m", "1024",
 		"-nographic", "-no-reboot", "-nic", "none",
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", fmt.Sprintf("console=ttyAMA0 quiet panic=-1 e2e_secs=%d e2e_hz=%d", sampleSecs, sampleHz))
-	console := newStampedConsole()
-	cmd.Stdout, cmd.Stderr = console, console
-	// qemu's -nographic console reads stdin: give it none.
-	cmd.Stdin = nil
-	cmd.WaitDelay = 5 * time.Second
-	start := time.Now()
-	console.start = start
-	err := cmd.Run()
-	took := time.Since(start)
-	text := console.String()
-	if qctx.Err() != nil {
-		t.Fatalf("the guest did not power off within %v; console:\n%s", guestDeadline, withoutBase64(text))
-	}
 	if err != nil {
-		t.Fatalf("qemu: %v; console:\n%s", err, withoutBase64(text))
+		t.Fatalf("%v; console:\n%s", err, guest.WithoutBase64(r.Console))
 	}
-	g, perr := ParseConsole(strings.NewReader(text))
-	if perr != nil {
-		t.Fatalf("guest console: %v; console:\n%s", perr, withoutBase64(text))
-	}
-	if !g.Done {
-		t.Fatalf("the guest's /init did not reach its end; console:\n%s", withoutBase64(text))
-	}
-	t.Logf("guest (%s) ran for %v: %s", g.Kernel, took.Round(time.Millisecond), console.timeline())
-	return g, text
-}
-
-// withoutBase64 drops the output file's lines from a console for a log.
-func withoutBase64(console string) string {
-	var b strings.Builder
-	skipped := 0
-	for line := range strings.Lines(console) {
-		if strings.Contains(line, linePrefix+"b64 ") {
-			skipped++
-			continue
-		}
-		b.WriteString(line)
-	}
-	if skipped > 0 {
-		fmt.Fprintf(&b, "(%d lines of the base64 output file left out)\n", skipped)
-	}
-	return b.String()
+	t.Logf("guest (%s) ran for %v: %s", r.Guest.Kernel, r.Took.Round(time.Millisecond), r.Timeline)
+	return r.Guest, r.Console
 }
 
 // sortedKeys returns m's keys in order.
@@ -206,59 +166,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// stampedConsole keeps the console and when each tag first appeared on it, for the run's
-// timeline (boot, collector ready, output written).
-type stampedConsole struct {
-	mu      sync.Mutex
-	start   time.Time
-	buf     strings.Builder
-	partial []byte
-	stamps  map[string]time.Duration
-	order   []string
-}
-
-func newStampedConsole() *stampedConsole {
-	return &stampedConsole{start: time.Now(), stamps: map[string]time.Duration{}}
-}
-
-func (c *stampedConsole) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.buf.Write(p)
-	c.partial = append(c.partial, p...)
-	for {
-		i := bytes.IndexByte(c.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(c.partial[:i])
-		c.partial = c.partial[i+1:]
-		if j := strings.Index(line, linePrefix); j >= 0 {
-			tag, _, _ := strings.Cut(strings.TrimRight(line[j+len(linePrefix):], "\r"), " ")
-			if _, ok := c.stamps[tag]; !ok {
-				c.stamps[tag] = time.Since(c.start)
-				c.order = append(c.order, tag)
-			}
-		}
-	}
-	return len(p), nil
-}
-
-func (c *stampedConsole) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-// timeline says when each tag first appeared, from qemu's start.
-func (c *stampedConsole) timeline() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var parts []string
-	for _, tag := range c.order {
-		parts = append(parts, fmt.Sprintf("%s %v", tag, c.stamps[tag].Round(100*time.Millisecond)))
-	}
-	return strings.Join(parts, ", ")
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
+	"github.com/profsym/profsym/e2e/guest"
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -100,7 +101,7 @@ const signalHandlerShare = 0.5
 // checkStacks symbolizes every workload's samples with the engine from the very files the
 // guest ran (root is the guest's tree, debugDir holds libc's debug file) and checks the
 // shares, the kernel frames, and the engine's names against llvm-symbolizer's.
-func checkStacks(t *testing.T, ctx context.Context, g *Guest, reqs []pprofileotlp.ExportRequest, root, debugDir string) {
+func checkStacks(t *testing.T, ctx context.Context, g *guest.Guest, reqs []pprofileotlp.ExportRequest, root, debugDir string) {
 	byPID := map[int64]*workload{}
 	for i := range workloads {
 		w := &workloads[i]

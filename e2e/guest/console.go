@@ -1,4 +1,4 @@
-package arm64
+package guest
 
 import (
 	"bufio"
@@ -14,9 +14,9 @@ import (
 	"strings"
 )
 
-// linePrefix starts every line the guest's /init writes for the host; anything else on the
+// LinePrefix starts every line the guest's /init writes for the host; anything else on the
 // console (kernel messages, the collector's log) is left alone.
-const linePrefix = "@@e2e "
+const LinePrefix = "@@e2e "
 
 // Guest is what a run of the guest reported over the serial console.
 type Guest struct {
@@ -32,7 +32,11 @@ type Guest struct {
 	Metrics []string
 	// OTLP is the collector's output file; nil when none came back.
 	OTLP []byte
-	Done bool // /init reached its end
+	// Checks are the JSON lines of `collector --check-kernel`, in order.
+	Checks []string
+	// CheckExit is the exit status of `collector --check-kernel`; -1 until reported.
+	CheckExit int
+	Done      bool // /init reached its end
 }
 
 // AddrRange is the half-open address range [Start, End).
@@ -47,7 +51,7 @@ const maxOTLP = 64 << 20
 // ParseConsole reads the serial console of a guest run. It fails when a tagged line is
 // malformed or the output file does not match the size and SHA-256 the guest announced.
 func ParseConsole(r io.Reader) (*Guest, error) {
-	g := &Guest{PIDs: map[string]int64{}, VDSO: map[string]AddrRange{}, CollectorExit: -1}
+	g := &Guest{PIDs: map[string]int64{}, VDSO: map[string]AddrRange{}, CollectorExit: -1, CheckExit: -1}
 	var b64 strings.Builder
 	wantSize, wantSum := -1, ""
 	sc := bufio.NewScanner(r)
@@ -57,11 +61,11 @@ func ParseConsole(r io.Reader) (*Guest, error) {
 		n++
 		// The serial line ends lines with CRLF; a kernel message may precede the tag.
 		line := strings.TrimRight(sc.Text(), "\r")
-		i := strings.Index(line, linePrefix)
+		i := strings.Index(line, LinePrefix)
 		if i < 0 {
 			continue
 		}
-		kind, rest, _ := strings.Cut(line[i+len(linePrefix):], " ")
+		kind, rest, _ := strings.Cut(line[i+len(LinePrefix):], " ")
 		switch kind {
 		case "kernel":
 			g.Kernel = rest
@@ -93,6 +97,14 @@ func ParseConsole(r io.Reader) (*Guest, error) {
 			g.CollectorExit = v
 		case "metric":
 			g.Metrics = append(g.Metrics, rest)
+		case "check":
+			g.Checks = append(g.Checks, rest)
+		case "check-exit":
+			v, err := strconv.Atoi(rest)
+			if err != nil || v < 0 {
+				return g, fmt.Errorf("console line %d: bad exit status %q", n, rest)
+			}
+			g.CheckExit = v
 		case "otlp":
 			size, sum, ok := strings.Cut(rest, " ")
 			v, err := strconv.Atoi(size)

@@ -1,4 +1,4 @@
-package arm64
+package guest
 
 import (
 	"bytes"
@@ -28,6 +28,7 @@ func consoleOf(data []byte) string {
 func TestParseConsole(t *testing.T) {
 	payload := bytes.Repeat([]byte("profile\x00\x01"), 40)
 	good := "[    1.0] Booting Linux\r\n@@e2e kernel 6.1.0-56-arm64 aarch64 cpus 2\r\n" +
+		"@@e2e check {\"name\":\"on_exec\",\"loaded\":true}\r\n@@e2e check {\"kernel\":\"6.1.0-56-arm64\"}\r\n@@e2e check-exit 0\r\n" +
 		"@@e2e pid chain-gcc 97\r\n@@e2e pid qsort 99\r\n@@e2e vdso qsort ffff8000 ffff9000\r\n" +
 		"time=... level=INFO msg=\"metrics endpoint listening\"\r\n" +
 		"@@e2e collector-ready\r\n@@e2e metric profsym_collector_samples_total 12\r\n" +
@@ -38,13 +39,14 @@ func TestParseConsole(t *testing.T) {
 	}
 	if g.Kernel != "6.1.0-56-arm64 aarch64 cpus 2" || g.PIDs["chain-gcc"] != 97 || g.PIDs["qsort"] != 99 ||
 		g.VDSO["qsort"] != (AddrRange{0xffff8000, 0xffff9000}) || !g.VDSO["qsort"].Contains(0xffff8fff) || g.VDSO["qsort"].Contains(0xffff9000) ||
-		!g.Ready || g.CollectorExit != 0 || len(g.Metrics) != 1 || !g.Done || !bytes.Equal(g.OTLP, payload) {
+		!g.Ready || g.CollectorExit != 0 || len(g.Metrics) != 1 || !g.Done || !bytes.Equal(g.OTLP, payload) ||
+		len(g.Checks) != 2 || g.Checks[1] != `{"kernel":"6.1.0-56-arm64"}` || g.CheckExit != 0 {
 		t.Fatalf("parsed %+v", g)
 	}
 
 	// A kernel message that lands on the line before a tag does not hide it.
 	g, err = ParseConsole(strings.NewReader("[   12.3] random: crng init done@@e2e collector-exit 1\r\n"))
-	if err != nil || g.CollectorExit != 1 || g.OTLP != nil || g.Ready {
+	if err != nil || g.CollectorExit != 1 || g.OTLP != nil || g.Ready || g.CheckExit != -1 {
 		t.Fatalf("got %+v, %v", g, err)
 	}
 
@@ -56,6 +58,7 @@ func TestParseConsole(t *testing.T) {
 		{"vdso not hex", "@@e2e vdso qsort ffff8000 zz\n", "bad vdso line"},
 		{"vdso backwards", "@@e2e vdso qsort 2000 1000\n", "bad vdso line"},
 		{"bad exit", "@@e2e collector-exit\n", "bad exit status"},
+		{"bad check exit", "@@e2e check-exit one\n", "bad exit status"},
 		{"unknown tag", "@@e2e whatever 1\n", "unknown tag"},
 		{"base64 first", "@@e2e b64 AAAA\n", "before the otlp line"},
 		{"short sum", "@@e2e otlp 3 abcd\n", "bad otlp line"},
