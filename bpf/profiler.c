@@ -501,8 +501,11 @@ static __always_inline void fp_user_stack(void *ctx, struct psym_stack_event *e)
 	}
 }
 
-SEC("perf_event")
-int profile_cpu(struct bpf_perf_event_data *ctx)
+// profile_fp records one sample with the kernel's frame-pointer walk of the user stack. With
+// compat (a constant: each program keeps only its branch) the user registers come from the
+// perf event, for kernels without bpf_get_current_task_btf (5.11) and bpf_task_pt_regs (5.15):
+// the leaf's return-address candidate then only when the sample interrupted user mode.
+static __always_inline int profile_fp(struct bpf_perf_event_data *ctx, bool compat)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!sampled(id >> 32))
@@ -514,35 +517,30 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
-	fp_user_stack(ctx, e);
+	if (compat) {
+		e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+		__u64 sp, lr;
+		if (e->ustack_len > 0 && ctx_user_regs(ctx, &sp, &lr))
+			e->leaf_ret = leaf_ret(sp, lr);
+	} else {
+		fp_user_stack(ctx, e);
+	}
 	bpf_ringbuf_submit(e, wakeup_flag());
 	count(PSYM_COUNTER_SAMPLES);
 	return 0;
 }
 
-// The same sampling for kernels without bpf_get_current_task_btf (5.11) and bpf_task_pt_regs
-// (5.15), such as 5.10: the leaf's return-address candidate only when the sample interrupted
-// user mode, where the perf event's registers are the user's.
+SEC("perf_event")
+int profile_cpu(struct bpf_perf_event_data *ctx)
+{
+	return profile_fp(ctx, false);
+}
+
+// The same sampling for kernels such as 5.10 (see profile_fp).
 SEC("perf_event")
 int profile_cpu_compat(struct bpf_perf_event_data *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!sampled(id >> 32))
-		return 0;
-
-	struct psym_stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(PSYM_COUNTER_LOST);
-		return 0;
-	}
-	fill_header(ctx, e, id, PSYM_UNWINDER_FP);
-	e->ustack_len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-	__u64 sp, lr;
-	if (e->ustack_len > 0 && ctx_user_regs(ctx, &sp, &lr))
-		e->leaf_ret = leaf_ret(sp, lr);
-	bpf_ringbuf_submit(e, wakeup_flag());
-	count(PSYM_COUNTER_SAMPLES);
-	return 0;
+	return profile_fp(ctx, true);
 }
 
 // The frame-pointer step: the frame's caller is found through the chain of frame records
