@@ -811,7 +811,7 @@ func (st *fastState) typ() piece {
 		st.pos++
 		return st.literalText(b)
 	}
-	start := len(st.text)
+	var start int
 	switch c {
 	case 'D':
 		var b string

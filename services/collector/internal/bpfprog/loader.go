@@ -517,7 +517,7 @@ func (s *Sampler) loadFramePointers(spec *ebpf.CollectionSpec, opts Options) (*e
 		if err := spec.LoadAndAssign(&c, nil); err != nil {
 			return nil, privilegeError("load eBPF programs", err)
 		}
-		objs = fpObjects{samplerMaps: c.samplerMaps, Profile: c.Profile}
+		objs = fpObjects(c)
 		s.log.Info("this kernel has no bpf_task_pt_regs: the leaf's return address is read only for samples taken in user mode", "kernel", kernelRelease(), "reason", compat)
 	} else if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return nil, privilegeError("load eBPF programs", err)

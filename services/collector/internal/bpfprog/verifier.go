@@ -82,8 +82,7 @@ func checkProgram(spec *ebpf.CollectionSpec, name string) ProgramCheck {
 	}
 	prog := target.Elem().Field(0).Interface().(*ebpf.Program)
 	// The maps go with the program: LoadAndAssign hands only the program out, and the maps'
-	// file descriptors are released with it once nothing refers to them.
-	defer prog.Close()
+	// file descriptors are released with it (closed below) once nothing refers to them.
 	check.Loaded = true
 	if info, err := prog.Info(); err == nil {
 		if n, ok := info.VerifiedInstructions(); ok {
@@ -93,6 +92,9 @@ func checkProgram(spec *ebpf.CollectionSpec, name string) ProgramCheck {
 	if check.VerifiedInsns == 0 {
 		// Kernels before 5.16 have no verified_insns: the stats line of the log tells.
 		check.VerifiedInsns = processedInsns(prog.VerifierLog)
+	}
+	if err := prog.Close(); err != nil {
+		check.Error = fmt.Sprintf("close after the check: %v", err)
 	}
 	return check
 }

@@ -58,7 +58,7 @@ func TestFallBackToFramePointers(t *testing.T) {
 	refused := Options{FrequencyHz: 19, Unwinder: UnwindCFI, UnwindRows: 1 << 31, PIDs: []uint32{uint32(os.Getpid())},
 		OffCPU: &OffCPUOptions{Probability: 1, MinBlocked: time.Millisecond}}
 	if s, err := Open(refused, nil); err == nil {
-		s.Close()
+		_ = s.Close()
 		t.Fatal("Open with a 32 GiB rows map and no fall-back: no error")
 	} else if !strings.Contains(err.Error(), "unwind_rows") {
 		t.Errorf("the error does not name the refused map: %v", err)

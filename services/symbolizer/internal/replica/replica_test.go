@@ -6,8 +6,9 @@ import (
 )
 
 func TestName(t *testing.T) {
-	if Name() != Name() {
-		t.Fatal("two names in one process")
+	first, again := Name(), Name()
+	if first != again {
+		t.Fatalf("two names in one process: %q, %q", first, again)
 	}
 	host, suffix, ok := strings.Cut(Name(), "-")
 	for ok && strings.Contains(suffix, "-") {
