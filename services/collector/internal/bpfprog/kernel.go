@@ -27,20 +27,35 @@ func CheckKernel() error {
 	return nil
 }
 
-// CheckCFISupport says, naming the kernel, why the CFI unwinder cannot run here.
-func CheckCFISupport() error {
-	release := kernelRelease()
-	for _, h := range []struct {
-		fn   asm.BuiltinFunc
-		name string
-	}{{asm.FnLoop, "bpf_loop"}, {asm.FnTaskPtRegs, "bpf_task_pt_regs"}} {
+// helper is a BPF helper a program calls, by the name the kernel's documentation gives it.
+type helper struct {
+	fn   asm.BuiltinFunc
+	name string
+}
+
+// missingHelper probes for helpers of perf-event programs in order and names the first this
+// kernel lacks ("" when it has them all); err is a probe that could not run.
+func missingHelper(helpers ...helper) (string, error) {
+	for _, h := range helpers {
 		err := features.HaveProgramHelper(ebpf.PerfEvent, h.fn)
 		if errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("CFI unwinding needs Linux %s or later (the %s helper), this kernel is %s: run with --unwinder=frame-pointers", MinCFIKernel, h.name, release)
+			return h.name, nil
 		}
 		if err != nil {
-			return privilegeError("probe for the "+h.name+" helper", err)
+			return "", privilegeError("probe for the "+h.name+" helper", err)
 		}
+	}
+	return "", nil
+}
+
+// CheckCFISupport says, naming the kernel, why the CFI unwinder cannot run here.
+func CheckCFISupport() error {
+	missing, err := missingHelper(helper{asm.FnLoop, "bpf_loop"}, helper{asm.FnTaskPtRegs, "bpf_task_pt_regs"})
+	if err != nil {
+		return err
+	}
+	if missing != "" {
+		return fmt.Errorf("CFI unwinding needs Linux %s or later (the %s helper), this kernel is %s: run with --unwinder=frame-pointers", MinCFIKernel, missing, kernelRelease())
 	}
 	return nil
 }

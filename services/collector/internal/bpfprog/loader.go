@@ -19,7 +19,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -151,7 +150,7 @@ type Options struct {
 	// until they run again.
 	OffCPU *OffCPUOptions
 	// FallBack lets a kernel that refuses the CFI unwinder (or off-CPU profiling) give
-	// frame-pointer profiles (or CPU profiles only) instead of an error: Mode and OffCPUMode
+	// frame-pointer profiles (or CPU profiles only) instead of an error: Mode and OffCPUOff
 	// then say why.
 	FallBack bool
 }
@@ -494,7 +493,7 @@ func (s *Sampler) loadFramePointers(spec *ebpf.CollectionSpec, opts Options) (*e
 		var all fpOffCPUObjects
 		err := spec.LoadAndAssign(&all, nil)
 		if err == nil {
-			s.objs, s.profile, s.compat = all.samplerMaps, all.Profile, compat
+			s.objs, s.profile = all.samplerMaps, all.Profile
 			return all.OffCPU, nil
 		}
 		err = privilegeError("load the off-CPU program", err)
@@ -529,18 +528,14 @@ func (s *Sampler) loadFramePointers(spec *ebpf.CollectionSpec, opts Options) (*e
 // compatReason says why the frame-pointer program cannot run here (a helper it calls is
 // missing), or nil.
 func (s *Sampler) compatReason() error {
-	for _, h := range []struct {
-		fn   asm.BuiltinFunc
-		name string
-	}{{asm.FnGetCurrentTaskBtf, "bpf_get_current_task_btf"}, {asm.FnTaskPtRegs, "bpf_task_pt_regs"}} {
-		err := features.HaveProgramHelper(ebpf.PerfEvent, h.fn)
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("the kernel has no %s helper", h.name)
-		}
-		if err != nil {
-			// A probe that cannot run says nothing: the full program is tried.
-			s.log.Debug("probe for a helper", "helper", h.name, "err", err)
-		}
+	missing, err := missingHelper(helper{asm.FnGetCurrentTaskBtf, "bpf_get_current_task_btf"}, helper{asm.FnTaskPtRegs, "bpf_task_pt_regs"})
+	if err != nil {
+		// A probe that cannot run says nothing: the full program is tried.
+		s.log.Debug("probe for the frame-pointer program's helpers", "err", err)
+		return nil
+	}
+	if missing != "" {
+		return fmt.Errorf("the kernel has no %s helper", missing)
 	}
 	return nil
 }
@@ -798,10 +793,7 @@ func (s *Sampler) Mode() (string, error) {
 	case s.cfi:
 		return "cfi", nil
 	case s.compat != nil:
-		if s.fellBack != nil {
-			return "frame-pointers-compat", s.fellBack
-		}
-		return "frame-pointers-compat", nil
+		return "frame-pointers-compat", s.fellBack
 	}
 	return "frame-pointers", s.fellBack
 }
