@@ -167,7 +167,7 @@ const shardVersion = 1
 
 // Options configures a Recorder.
 type Options struct {
-	// Instance names this replica's shard (default: replica.Name()).
+	// Instance names this replica's shard (default: a new replica.New()).
 	Instance string
 	// MaxEntries bounds the binaries tallied in memory; beyond it the least recently seen
 	// is dropped. 0 means 100,000.
@@ -193,9 +193,9 @@ type Recorder struct {
 	dirty   bool
 }
 
-// New returns a Recorder writing to st under the replica's name (opt.Instance, default
-// replica.Name(): the host name and a random suffix, so a restarted replica starts a new file
-// and the old one keeps counting until it ages out; the name its usage files have too).
+// New returns a Recorder writing to st under the replica's name (opt.Instance, default a new
+// replica.New(): the host name and a random suffix, so a restarted replica starts a new file
+// and the old one keeps counting until it ages out; a server gives its usage files the same).
 func New(st store.Store, opt Options) *Recorder {
 	if opt.MaxEntries == 0 {
 		opt.MaxEntries = 100000
@@ -211,7 +211,7 @@ func New(st store.Store, opt Options) *Recorder {
 	}
 	inst := opt.Instance
 	if inst == "" {
-		inst = replica.Name()
+		inst = replica.New()
 	}
 	r := &Recorder{st: st, opt: opt, instance: inst, entries: map[key]*Entry{}}
 	if opt.Registerer != nil {

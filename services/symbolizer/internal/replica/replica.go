@@ -1,5 +1,5 @@
-// Package replica names this symbolizer replica in the objects it alone writes to the shared
-// store (usage days, coverage shards): one name per process, so that an operator matches a
+// Package replica names a symbolizer replica in the objects it alone writes to the shared
+// store (usage days, coverage shards): one name per server, so that an operator matches a
 // replica's files to each other and to its logs.
 package replica
 
@@ -8,17 +8,13 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
-	"sync"
 )
 
-var name = sync.OnceValue(newName)
-
-// Name is this process's replica name: its host name (a pod's name in Kubernetes) made safe
-// for an object key, and a random suffix, so that a restarted replica writes new files rather
-// than another process's.
-func Name() string { return name() }
-
-func newName() string {
+// New returns a new replica name: the host name (a pod's name in Kubernetes) made safe for an
+// object key, and a random suffix, so that a restarted replica writes new files rather than
+// another's, and two servers in one process (tests, embedding) are two replicas. A server
+// calls it once and gives the name to everything it writes.
+func New() string {
 	host, _ := os.Hostname()
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])

@@ -1,24 +1,24 @@
 package replica
 
 import (
-	"strings"
+	"os"
+	"regexp"
 	"testing"
 )
 
-func TestName(t *testing.T) {
-	first, again := Name(), Name()
-	if first != again {
-		t.Fatalf("two names in one process: %q, %q", first, again)
+func TestNew(t *testing.T) {
+	first, second := New(), New()
+	if first == second {
+		t.Fatalf("two servers named alike: %q", first)
 	}
-	host, suffix, ok := strings.Cut(Name(), "-")
-	for ok && strings.Contains(suffix, "-") {
-		var h string
-		h, suffix, _ = strings.Cut(suffix, "-")
-		host += "-" + h
+	host, _ := os.Hostname()
+	want := regexp.MustCompile("^" + regexp.QuoteMeta(Sanitize(host)) + "-[0-9a-f]{12}$")
+	if !want.MatchString(first) {
+		t.Errorf("New() = %q: want the host name %q and 12 hex digits", first, Sanitize(host))
 	}
-	if len(suffix) != 12 {
-		t.Errorf("Name() = %q: want the host name and 12 hex digits", Name())
-	}
+}
+
+func TestSanitize(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"node-1.example.org", "node-1_example_org"},
 		{"-pod-", "pod"},

@@ -91,8 +91,8 @@ type UsageOptions struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 	Registerer prometheus.Registerer
-	// Instance names this replica's day files (default: replica.Name(), the name its
-	// coverage shard has too).
+	// Instance names this replica's day files; a server gives its coverage shard the same
+	// name (default: a new replica.New()).
 	Instance string
 	// CacheFor is how long Read reuses the merged usage it read (default 1m).
 	CacheFor time.Duration
@@ -131,7 +131,7 @@ func NewUsage(st store.Store, opt UsageOptions) *Usage {
 	}
 	inst := opt.Instance
 	if inst == "" {
-		inst = replica.Name()
+		inst = replica.New()
 	}
 	u := &Usage{st: st, opt: opt, instance: inst, days: map[string]map[string]string{}, dirty: map[string]bool{},
 		writes: prometheus.NewCounter(prometheus.CounterOpts{

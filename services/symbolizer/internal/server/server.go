@@ -47,6 +47,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
+	"github.com/profsym/profsym/services/symbolizer/internal/replica"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/store"
@@ -356,7 +357,7 @@ func New(ctx context.Context, c *Config, log *slog.Logger) (*Server, error) {
 	if policy.Enabled() {
 		log.Info("retention", "policy", policy.String(), "dry_run", c.RetentionDryRun, "every", c.RetentionInterval)
 	}
-	sh := &shared{policy: policy, locks: locks, ix: indexcache.New(c.IndexCacheBytes), strs: indexcache.New(c.StringsBytes)}
+	sh := &shared{replica: replica.New(), policy: policy, locks: locks, ix: indexcache.New(c.IndexCacheBytes), strs: indexcache.New(c.StringsBytes)}
 	rcOpt := resultcache.Options{TTL: c.CacheTTL, Timeout: c.RedisTimeout,
 		LocalSize: c.ResultEntries, Metrics: s.Metrics, Logger: log}
 	if redisClient != nil {
@@ -647,7 +648,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 			errc <- srv.Serve(ln)
 		}
 	}()
-	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", useTLS)
+	s.log.Info("symbolizer serving", "addr", ln.Addr().String(), "store", s.Store.String(), "tls", useTLS, "replica", s.shared.replica)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -17,7 +17,6 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
 	"github.com/profsym/profsym/services/symbolizer/internal/debuginfod"
 	"github.com/profsym/profsym/services/symbolizer/internal/indexcache"
-	"github.com/profsym/profsym/services/symbolizer/internal/replica"
 	"github.com/profsym/profsym/services/symbolizer/internal/resultcache"
 	"github.com/profsym/profsym/services/symbolizer/internal/retention"
 	"github.com/profsym/profsym/services/symbolizer/internal/symbolizeapi"
@@ -30,13 +29,15 @@ import (
 // content (SHA-256), reached only through a tenant's own record of the file; the result
 // cache keeps each tenant's entries under the tenant's keys.
 type shared struct {
-	policy retention.Policy
-	locks  *leaseLocks
-	ix     *indexcache.Cache
-	strs   *indexcache.Cache
-	rc     *resultcache.Cache
-	urls   []string
-	gauges map[string]func(bool)
+	// replica names this server's usage days and coverage shards in every tenant's store.
+	replica string
+	policy  retention.Policy
+	locks   *leaseLocks
+	ix      *indexcache.Cache
+	strs    *indexcache.Cache
+	rc      *resultcache.Cache
+	urls    []string
+	gauges  map[string]func(bool)
 }
 
 // stack is one tenant's symbolizer: its view of the store, its records, usage, coverage,
@@ -101,8 +102,7 @@ func (s *Server) newStack(name string) (*stack, error) {
 		log = log.With("tenant", tenant.Label(name))
 	}
 	view := tenant.Store(s.Store, name)
-	// One name for the replica's usage days and coverage shard.
-	inst := replica.Name()
+	inst := sh.replica
 	st.usage = retention.NewUsage(view, retention.UsageOptions{Logger: log, Registerer: reg, Instance: inst})
 	st.coverage = coverage.New(view, coverage.Options{MaxEntries: c.CoverageEntries, Registerer: reg, Logger: log, Instance: inst})
 	st.meta = catalog.New(view, catalog.Options{
