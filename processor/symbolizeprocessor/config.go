@@ -54,8 +54,10 @@ type Config struct {
 	// CacheEntries bounds the in-memory cache of answers, per (binary, mapping, address);
 	// 0 disables it.
 	CacheEntries int `mapstructure:"cache_entries"`
-	// FrameTypes lists the frame types to symbolize: native, go, kernel (only worth it when the
-	// symbolizer holds kernel images by build ID) and none (no frame type).
+	// FrameTypes lists the frame types to symbolize: native, go, kernel (frames that are
+	// addresses of vmlinux or a module's .ko with its build ID, as profsym's collector sends
+	// them; their node-side names stay where the symbolizer has no debuginfo) and none (no
+	// frame type).
 	FrameTypes []string `mapstructure:"frame_types"`
 	// Affinity sends each binary's lookups to the symbolizer replica that owns its build ID,
 	// rather than to whichever replica the endpoint's connection reached.
@@ -122,7 +124,7 @@ func createDefaultConfig() *Config {
 		BatchAddresses: 8192,
 		Concurrency:    4,
 		CacheEntries:   1 << 18,
-		FrameTypes:     []string{FrameTypeNative, FrameTypeGo, FrameTypeNone},
+		FrameTypes:     []string{FrameTypeNative, FrameTypeGo, FrameTypeKernel, FrameTypeNone},
 		Affinity: AffinityConfig{
 			RefreshInterval: 10 * time.Second,
 			AttemptTimeout:  time.Second,

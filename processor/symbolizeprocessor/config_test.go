@@ -30,7 +30,7 @@ func TestLoadConfig(t *testing.T) {
 		{component.NewID(Type), func(t *testing.T, c *Config) {
 			def := createDefaultConfig()
 			if c.Endpoint != "http://127.0.0.1:7070" || c.Deadline != def.Deadline || c.Timeout != def.Timeout ||
-				c.CacheEntries != def.CacheEntries || strings.Join(c.FrameTypes, ",") != "native,go,none" {
+				c.CacheEntries != def.CacheEntries || strings.Join(c.FrameTypes, ",") != "native,go,kernel,none" {
 				t.Fatalf("defaults not kept: %+v", c)
 			}
 		}},

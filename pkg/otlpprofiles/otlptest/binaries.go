@@ -157,6 +157,10 @@ type Case struct {
 	VAddr uint64
 }
 
+// TrapFunction names the located kernel frame BuildRequest puts under every sample of
+// ShapeEBPFZero.
+const TrapFunction = "trap_located_kernel_frame"
+
 // BuildRequest makes one request holding every address of every binary, one sample each, with
 // a kernel frame (with lines) and a kernel-typed frame without lines under the sample's leaf.
 func BuildRequest(t testing.TB, sh Shape, bins []Binary) (pprofile.Profiles, []Case) {
@@ -239,10 +243,21 @@ func BuildRequest(t testing.TB, sh Shape, bins []Binary) (pprofile.Profiles, []C
 			m.AttributeIndices().Append(attr(otlpattr.BuildIDHTLHash, id.HTLHash))
 		}
 		// A kernel-typed frame under a mapping with a build ID: symbolization must leave it.
+		// Under an all-zero mapping a kernel frame is an address of the file its build ID
+		// names (vmlinux, a module), which is symbolized: there the trap is a located kernel
+		// frame, whose lines are its own.
 		trap := d.LocationTable().AppendEmpty()
 		trap.SetMappingIndex(mi)
 		trap.SetAddress(base + load.Vaddr)
 		trap.AttributeIndices().Append(kernel)
+		if sh == ShapeEBPFZero {
+			tf := d.FunctionTable().AppendEmpty()
+			tf.SetNameStrindex(str(TrapFunction))
+			tf.SetFilenameStrindex(str("kernel/trap.c"))
+			tl := trap.Lines().AppendEmpty()
+			tl.SetFunctionIndex(int32(d.FunctionTable().Len() - 1))
+			tl.SetLine(7)
+		}
 		trapIdx := int32(d.LocationTable().Len() - 1)
 
 		lo, hi := SymbolRange(t, b.Symbols(), b.Fn)
@@ -299,7 +314,7 @@ func CheckFrames(t testing.TB, out []Sample, cases []Case) {
 			if len(w) > 1 {
 				inlineChains++
 			}
-			if len(out[i].Stack[1].Lines) != 0 {
+			if l := out[i].Stack[1].Lines; len(l) > 1 || len(l) == 1 && l[0].Function != TrapFunction {
 				t.Fatalf("kernel-typed frame was symbolized: %+v", out[i].Stack[1])
 			}
 			if f := out[i].Stack[2]; len(f.Lines) != 1 || f.Lines[0].Function != "do_syscall_64" {

@@ -73,8 +73,10 @@ type Config struct {
 	// split over several calls then loses only the slow call's answers, not the others'.
 	CallTimeout time.Duration
 	// FrameTypes lists the values of profile.frame.type whose locations are symbolized; ""
-	// stands for locations without a frame type (default: "", "native" and "go"). Kernel
-	// frames are only worth sending when the symbolizer holds the kernel's images by build ID.
+	// stands for locations without a frame type (default: "", "native", "go" and "kernel").
+	// A kernel location is asked about only when it is an address of the file its mapping's
+	// build ID names (an all-zero mapping, as profsym's collector sends for vmlinux and
+	// modules); its node-side name stays where the symbolizer has nothing better.
 	FrameTypes []string
 	// BatchAddresses is the most addresses per call (default 8192).
 	BatchAddresses int
@@ -244,14 +246,14 @@ func (s *Symbolizer) BreakerOpens() int64 { return s.opens.Load() }
 func (s *Symbolizer) BreakerOpen() bool { return s.breaker.State() != gobreaker.StateClosed }
 
 // DefaultFrameTypes are the frame types symbolized unless Config.FrameTypes says otherwise:
-// native, go, and none (producers of pprof-style data set no frame type).
+// native, go, kernel, and none (producers of pprof-style data set no frame type).
 func DefaultFrameTypes() []string {
-	return []string{"", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo}
+	return []string{"", otlpattr.FrameTypeNative, otlpattr.FrameTypeGo, otlpattr.FrameTypeKernel}
 }
 
 // Report says what happened to the locations of one request.
 type Report struct {
-	// Seen counts locations that needed symbols: native, go or no frame type, without lines.
+	// Seen counts locations that needed symbols (see needsSymbols).
 	Seen int
 	// Symbolized counts those that got lines.
 	Symbolized int
@@ -313,15 +315,41 @@ func IDs(d pprofile.ProfilesDictionary, m pprofile.Mapping) (gnu, goID, htl stri
 }
 
 // needsSymbols reports whether a location is one to symbolize: a frame type of
-// Config.FrameTypes (by default native, go or absent), and no lines yet. Go frames count
-// because profsym's collector sends them as addresses too (the symbolizer reads Go binaries
-// from pclntab); producers that symbolize Go on the node send lines, and located frames are
-// never touched.
+// Config.FrameTypes (by default native, go, kernel or absent), and no lines yet. Go frames
+// count because profsym's collector sends them as addresses too (the symbolizer reads Go
+// binaries from pclntab); producers that symbolize Go on the node send lines, and located
+// frames are never touched. Kernel frames follow kernelAddress.
 func (s *Symbolizer) needsSymbols(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
-	if loc.Lines().Len() > 0 {
+	ft := otlpprofiles.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType)
+	if ft == otlpattr.FrameTypeKernel {
+		return s.frameTypes[ft] && kernelAddress(d, loc)
+	}
+	return loc.Lines().Len() == 0 && s.frameTypes[ft]
+}
+
+// kernelAddress reports whether a kernel frame is one the symbolizer can answer: an address
+// of the file its mapping names by GNU build ID (the all-zero mapping, as profsym's collector
+// sends frames of vmlinux and of modules), with no lines or only the node's names (no file,
+// no line; kallsyms gives nothing more), which the answer then replaces. Kernel frames of
+// producers that send runtime addresses, or lines of their own, are left as they came.
+func kernelAddress(d pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+	m, ok := otlpprofiles.Mapping(d, loc.MappingIndex())
+	if !ok || loc.MappingIndex() == 0 || m.MemoryStart() != 0 || m.MemoryLimit() != 0 || m.FileOffset() != 0 {
 		return false
 	}
-	return s.frameTypes[otlpprofiles.AttrStr(d, loc.AttributeIndices(), otlpattr.FrameType)]
+	if gnu, _, _ := IDs(d, m); gnu == "" {
+		return false
+	}
+	for i := range loc.Lines().Len() {
+		l := loc.Lines().At(i)
+		if l.Line() != 0 {
+			return false
+		}
+		if fn, ok := otlpprofiles.Function(d, l.FunctionIndex()); ok && fn.FilenameStrindex() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 type modInfo struct {
@@ -477,6 +505,11 @@ func (s *Symbolizer) Process(ctx context.Context, pd pprofile.Profiles) Report {
 			rep.Unresolved[ReasonNoFrames]++
 		default:
 			locs[i] = o.entry.frames
+			// A kernel frame's node-side name gives way to the answer (AddSymbols fills
+			// only locations without lines).
+			if loc, ok := otlpprofiles.Location(d, int32(i)); ok {
+				loc.Lines().RemoveIf(func(pprofile.Line) bool { return true })
+			}
 			rep.Symbolized++
 			mk := slotKeys[sl-1].mod
 			if o.entry.fidelity > symbolizedMaps[mk] {

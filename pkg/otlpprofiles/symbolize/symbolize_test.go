@@ -29,8 +29,9 @@ func copyOf(pd pprofile.Profiles) pprofile.Profiles {
 }
 
 // TestProcessProperty: over generated requests, the output equals the input except for added
-// lines, functions, strings and has_* attributes; lines appear exactly where a native location
-// with a build ID and no lines got frames, and they are the frames the symbolizer gave.
+// lines, functions, strings and has_* attributes; lines appear exactly where a native, go or
+// untyped location with a build ID and no lines, or a kernel one under an all-zero mapping
+// with a GNU build ID, got frames, and they are the frames the symbolizer gave.
 func TestProcessProperty(t *testing.T) {
 	h := &symbolizetest.Synthetic{}
 	client := symbolizetest.Client(t, h)
@@ -68,7 +69,11 @@ func TestProcessProperty(t *testing.T) {
 				}
 				native := !strings.Contains(fmt.Sprint(fin.Attrs), otlpattr.FrameType) ||
 					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeNative+")") ||
-					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeGo+")")
+					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeGo+")") ||
+					// A kernel frame is an address of its file only under an all-zero mapping
+					// with a GNU build ID.
+					strings.Contains(fmt.Sprint(fin.Attrs), "("+otlpattr.FrameTypeKernel+")") &&
+						fin.Start == 0 && fin.Limit == 0 && fin.Offset == 0 && strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDGNU)
 				ids := strings.Contains(fmt.Sprint(fin.MappingAttrs), "build_id")
 				notFound := strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDGNU+"=Str(f") &&
 					!strings.Contains(fmt.Sprint(fin.MappingAttrs), otlpattr.BuildIDHTLHash)
@@ -213,8 +218,9 @@ func TestFailuresLeaveDataAlone(t *testing.T) {
 	}
 }
 
-// TestFrameTypes: by default locations without a frame type are symbolized and kernel ones are
-// not; a configuration that lists only kernel turns that around.
+// TestFrameTypes: by default locations without a frame type, native and kernel ones are
+// symbolized; a configuration that lists only kernel turns the others off, one without kernel
+// leaves kernel frames alone.
 func TestFrameTypes(t *testing.T) {
 	typed := func(frameType string) pprofile.Profiles {
 		pd := request(0x31)
@@ -235,7 +241,8 @@ func TestFrameTypes(t *testing.T) {
 	}{
 		{"default, no type", nil, request(0x31), 1},
 		{"default, native", nil, typed(otlpattr.FrameTypeNative), 1},
-		{"default, kernel", nil, typed(otlpattr.FrameTypeKernel), 0},
+		{"default, kernel", nil, typed(otlpattr.FrameTypeKernel), 1},
+		{"native only, kernel", []string{otlpattr.FrameTypeNative}, typed(otlpattr.FrameTypeKernel), 0},
 		{"kernel only, kernel", []string{otlpattr.FrameTypeKernel}, typed(otlpattr.FrameTypeKernel), 1},
 		{"kernel only, no type", []string{otlpattr.FrameTypeKernel}, request(0x31), 0},
 	} {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/profsym/profsym/services/collector/internal/bpfprog"
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
+	"github.com/profsym/profsym/services/collector/internal/kernelid"
 	"github.com/profsym/profsym/services/collector/internal/perfmap"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 	"github.com/profsym/profsym/services/collector/internal/profilebuilder"
@@ -61,6 +62,11 @@ type Config struct {
 	// OffCPU, when set, adds an off-CPU profile per process: where tasks blocked, weighted
 	// by how long.
 	OffCPU *bpfprog.OffCPUOptions
+	// KernelBuildIDs makes kernel frames symbolizable centrally (see package kernelid) where
+	// the kernel's and modules' identities can be read.
+	KernelBuildIDs bool
+	// SysRoot defaults to /sys.
+	SysRoot string
 	// Registerer receives the agent's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Version    string
@@ -75,7 +81,8 @@ type Agent struct {
 	procs   *procmaps.Table
 	files   *procmaps.FileCache
 	kernel  *kallsyms.Table
-	jit     *perfmap.Table // nil without PerfMaps
+	kernID  *kernelid.Kernel // nil without KernelBuildIDs
+	jit     *perfmap.Table   // nil without PerfMaps
 
 	mu         sync.Mutex
 	builder    *profilebuilder.Builder
@@ -129,6 +136,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		log.Warn("kernel frames will not be symbolized", "err", err)
 	} else {
 		a.kernel = k
+	}
+	if cfg.KernelBuildIDs && a.kernel != nil {
+		a.kernID = a.loadKernelID()
 	}
 	a.registerMetrics()
 	a.builder = a.newBuilder()
@@ -219,6 +229,7 @@ func (a *Agent) newBuilder() *profilebuilder.Builder {
 	if a.jit != nil {
 		opts.JIT = a.jit
 	}
+	opts.KernelID = a.kernID
 	return profilebuilder.New(opts, a.procs, a.kernel)
 }
 
@@ -431,4 +442,34 @@ func (a *Agent) Flush() {
 	if a.jit != nil {
 		a.jit.Sweep()
 	}
+}
+
+// loadKernelID reads the kernel's identity for symbolizable kernel frames, and says in the
+// log and in profsym_collector_kernel_frames what kernel frames carry.
+func (a *Agent) loadKernelID() *kernelid.Kernel {
+	k, err := kernelid.Load(kernelid.Options{ProcRoot: a.cfg.ProcRoot, SysRoot: a.cfg.SysRoot}, a.kernel)
+	state, reason := "symbolizable", ""
+	switch {
+	case err != nil:
+		a.log.Warn("kernel frames carry names only", "err", err)
+		state, reason = "names_only", "no_release"
+		k = nil
+	case k.BuildID == "":
+		a.log.Warn("kernel frames carry names only: /sys/kernel/notes has no GNU build ID", "release", k.Release)
+		state, reason = "names_only", "no_build_id"
+	case !k.Normalizable():
+		a.log.Warn("kernel image frames carry names only (module frames are still symbolizable)", "release", k.Release, "build_id", k.BuildID, "err", k.OffsetErr)
+		state, reason = "names_only", "kaslr_offset_unknown"
+	default:
+		reason = k.Source
+		a.log.Info("kernel frames symbolizable", "release", k.Release, "build_id", k.BuildID, "kaslr_offset_from", k.Source)
+	}
+	if reg := a.cfg.Registerer; reg != nil {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "profsym_collector", Name: "kernel_frames",
+			Help: "What kernel image frames carry (state: symbolizable, an address of vmlinux with its build ID; names_only, the kallsyms name), with where the KASLR offset came from or why they cannot be (reason: vmcoreinfo, xen_entry_note, nokaslr, default_base; no_release, no_build_id, kaslr_offset_unknown): 1."},
+			[]string{"state", "reason"})
+		g.WithLabelValues(state, reason).Set(1)
+		reg.MustRegister(g)
+	}
+	return k
 }

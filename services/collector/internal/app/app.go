@@ -74,6 +74,8 @@ type CLI struct {
 	PerfMapMaxBytesPerProcess int64 `default:"16777216" env:"PROFSYM_PERF_MAP_MAX_BYTES_PER_PROCESS" help:"Memory for one process's perf-map symbols; beyond it its earliest symbols are dropped (counted)."`
 	PerfMapMaxBytes           int64 `default:"67108864" env:"PROFSYM_PERF_MAP_MAX_BYTES" help:"Memory for all processes' perf-map symbols; beyond it the growing process's earliest symbols are dropped (counted)."`
 
+	KernelBuildIDs bool `default:"true" negatable:"" env:"PROFSYM_KERNEL_BUILD_IDS" help:"Send kernel frames so that the symbolizer can give them files, lines and inlined frames from the kernel's debug image (vmlinux) and modules' debug files, as user frames get: each keeps its /proc/kallsyms name and travels as an address of vmlinux (KASLR undone, read from /proc/kcore's VMCOREINFO) or of the module's .ko, with the file's build ID (/sys/kernel/notes, /sys/module/NAME/notes). Frames whose identity cannot be read keep their name only (--no-kernel-build-ids: all do, with runtime addresses)."`
+
 	MaxSamplesPerInterval int `default:"65536" env:"PROFSYM_MAX_SAMPLES_PER_INTERVAL" help:"Distinct samples held per interval; beyond it samples are dropped and counted."`
 
 	CheckKernel bool `name:"check-kernel" help:"Load each eBPF program on this kernel, print one JSON line per program (name, loaded, the instructions the verifier processed, the kernel's reason for a refusal) and the mode --unwinder=auto would run in, and exit: nothing is sampled. Exit status 1 when no sampling program loads."`
@@ -258,8 +260,8 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 		MaxSamplesPerInterval: c.MaxSamplesPerInterval,
 		Unwinder:              unwinder, UnwinderFallBack: fallBack, UnwindRows: c.UnwindTableRows, UnwindFiles: c.UnwindMaxFiles, UnwindProcs: c.UnwindMaxProcesses,
 		PerfMaps: c.PerfMaps, PerfMapMaxBytesPerProcess: c.PerfMapMaxBytesPerProcess, PerfMapMaxBytes: c.PerfMapMaxBytes,
-		OffCPU: offCPU,
-		Sinks:  sinks, Registerer: reg, Version: version,
+		OffCPU: offCPU, KernelBuildIDs: c.KernelBuildIDs,
+		Sinks: sinks, Registerer: reg, Version: version,
 		OnMappedFile: onMappedFile,
 	}, log)
 	if err != nil {

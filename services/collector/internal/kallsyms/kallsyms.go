@@ -163,3 +163,14 @@ func (t *Table) Lookup(addr uint64) (Symbol, bool) {
 		Module: t.modules[e.module],
 	}, true
 }
+
+// Address returns the address of a symbol of the kernel image by name (the lowest, should
+// the name be there twice). It scans the table: it is for the few names read once at start.
+func (t *Table) Address(name string) (uint64, bool) {
+	for _, e := range t.entries {
+		if e.module == 0 && string(t.names[e.nameOff:e.nameOff+uint32(e.nameLen)]) == name {
+			return e.addr, true
+		}
+	}
+	return 0, false
+}

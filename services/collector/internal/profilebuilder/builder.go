@@ -15,6 +15,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/services/collector/internal/kallsyms"
+	"github.com/profsym/profsym/services/collector/internal/kernelid"
 	"github.com/profsym/profsym/services/collector/internal/procmaps"
 )
 
@@ -50,6 +51,10 @@ type Options struct {
 
 	// JIT, when set, names code in a process's anonymous executable memory (see jit.go).
 	JIT JITSymbols
+	// KernelID, when set, makes kernel frames symbolizable centrally: a frame of the kernel
+	// image or of a module whose identity is known keeps its kallsyms name and travels as an
+	// address of the file with its debuginfo, under a mapping with that file's build ID.
+	KernelID *kernelid.Kernel
 }
 
 // Builder accumulates one interval. It is not safe for concurrent use.
@@ -362,8 +367,8 @@ func (b *Builder) stack(locs []int32) int32 {
 	return i
 }
 
-// kernelMapping is one mapping per kernel module ("vmlinux" for the image): the kernel's
-// frames are symbolized here, so the mapping carries only a name.
+// kernelMapping is one mapping per kernel module ("vmlinux" for the image) whose identity is
+// not known: the kernel's frames are symbolized here, so the mapping carries only a name.
 func (b *Builder) kernelMapping(module string) int32 {
 	if i, ok := b.kernelMappings[module]; ok {
 		return i
@@ -373,6 +378,28 @@ func (b *Builder) kernelMapping(module string) int32 {
 	m.SetFilenameStrindex(b.str(module))
 	m.AttributeIndices().Append(b.attrTrue(otlpattr.MappingHasFunctions))
 	b.kernelMappings[module] = i
+	return i
+}
+
+// kernelFileMapping is the mapping of the kernel image or of a module whose build ID and
+// load address are known: all zero (its locations' addresses are ELF virtual addresses of
+// the file named), with the file's GNU build ID, and named as distributions name the debug
+// files (vmlinux-RELEASE; a module by the release's module folder and its name).
+func (b *Builder) kernelFileMapping(module, buildID string) int32 {
+	key := module + "\x00" + buildID
+	if i, ok := b.kernelMappings[key]; ok {
+		return i
+	}
+	rel := b.opts.KernelID.Release
+	name := "vmlinux-" + rel
+	if module != kallsyms.Kernel {
+		name = "/lib/modules/" + rel + "/" + module + ".ko"
+	}
+	i := int32(b.dict.MappingTable().Len())
+	m := b.dict.MappingTable().AppendEmpty()
+	m.SetFilenameStrindex(b.str(name))
+	m.AttributeIndices().Append(b.attrTrue(otlpattr.MappingHasFunctions), b.attrStr(otlpattr.BuildIDGNU, buildID))
+	b.kernelMappings[key] = i
 	return i
 }
 
@@ -391,7 +418,24 @@ func (b *Builder) kernelLocation(pc uint64) int32 {
 	loc.SetAddress(pc)
 	loc.AttributeIndices().Append(b.attrStr(otlpattr.FrameType, otlpattr.FrameTypeKernel))
 	if ok {
-		loc.SetMappingIndex(b.kernelMapping(sym.Module))
+		mapping := int32(-1)
+		if id := b.opts.KernelID; id != nil {
+			if sym.Module == kallsyms.Kernel {
+				if id.Normalizable() {
+					loc.SetAddress(id.Normalize(pc))
+					mapping = b.kernelFileMapping(sym.Module, id.BuildID)
+				}
+			} else if m := id.Module(sym.Module); m.Err == nil {
+				if addr, ok := m.NormalizeModule(pc); ok {
+					loc.SetAddress(addr)
+					mapping = b.kernelFileMapping(sym.Module, m.BuildID)
+				}
+			}
+		}
+		if mapping < 0 {
+			mapping = b.kernelMapping(sym.Module)
+		}
+		loc.SetMappingIndex(mapping)
 		loc.Lines().AppendEmpty().SetFunctionIndex(b.function(sym.Name))
 	}
 	b.locations[k] = i
