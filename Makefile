@@ -10,7 +10,7 @@ SERVICES := symbolizer collector
 MODULES := processor/symbolizeprocessor services/gateway
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: help build images generate generate-k8s check-generated lint deps test test-short test-arm64 test-arm64-emulated test-kernels bench bench-report testdata fuzz fuzz-seeds demo cluster-up cluster-down clean
+.PHONY: help build images generate generate-k8s check-generated lint deps test test-short test-arm64 test-arm64-emulated test-kernels test-kernel-debuginfo bench bench-report testdata fuzz fuzz-seeds demo cluster-up cluster-down clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -115,6 +115,9 @@ test-arm64: ## arm64: the collector on Debian's arm64 kernel under qemu-system-a
 
 test-kernels: ## The collector on Debian's 5.10, 6.1, 6.12 and 7.2 kernels (amd64 and arm64, under qemu) and on this machine's (e2e/kernels, also part of make test): the table of docs/kernels.md.
 	$(GO) test -count=1 -timeout 20m -run TestKernelMatrix -v ./e2e/kernels
+
+test-kernel-debuginfo: ## Kernel frames with file:line and inlined frames: Debian's 6.1 kernel under qemu, its -dbg package's vmlinux and brd.ko (860 MB, downloaded once) uploaded to a real symbolizer, the frames checked against llvm-symbolizer (e2e/kernels TestKernelDebuginfo).
+	PROFSYM_KERNEL_DEBUGINFO=1 $(GO) test -count=1 -timeout 30m -run TestKernelDebuginfo -v ./e2e/kernels
 
 test-arm64-emulated: ## The unit tests of the engine and the collector's eBPF-free packages built for arm64, run under qemu-aarch64-static.
 	GOARCH=arm64 $(GO) test -short -count=1 -timeout 30m -exec 'env -u GOARCH qemu-aarch64-static' -skip '$(ARM64_EMULATED_SKIP)' $(ARM64_EMULATED_PKGS)

@@ -36,6 +36,9 @@ type Guest struct {
 	Checks []string
 	// CheckExit is the exit status of `collector --check-kernel`; -1 until reported.
 	CheckExit int
+	// Info holds what the guest told of itself with "info KEY VALUE..." lines (a module's
+	// section addresses, a kernel symbol's runtime address), by key.
+	Info map[string]string
 	Done      bool // /init reached its end
 }
 
@@ -51,7 +54,7 @@ const maxOTLP = 64 << 20
 // ParseConsole reads the serial console of a guest run. It fails when a tagged line is
 // malformed or the output file does not match the size and SHA-256 the guest announced.
 func ParseConsole(r io.Reader) (*Guest, error) {
-	g := &Guest{PIDs: map[string]int64{}, VDSO: map[string]AddrRange{}, CollectorExit: -1, CheckExit: -1}
+	g := &Guest{PIDs: map[string]int64{}, VDSO: map[string]AddrRange{}, Info: map[string]string{}, CollectorExit: -1, CheckExit: -1}
 	var b64 strings.Builder
 	wantSize, wantSum := -1, ""
 	sc := bufio.NewScanner(r)
@@ -87,6 +90,12 @@ func ParseConsole(r io.Reader) (*Guest, error) {
 				return g, fmt.Errorf("console line %d: bad vdso line %q", n, line)
 			}
 			g.VDSO[f[0]] = AddrRange{start, end}
+		case "info":
+			key, value, ok := strings.Cut(rest, " ")
+			if !ok || key == "" {
+				return g, fmt.Errorf("console line %d: bad info line %q", n, line)
+			}
+			g.Info[key] = value
 		case "collector-ready":
 			g.Ready = true
 		case "collector-exit":

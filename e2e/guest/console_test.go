@@ -30,6 +30,7 @@ func TestParseConsole(t *testing.T) {
 	good := "[    1.0] Booting Linux\r\n@@e2e kernel 6.1.0-56-arm64 aarch64 cpus 2\r\n" +
 		"@@e2e check {\"name\":\"on_exec\",\"loaded\":true}\r\n@@e2e check {\"kernel\":\"6.1.0-56-arm64\"}\r\n@@e2e check-exit 0\r\n" +
 		"@@e2e pid chain-gcc 97\r\n@@e2e pid qsort 99\r\n@@e2e vdso qsort ffff8000 ffff9000\r\n" +
+		"@@e2e info section.brd..text 0xffffffffc0a01000\r\n" +
 		"time=... level=INFO msg=\"metrics endpoint listening\"\r\n" +
 		"@@e2e collector-ready\r\n@@e2e metric profsym_collector_samples_total 12\r\n" +
 		"@@e2e collector-exit 0\r\n" + consoleOf(payload) + "@@e2e done\r\n[   35.9] reboot: Power down\r\n"
@@ -40,7 +41,8 @@ func TestParseConsole(t *testing.T) {
 	if g.Kernel != "6.1.0-56-arm64 aarch64 cpus 2" || g.PIDs["chain-gcc"] != 97 || g.PIDs["qsort"] != 99 ||
 		g.VDSO["qsort"] != (AddrRange{0xffff8000, 0xffff9000}) || !g.VDSO["qsort"].Contains(0xffff8fff) || g.VDSO["qsort"].Contains(0xffff9000) ||
 		!g.Ready || g.CollectorExit != 0 || len(g.Metrics) != 1 || !g.Done || !bytes.Equal(g.OTLP, payload) ||
-		len(g.Checks) != 2 || g.Checks[1] != `{"kernel":"6.1.0-56-arm64"}` || g.CheckExit != 0 {
+		len(g.Checks) != 2 || g.Checks[1] != `{"kernel":"6.1.0-56-arm64"}` || g.CheckExit != 0 ||
+		g.Info["section.brd..text"] != "0xffffffffc0a01000" {
 		t.Fatalf("parsed %+v", g)
 	}
 
@@ -58,6 +60,7 @@ func TestParseConsole(t *testing.T) {
 		{"vdso not hex", "@@e2e vdso qsort ffff8000 zz\n", "bad vdso line"},
 		{"vdso backwards", "@@e2e vdso qsort 2000 1000\n", "bad vdso line"},
 		{"bad exit", "@@e2e collector-exit\n", "bad exit status"},
+		{"info without value", "@@e2e info key\n", "bad info line"},
 		{"bad check exit", "@@e2e check-exit one\n", "bad exit status"},
 		{"unknown tag", "@@e2e whatever 1\n", "unknown tag"},
 		{"base64 first", "@@e2e b64 AAAA\n", "before the otlp line"},

@@ -10,7 +10,8 @@
 # BUSYBOX is a static busybox of that architecture (the host's /bin/busybox on amd64, what
 # fetch-kernels.sh prints on arm64). OUT_DIR/tree is the guest's file tree, kept so the host
 # can read the very binaries the guest ran (guest path P is OUT_DIR/tree/P);
-# OUT_DIR/initrd.cpio is the initramfs.
+# OUT_DIR/initrd.cpio is the initramfs. PROFSYM_GUEST_EXTRA names more files (space-separated)
+# copied into the guest's /w (a kernel module for e2e_kernel=1).
 set -euo pipefail
 if [[ $# -ne 3 ]]; then
 	echo "usage: $0 amd64|arm64 OUT_DIR BUSYBOX" >&2
@@ -47,6 +48,9 @@ if [[ $arch == arm64 ]]; then
 fi
 (cd "$repo" && GOOS=linux GOARCH=$arch CGO_ENABLED=0 go build -o "$root/w/collector" ./services/collector)
 
+for f in ${PROFSYM_GUEST_EXTRA:-}; do
+	cp "$f" "$root/w/"
+done
 install -m 0755 "$here/testdata/init.sh" "$root/init"
 (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 >"$out/initrd.cpio")
 echo "$out/initrd.cpio"

@@ -2,7 +2,9 @@
 # /init of the matrix's guests: asks the collector what this kernel's verifier says of each of
 # its programs (--check-kernel), and with e2e_full=1 on the kernel command line also runs it as
 # a node would (default flags but the rate, an output file, the workloads' pids) for e2e_secs
-# seconds and sends its metrics and output file back. Lines for the host start with "@@e2e ".
+# seconds and sends its metrics and output file back. With e2e_kernel=1 the workload is the
+# kernel's own work (/w/brd.ko loaded, a RAM disk, tmpfs, pipes) and the whole node is sampled.
+# Lines for the host start with "@@e2e ".
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -30,20 +32,46 @@ say "kernel $(uname -r) $(uname -m) cpus $(nproc)"
 status=$?
 sed 's/^/@@e2e check /' /tmp/check
 say "check-exit $status"
-if [ "${e2e_full:-0}" != 1 ]; then
+if [ "${e2e_full:-0}" != 1 ] && [ "${e2e_kernel:-0}" != 1 ]; then
 	finish
 fi
 
-pids=""
-for w in /w/chain*; do
-	name=${w#/w/}
-	# The workloads outlive the collector; poweroff ends them.
-	"$w" 3600 >/dev/null 2>&1 &
-	say "pid $name $!"
-	pids="$pids${pids:+,}$!"
-done
-/w/collector --frequency "$hz" --output-file /tmp/out.otlp --pid "$pids" &
-collector=$!
+if [ "${e2e_kernel:-0}" = 1 ]; then
+	# Kernel frames: a workload that spends its time in the kernel (a RAM disk written and read
+	# through the brd module, tmpfs writes, pipes, small syscalls), and the whole node sampled.
+	if insmod /w/brd.ko rd_nr=1 rd_size=32768; then
+		for f in /sys/module/brd/sections/.* /sys/module/brd/sections/*; do
+			[ -f "$f" ] && say "info section.brd.${f##*/} $(cat "$f")"
+		done
+	else
+		say "info insmod-failed brd"
+	fi
+	say "info text $(grep ' _text$' /proc/kallsyms | cut -d' ' -f1)"
+	(while :; do
+		dd if=/dev/zero of=/dev/ram0 bs=64k count=256 conv=fsync 2>/dev/null
+		echo 1 >/proc/sys/vm/drop_caches
+		dd if=/dev/ram0 of=/dev/null bs=64k count=256 2>/dev/null
+	done) &
+	(while :; do
+		dd if=/dev/zero of=/tmp/f bs=4k count=1024 2>/dev/null
+		rm -f /tmp/f
+	done) &
+	(while :; do dd if=/dev/zero bs=4k count=8192 2>/dev/null | cat >/dev/null; done) &
+	(while :; do ls -la /proc/self/ /sys/kernel >/dev/null; done) &
+	/w/collector --frequency "$hz" --output-file /tmp/out.otlp &
+	collector=$!
+else
+	pids=""
+	for w in /w/chain*; do
+		name=${w#/w/}
+		# The workloads outlive the collector; poweroff ends them.
+		"$w" 3600 >/dev/null 2>&1 &
+		say "pid $name $!"
+		pids="$pids${pids:+,}$!"
+	done
+	/w/collector --frequency "$hz" --output-file /tmp/out.otlp --pid "$pids" &
+	collector=$!
+fi
 # Sample for $secs seconds once the eBPF programs are attached (/readyz), not while the
 # collector loads them: under emulation that takes a while.
 until wget -q -O /dev/null http://127.0.0.1:9464/readyz 2>/dev/null; do
