@@ -39,7 +39,7 @@ type Guest struct {
 	// Info holds what the guest told of itself with "info KEY VALUE..." lines (a module's
 	// section addresses, a kernel symbol's runtime address), by key.
 	Info map[string]string
-	Done      bool // /init reached its end
+	Done bool // /init reached its end
 }
 
 // AddrRange is the half-open address range [Start, End).
