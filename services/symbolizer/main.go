@@ -25,7 +25,7 @@ type cli struct {
 		Get     uploadcli.GetCmd        `cmd:"" help:"Print the record a server stores under an ID."`
 		Delete  uploadcli.DeleteCmd     `cmd:"" help:"Delete a stored file and its record from a server."`
 		Usage   uploadcli.UsageCmd      `cmd:"" help:"List the stored files with their name, source, size, age and last use (what retention decides on), the least recently used first."`
-		Missing uploadcli.MissingCmd    `cmd:"" help:"List the binaries whose frames a server could not resolve or whose companions (dwz supplementary file, DWARF package) are missing, the most unresolved first, and why: what to upload next."`
+		Missing uploadcli.MissingCmd    `cmd:"" help:"List the binaries whose frames a server could not resolve or whose companions (dwz supplementary file, DWARF package) are missing, the most unresolved first, and why: what to upload next. For a Linux kernel image or module among them (vmlinux-RELEASE, /lib/modules/RELEASE/MODULE.ko), a line after the table names the distribution package of the release's debuginfo (Debian, Ubuntu, Fedora, RHEL and rebuilds, Amazon Linux) and the files of it to upload."`
 	} `cmd:"" help:"Work with debuginfo files."`
 
 	// Profiles: pprof files symbolized from a server, any profile file as a flame graph.

@@ -1943,8 +1943,12 @@ type Coverage struct {
 	// answer found every companion stored (or the file needs none); with several replicas
 	// the latest answer of any replica counts.
 	MissingCompanions []*Companion `protobuf:"bytes,10,rep,name=missing_companions,json=missingCompanions,proto3" json:"missing_companions,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when the binary is a Linux kernel image or module, as its `filenames` say (the forms
+	// profsym's collector gives kernel frames): which kernel it is and the distribution packages
+	// that ship its debuginfo. Unset for every other binary.
+	Kernel        *KernelDebuginfo `protobuf:"bytes,11,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Coverage) Reset() {
@@ -2047,6 +2051,91 @@ func (x *Coverage) GetMissingCompanions() []*Companion {
 	return nil
 }
 
+func (x *Coverage) GetKernel() *KernelDebuginfo {
+	if x != nil {
+		return x.Kernel
+	}
+	return nil
+}
+
+// KernelDebuginfo says which kernel binary a coverage entry is and where its debuginfo is
+// packaged. profsym's collector sends kernel frames as addresses of the kernel's debug files
+// under their GNU build IDs, with the file name `vmlinux-<release>` for the kernel image and
+// `/lib/modules/<release>/<module>.ko` for a module; the server recognizes those two forms only.
+// The debug files to upload (`symbolizer upload`) are in the packages named: the image's
+// `vmlinux` and the modules' `.ko` (Debian, Ubuntu) or `.ko.debug` (Fedora, RHEL and their
+// rebuilds, Amazon Linux) files.
+type KernelDebuginfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kernel release, as `uname -r` prints it (for example `6.1.0-57-amd64`).
+	Release string `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	// The module's name (for example `brd`); empty for the kernel image.
+	Module string `protobuf:"bytes,2,opt,name=module,proto3" json:"module,omitempty"`
+	// The distribution packages that ship the debug files of this release, each the package
+	// name, a space and, in parentheses, the distribution and how to install it where that is
+	// not its usual package manager, for example `linux-image-6.1.0-57-amd64-dbg (Debian)`.
+	// The package name is the text before the first space; the rest is for people. The packages
+	// are derived from the release alone, by the naming of Debian, Ubuntu, Fedora, RHEL and its
+	// rebuilds (CentOS Stream, Rocky Linux, AlmaLinux, Oracle Linux) and Amazon Linux: empty for
+	// a release none of them names (a custom kernel, another distribution). The build ID still
+	// finds the files on a debuginfod server that has them (the symbolizer's
+	// `--debuginfod-url`), whatever the distribution.
+	Packages      []string `protobuf:"bytes,3,rep,name=packages,proto3" json:"packages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelDebuginfo) Reset() {
+	*x = KernelDebuginfo{}
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelDebuginfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelDebuginfo) ProtoMessage() {}
+
+func (x *KernelDebuginfo) ProtoReflect() protoreflect.Message {
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelDebuginfo.ProtoReflect.Descriptor instead.
+func (*KernelDebuginfo) Descriptor() ([]byte, []int) {
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *KernelDebuginfo) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *KernelDebuginfo) GetModule() string {
+	if x != nil {
+		return x.Module
+	}
+	return ""
+}
+
+func (x *KernelDebuginfo) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
+}
+
 // ListCoverageRequest filters the coverage list.
 type ListCoverageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2067,7 +2156,7 @@ type ListCoverageRequest struct {
 
 func (x *ListCoverageRequest) Reset() {
 	*x = ListCoverageRequest{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2168,7 @@ func (x *ListCoverageRequest) String() string {
 func (*ListCoverageRequest) ProtoMessage() {}
 
 func (x *ListCoverageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[17]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2181,7 @@ func (x *ListCoverageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCoverageRequest.ProtoReflect.Descriptor instead.
 func (*ListCoverageRequest) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{17}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListCoverageRequest) GetReason() CoverageReason {
@@ -2136,7 +2225,7 @@ type ListCoverageResponse struct {
 
 func (x *ListCoverageResponse) Reset() {
 	*x = ListCoverageResponse{}
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2237,7 @@ func (x *ListCoverageResponse) String() string {
 func (*ListCoverageResponse) ProtoMessage() {}
 
 func (x *ListCoverageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[18]
+	mi := &file_profsym_debuginfo_v1_debuginfo_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2250,7 @@ func (x *ListCoverageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCoverageResponse.ProtoReflect.Descriptor instead.
 func (*ListCoverageResponse) Descriptor() ([]byte, []int) {
-	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{18}
+	return file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCoverageResponse) GetEntries() []*Coverage {
@@ -2278,7 +2367,7 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\rDeleteRequest\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\"\x10\n" +
-	"\x0eDeleteResponse\"\x9c\x04\n" +
+	"\x0eDeleteResponse\"\xdb\x04\n" +
 	"\bCoverage\x12\x19\n" +
 	"\bbuild_id\x18\x01 \x01(\tR\abuildId\x12E\n" +
 	"\rbuild_id_type\x18\x02 \x01(\x0e2!.profsym.debuginfo.v1.BuildIDTypeR\vbuildIdType\x12!\n" +
@@ -2291,7 +2380,12 @@ const file_profsym_debuginfo_v1_debuginfo_proto_rawDesc = "" +
 	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1c\n" +
 	"\tfilenames\x18\t \x03(\tR\tfilenames\x12N\n" +
 	"\x12missing_companions\x18\n" +
-	" \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\x11missingCompanions\"\xc4\x01\n" +
+	" \x03(\v2\x1f.profsym.debuginfo.v1.CompanionR\x11missingCompanions\x12=\n" +
+	"\x06kernel\x18\v \x01(\v2%.profsym.debuginfo.v1.KernelDebuginfoR\x06kernel\"_\n" +
+	"\x0fKernelDebuginfo\x12\x18\n" +
+	"\arelease\x18\x01 \x01(\tR\arelease\x12\x16\n" +
+	"\x06module\x18\x02 \x01(\tR\x06module\x12\x1a\n" +
+	"\bpackages\x18\x03 \x03(\tR\bpackages\"\xc4\x01\n" +
 	"\x13ListCoverageRequest\x12<\n" +
 	"\x06reason\x18\x01 \x01(\x0e2$.profsym.debuginfo.v1.CoverageReasonR\x06reason\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12'\n" +
@@ -2381,7 +2475,7 @@ func file_profsym_debuginfo_v1_debuginfo_proto_rawDescGZIP() []byte {
 }
 
 var file_profsym_debuginfo_v1_debuginfo_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_profsym_debuginfo_v1_debuginfo_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(BuildIDType)(0),               // 0: profsym.debuginfo.v1.BuildIDType
 	(DebuginfoType)(0),             // 1: profsym.debuginfo.v1.DebuginfoType
@@ -2410,10 +2504,11 @@ var file_profsym_debuginfo_v1_debuginfo_proto_goTypes = []any{
 	(*DeleteRequest)(nil),          // 24: profsym.debuginfo.v1.DeleteRequest
 	(*DeleteResponse)(nil),         // 25: profsym.debuginfo.v1.DeleteResponse
 	(*Coverage)(nil),               // 26: profsym.debuginfo.v1.Coverage
-	(*ListCoverageRequest)(nil),    // 27: profsym.debuginfo.v1.ListCoverageRequest
-	(*ListCoverageResponse)(nil),   // 28: profsym.debuginfo.v1.ListCoverageResponse
-	nil,                            // 29: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
+	(*KernelDebuginfo)(nil),        // 27: profsym.debuginfo.v1.KernelDebuginfo
+	(*ListCoverageRequest)(nil),    // 28: profsym.debuginfo.v1.ListCoverageRequest
+	(*ListCoverageResponse)(nil),   // 29: profsym.debuginfo.v1.ListCoverageResponse
+	nil,                            // 30: profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 0: profsym.debuginfo.v1.BinaryID.type:type_name -> profsym.debuginfo.v1.BuildIDType
@@ -2424,9 +2519,9 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	2,  // 5: profsym.debuginfo.v1.Debuginfo.source:type_name -> profsym.debuginfo.v1.UploadSource
 	4,  // 6: profsym.debuginfo.v1.Debuginfo.state:type_name -> profsym.debuginfo.v1.DebuginfoState
 	11, // 7: profsym.debuginfo.v1.Debuginfo.quality:type_name -> profsym.debuginfo.v1.Quality
-	30, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
+	31, // 8: profsym.debuginfo.v1.Debuginfo.uploaded_at:type_name -> google.protobuf.Timestamp
 	13, // 9: profsym.debuginfo.v1.Debuginfo.companions:type_name -> profsym.debuginfo.v1.Companion
-	30, // 10: profsym.debuginfo.v1.Debuginfo.last_used:type_name -> google.protobuf.Timestamp
+	31, // 10: profsym.debuginfo.v1.Debuginfo.last_used:type_name -> google.protobuf.Timestamp
 	6,  // 11: profsym.debuginfo.v1.Companion.kind:type_name -> profsym.debuginfo.v1.CompanionKind
 	7,  // 12: profsym.debuginfo.v1.Companion.state:type_name -> profsym.debuginfo.v1.CompanionState
 	0,  // 13: profsym.debuginfo.v1.ShouldUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
@@ -2436,8 +2531,8 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 17: profsym.debuginfo.v1.InitiateUploadRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	1,  // 18: profsym.debuginfo.v1.InitiateUploadRequest.type:type_name -> profsym.debuginfo.v1.DebuginfoType
 	2,  // 19: profsym.debuginfo.v1.InitiateUploadRequest.source:type_name -> profsym.debuginfo.v1.UploadSource
-	29, // 20: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
-	30, // 21: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 20: profsym.debuginfo.v1.InitiateUploadResponse.required_headers:type_name -> profsym.debuginfo.v1.InitiateUploadResponse.RequiredHeadersEntry
+	31, // 21: profsym.debuginfo.v1.InitiateUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
 	12, // 22: profsym.debuginfo.v1.FinishUploadResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
 	0,  // 23: profsym.debuginfo.v1.GetRequest.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	12, // 24: profsym.debuginfo.v1.GetResponse.debuginfo:type_name -> profsym.debuginfo.v1.Debuginfo
@@ -2446,31 +2541,32 @@ var file_profsym_debuginfo_v1_debuginfo_proto_depIdxs = []int32{
 	0,  // 27: profsym.debuginfo.v1.Coverage.build_id_type:type_name -> profsym.debuginfo.v1.BuildIDType
 	9,  // 28: profsym.debuginfo.v1.Coverage.fidelity:type_name -> profsym.debuginfo.v1.CoverageFidelity
 	8,  // 29: profsym.debuginfo.v1.Coverage.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	30, // 30: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
-	30, // 31: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
+	31, // 30: profsym.debuginfo.v1.Coverage.first_seen:type_name -> google.protobuf.Timestamp
+	31, // 31: profsym.debuginfo.v1.Coverage.last_seen:type_name -> google.protobuf.Timestamp
 	13, // 32: profsym.debuginfo.v1.Coverage.missing_companions:type_name -> profsym.debuginfo.v1.Companion
-	8,  // 33: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
-	30, // 34: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
-	26, // 35: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
-	14, // 36: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
-	16, // 37: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
-	18, // 38: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
-	20, // 39: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
-	22, // 40: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
-	24, // 41: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
-	27, // 42: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
-	15, // 43: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
-	17, // 44: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
-	19, // 45: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
-	21, // 46: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
-	23, // 47: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
-	25, // 48: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
-	28, // 49: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	27, // 33: profsym.debuginfo.v1.Coverage.kernel:type_name -> profsym.debuginfo.v1.KernelDebuginfo
+	8,  // 34: profsym.debuginfo.v1.ListCoverageRequest.reason:type_name -> profsym.debuginfo.v1.CoverageReason
+	31, // 35: profsym.debuginfo.v1.ListCoverageRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 36: profsym.debuginfo.v1.ListCoverageResponse.entries:type_name -> profsym.debuginfo.v1.Coverage
+	14, // 37: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:input_type -> profsym.debuginfo.v1.ShouldUploadRequest
+	16, // 38: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:input_type -> profsym.debuginfo.v1.InitiateUploadRequest
+	18, // 39: profsym.debuginfo.v1.DebuginfoService.FinishUpload:input_type -> profsym.debuginfo.v1.FinishUploadRequest
+	20, // 40: profsym.debuginfo.v1.DebuginfoService.Get:input_type -> profsym.debuginfo.v1.GetRequest
+	22, // 41: profsym.debuginfo.v1.DebuginfoService.List:input_type -> profsym.debuginfo.v1.ListRequest
+	24, // 42: profsym.debuginfo.v1.DebuginfoService.Delete:input_type -> profsym.debuginfo.v1.DeleteRequest
+	28, // 43: profsym.debuginfo.v1.DebuginfoService.ListCoverage:input_type -> profsym.debuginfo.v1.ListCoverageRequest
+	15, // 44: profsym.debuginfo.v1.DebuginfoService.ShouldUpload:output_type -> profsym.debuginfo.v1.ShouldUploadResponse
+	17, // 45: profsym.debuginfo.v1.DebuginfoService.InitiateUpload:output_type -> profsym.debuginfo.v1.InitiateUploadResponse
+	19, // 46: profsym.debuginfo.v1.DebuginfoService.FinishUpload:output_type -> profsym.debuginfo.v1.FinishUploadResponse
+	21, // 47: profsym.debuginfo.v1.DebuginfoService.Get:output_type -> profsym.debuginfo.v1.GetResponse
+	23, // 48: profsym.debuginfo.v1.DebuginfoService.List:output_type -> profsym.debuginfo.v1.ListResponse
+	25, // 49: profsym.debuginfo.v1.DebuginfoService.Delete:output_type -> profsym.debuginfo.v1.DeleteResponse
+	29, // 50: profsym.debuginfo.v1.DebuginfoService.ListCoverage:output_type -> profsym.debuginfo.v1.ListCoverageResponse
+	44, // [44:51] is the sub-list for method output_type
+	37, // [37:44] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_profsym_debuginfo_v1_debuginfo_proto_init() }
@@ -2484,7 +2580,7 @@ func file_profsym_debuginfo_v1_debuginfo_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc), len(file_profsym_debuginfo_v1_debuginfo_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
@@ -200,4 +202,116 @@ func browse(t *testing.T, url, shot string) string {
 		t.Logf("screenshot of %s: %s", url, path)
 	}
 	return string(out)
+}
+
+// TestKernelCoverage: a kernel image or module the collector names (vmlinux-RELEASE,
+// /lib/modules/RELEASE/MODULE.ko) whose debuginfo is not stored is listed with its release and
+// the distribution package of its debuginfo, through the API, the CLI (one line per release
+// after the table) and /ui/ (escaped like every name from a request).
+func TestKernelCoverage(t *testing.T) {
+	r := start(t)
+	id := func(b string) string { return strings.Repeat(b, 20) }
+	c := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
+	mods := []*symbolizerv1.Module{
+		{GnuBuildId: id("c1"), Addresses: make([]uint64, 9), Filename: "vmlinux-6.1.0-57-amd64"},
+		{GnuBuildId: id("c2"), Addresses: make([]uint64, 8), Filename: "/lib/modules/6.1.0-57-amd64/brd.ko"},
+		{GnuBuildId: id("c3"), Addresses: make([]uint64, 6), Filename: "/lib/modules/6.5.6-300.fc39.x86_64/xfs.ko"},
+		{GnuBuildId: id("c4"), Addresses: make([]uint64, 5), Filename: "vmlinux-6.12.38+deb13-amd64"},
+		{GnuBuildId: id("c5"), Addresses: make([]uint64, 4), Filename: "vmlinux-6.10.10-arch1-1"},
+		{GnuBuildId: id("c6"), Addresses: make([]uint64, 3), Filename: "vmlinux-6.1<b>bold</b>"},
+	}
+	if _, err := c.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: mods})); err != nil {
+		t.Fatal(err)
+	}
+
+	dc := debuginfov1connect.NewDebuginfoServiceClient(http.DefaultClient, r.url)
+	resp, err := dc.ListCoverage(context.Background(), connect.NewRequest(&debuginfov1.ListCoverageRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*debuginfov1.KernelDebuginfo{
+		id("c1"): {Release: "6.1.0-57-amd64", Packages: []string{"linux-image-6.1.0-57-amd64-dbg (Debian)"}},
+		id("c2"): {Release: "6.1.0-57-amd64", Module: "brd", Packages: []string{"linux-image-6.1.0-57-amd64-dbg (Debian)"}},
+		id("c3"): {Release: "6.5.6-300.fc39.x86_64", Module: "xfs", Packages: []string{"kernel-debuginfo-6.5.6-300.fc39.x86_64 (Fedora)"}},
+		id("c4"): {Release: "6.12.38+deb13-amd64", Packages: []string{"linux-image-6.12.38+deb13-amd64-dbg (Debian)"}},
+		id("c5"): {Release: "6.10.10-arch1-1"},
+		id("c6"): nil,
+	}
+	if len(resp.Msg.GetEntries()) != len(want) {
+		t.Fatalf("entries: %v", resp.Msg.GetEntries())
+	}
+	for _, e := range resp.Msg.GetEntries() {
+		if !proto.Equal(e.GetKernel(), want[e.GetBuildId()]) {
+			t.Errorf("%s (%v): kernel = %v, want %v", e.GetBuildId(), e.GetFilenames(), e.GetKernel(), want[e.GetBuildId()])
+		}
+	}
+
+	t.Run("cli", func(t *testing.T) {
+		var out bytes.Buffer
+		cmd := &uploadcli.MissingCmd{Conn: uploadcli.Conn{Server: r.url, Timeout: time.Minute}, Limit: 100, Out: &out}
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("symbolizer debuginfo missing:\n%s", out.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		// The table keeps its header and a row per binary; a line per release follows, in the
+		// table's order.
+		if len(lines) != 1+len(mods)+4 || !strings.HasPrefix(lines[0], "UNRESOLVED") {
+			t.Fatalf("output:\n%s", out.String())
+		}
+		wantLines := []string{
+			"kernel 6.1.0-57-amd64: debuginfo in linux-image-6.1.0-57-amd64-dbg (Debian): upload /usr/lib/debug/boot/vmlinux-6.1.0-57-amd64 and the modules' .ko under /usr/lib/debug/lib/modules/6.1.0-57-amd64",
+			"kernel 6.5.6-300.fc39.x86_64: debuginfo in kernel-debuginfo-6.5.6-300.fc39.x86_64 (Fedora; dnf debuginfo-install kernel-6.5.6-300.fc39.x86_64): upload /usr/lib/debug/lib/modules/6.5.6-300.fc39.x86_64/vmlinux and the modules' .ko.debug under /usr/lib/debug/lib/modules/6.5.6-300.fc39.x86_64",
+			"kernel 6.12.38+deb13-amd64: debuginfo in linux-image-6.12.38+deb13-amd64-dbg (Debian): upload /usr/lib/debug/boot/vmlinux-6.12.38+deb13-amd64 and the modules' .ko under /usr/lib/debug/lib/modules/6.12.38+deb13-amd64",
+			"kernel 6.10.10-arch1-1: no distribution package known for this release: upload its vmlinux and the modules' .ko with debug info from the kernel's build, or give the symbolizer a debuginfod server that has them (--debuginfod-url)",
+		}
+		if got := lines[1+len(mods):]; !slices.Equal(got, wantLines) {
+			t.Errorf("kernel lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
+		}
+		out.Reset()
+		cmd.JSON = true
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		// protojson varies its spacing on purpose: the lines are read back, not matched.
+		n := 0
+		for line := range strings.SplitSeq(strings.TrimSpace(out.String()), "\n") {
+			var e debuginfov1.Coverage
+			if err := protojson.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("--json line %q: %v", line, err)
+			}
+			if !strings.Contains(line, `"kernel"`) != (want[e.GetBuildId()] == nil) || !proto.Equal(e.GetKernel(), want[e.GetBuildId()]) {
+				t.Errorf("--json line %s: kernel = %v, want %v", line, e.GetKernel(), want[e.GetBuildId()])
+			}
+			n++
+		}
+		if n != len(mods) {
+			t.Errorf("--json: %d lines\n%s", n, out.String())
+		}
+	})
+
+	t.Run("ui", func(t *testing.T) {
+		// html/template writes the release's "+" as a character reference, and the name from
+		// the request as text.
+		_, raw := testsupport.Get(t, r.url+"/ui/")
+		if !strings.Contains(string(raw), "linux-image-6.12.38&#43;deb13-amd64-dbg (Debian)") || strings.Contains(string(raw), "<b>bold</b>") {
+			t.Errorf("/ui/ is not escaped as html/template escapes:\n%s", raw)
+		}
+		dom := browse(t, r.url+"/ui/", "kernel-coverage.png")
+		for _, want := range []string{
+			"kernel 6.1.0-57-amd64: debuginfo in <code>linux-image-6.1.0-57-amd64-dbg (Debian)</code>",
+			"kernel 6.1.0-57-amd64, module brd: debuginfo in <code>linux-image-6.1.0-57-amd64-dbg (Debian)</code>",
+			"kernel 6.5.6-300.fc39.x86_64, module xfs: debuginfo in <code>kernel-debuginfo-6.5.6-300.fc39.x86_64 (Fedora)</code>",
+			"kernel 6.12.38+deb13-amd64: debuginfo in <code>linux-image-6.12.38+deb13-amd64-dbg (Debian)</code>",
+			"kernel 6.10.10-arch1-1: no distribution package known",
+			"vmlinux-6.1&lt;b&gt;bold&lt;/b&gt;",
+		} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("/ui/ as the browser renders it lacks %q", want)
+			}
+		}
+		if strings.Count(dom, `class="kernel"`) != 5 {
+			t.Errorf("/ui/ has %d kernel hints, want 5", strings.Count(dom, `class="kernel"`))
+		}
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
+	"github.com/profsym/profsym/services/symbolizer/internal/kernelpkg"
 )
 
 //go:embed templates/*.html
@@ -28,6 +29,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"fidelity": fidelityText,
 	"idtype":   idTypeText,
 	"kind":     kindText,
+	"kernel":   kernelpkg.Proto,
 	"percent": func(part, whole uint64) string {
 		if whole == 0 {
 			return "-"

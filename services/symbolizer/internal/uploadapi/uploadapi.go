@@ -23,6 +23,7 @@ import (
 	"github.com/profsym/profsym/services/symbolizer/internal/auth"
 	"github.com/profsym/profsym/services/symbolizer/internal/catalog"
 	"github.com/profsym/profsym/services/symbolizer/internal/coverage"
+	"github.com/profsym/profsym/services/symbolizer/internal/kernelpkg"
 	"github.com/profsym/profsym/services/symbolizer/internal/metrics"
 	"github.com/profsym/profsym/services/symbolizer/internal/tenant"
 )
@@ -331,7 +332,8 @@ func (s *Service) List(ctx context.Context, req *connect.Request[debuginfov1.Lis
 	return connect.NewResponse(&debuginfov1.ListResponse{Debuginfos: list, NextPageToken: next}), nil
 }
 
-// ListCoverage implements the RPC.
+// ListCoverage implements the RPC. Entries of kernel images and modules say which kernel they
+// are and the packages of its debuginfo (kernelpkg).
 func (s *Service) ListCoverage(ctx context.Context, req *connect.Request[debuginfov1.ListCoverageRequest]) (*connect.Response[debuginfov1.ListCoverageResponse], error) {
 	if s.Coverage == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this server records no coverage"))
@@ -356,7 +358,9 @@ func (s *Service) ListCoverage(ctx context.Context, req *connect.Request[debugin
 	}
 	resp := &debuginfov1.ListCoverageResponse{Total: uint64(total)}
 	for _, e := range entries {
-		resp.Entries = append(resp.Entries, e.Proto())
+		c := e.Proto()
+		c.Kernel = kernelpkg.Proto(e.Filenames)
+		resp.Entries = append(resp.Entries, c)
 	}
 	return connect.NewResponse(resp), nil
 }

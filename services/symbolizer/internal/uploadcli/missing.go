@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	debuginfov1 "github.com/profsym/profsym/gen/profsym/debuginfo/v1"
+	"github.com/profsym/profsym/services/symbolizer/internal/kernelpkg"
 )
 
 // MissingCmd is `symbolizer debuginfo missing`.
@@ -25,7 +26,7 @@ type MissingCmd struct {
 	Since      time.Duration `help:"Only binaries asked about within this long (e.g. 24h); 0: any time."`
 	All        bool          `help:"Also list binaries whose every frame resolved and that miss no companion."`
 	Limit      uint32        `default:"100" help:"At most this many binaries, the most unresolved frames first."`
-	JSON       bool          `help:"One JSON entry per line (missing companions in missingCompanions)."`
+	JSON       bool          `help:"One JSON entry per line (missing companions in missingCompanions; for a kernel image or module, its release and debug packages in kernel)."`
 	Paths      bool          `help:"Print only the executable paths the requests carried, one per line, for a CI step such as 'symbolizer debuginfo missing --paths | xargs symbolizer upload'. Missing companions have no path the server knows: --companions lists them."`
 	Companions bool          `help:"Print only the missing companions, one per line, tab-separated: the kind (supplementary: the dwz file a debug file's .gnu_debugaltlink or .debug_sup names; dwarf_package: the .dwp of a -gsplit-dwarf executable), the ID it is uploaded under (the supplementary file's build ID or .debug_sup checksum; the executable's GNU build ID), then the executable paths the requests carried for binaries that need it. For a CI step such as 'symbolizer debuginfo missing --companions | while IFS=$'\\t' read -r kind id paths; do ...; done'."`
 	Out        io.Writer     `kong:"-"`
@@ -49,7 +50,7 @@ func reasonValue(s string) (debuginfov1.CoverageReason, error) {
 }
 
 // Run prints, per binary the server was asked to symbolize, how much resolved and why the rest
-// did not.
+// did not; then, per kernel release among them, the package of its debuginfo.
 func (c *MissingCmd) Run() error {
 	reason, err := reasonValue(c.Reason)
 	if err != nil {
@@ -133,7 +134,43 @@ func (c *MissingCmd) Run() error {
 	if total := resp.Msg.GetTotal(); total > uint64(len(entries)) {
 		fmt.Fprintf(out, "(%d of %d binaries; --limit shows more)\n", len(entries), total)
 	}
+	printKernels(out, entries)
 	return nil
+}
+
+// printKernels writes, per kernel release whose image or modules are among the entries with
+// something to upload, one line naming the package of its debuginfo and the files of it to
+// upload (one line per package, should several distributions name the release).
+func printKernels(out io.Writer, entries []*debuginfov1.Coverage) {
+	var releases []string
+	for _, e := range entries {
+		k := e.GetKernel()
+		if k == nil {
+			k = kernelpkg.Proto(e.GetFilenames()) // a server from before KernelDebuginfo
+		}
+		needs := e.GetFramesResolved() < e.GetFramesAsked() || len(e.GetMissingCompanions()) > 0
+		if k == nil || !needs || slices.Contains(releases, k.GetRelease()) {
+			continue
+		}
+		releases = append(releases, k.GetRelease())
+		ps := kernelpkg.Packages(k.GetRelease())
+		switch {
+		case len(ps) == 0 && len(k.GetPackages()) > 0:
+			// The server knows a distribution this command does not: its names, without paths.
+			fmt.Fprintf(out, "kernel %s: debuginfo in %s\n", k.GetRelease(), strings.Join(k.GetPackages(), " or "))
+		case len(ps) == 0:
+			fmt.Fprintf(out, "kernel %s: no distribution package known for this release: upload its vmlinux and the modules' .ko "+
+				"with debug info from the kernel's build, or give the symbolizer a debuginfod server that has them (--debuginfod-url)\n", k.GetRelease())
+		}
+		for _, p := range ps {
+			pkg := p.String()
+			if p.Install != "" {
+				pkg = p.Name + " (" + p.Distribution + "; " + p.Install + ")"
+			}
+			fmt.Fprintf(out, "kernel %s: debuginfo in %s: upload %s and the modules' %s under %s\n",
+				k.GetRelease(), pkg, p.Vmlinux, p.ModuleExt, p.ModuleDir)
+		}
+	}
 }
 
 // printCompanions writes one line per missing companion: kind, ID and the executables of the
