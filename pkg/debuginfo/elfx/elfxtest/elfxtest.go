@@ -100,8 +100,20 @@ func SymbolValue(tb testing.TB, path, name string) uint64 {
 // KernelModule is C shaped like a Linux kernel module, for tests of relocatable objects (gcc -c
 // -g -O2, freestanding): code in .text with inlined static functions, a cold function, which
 // gcc puts in .text.unlikely, an init function in .init.text and an exit function in
-// .exit.text (the kernel's __init and __exit), and data, read-only data and bss.
-const KernelModule = `static int counter;
+// .exit.text (the kernel's __init and __exit), and data, read-only data and bss. With
+// -DTEXT_ONLY -fno-reorder-blocks-and-partition all the code is in .text: llvm-symbolizer reads
+// a relocatable object as if every section started at 0, so its answers on the object itself
+// are right only where no other code section overlaps.
+const KernelModule = `#ifdef TEXT_ONLY
+#define __cold
+#define __init
+#define __exit
+#else
+#define __cold __attribute__((cold))
+#define __init __attribute__((section(".init.text"), cold))
+#define __exit __attribute__((section(".exit.text"), cold))
+#endif
+static int counter;
 static const int table[8] = {3, 1, 4, 1, 5, 9, 2, 6};
 int limit = 100;
 
@@ -116,7 +128,7 @@ __attribute__((noinline)) int hot(int x)
 	return s;
 }
 
-__attribute__((noinline, cold)) int slow_path(int x)
+__attribute__((noinline)) __cold int slow_path(int x)
 {
 	counter += mix(x);
 	return counter > limit ? -1 : counter;
@@ -129,13 +141,13 @@ __attribute__((noinline)) int dispatch(int x)
 	return hot(x) + mix(x);
 }
 
-__attribute__((section(".init.text"), noinline, cold)) int module_start(void)
+__attribute__((noinline)) __init int module_start(void)
 {
 	counter = mix(limit);
 	return dispatch(counter);
 }
 
-__attribute__((section(".exit.text"), noinline, cold)) void module_stop(void)
+__attribute__((noinline)) __exit void module_stop(void)
 {
 	counter = sq(counter) + mix(limit);
 }
