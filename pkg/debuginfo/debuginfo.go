@@ -498,7 +498,7 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 				b.info.DWARFError = err.Error()
 				continue
 			}
-			opts := dwarfsym.Options{Workers: b.opts.Workers}
+			opts := dwarfsym.Options{Workers: b.opts.Workers, CodeAtZero: f.LaidOut()}
 			if df, _ := b.dwarfFile(); f == df {
 				if b.supErr != nil {
 					warn("dwarf", b.supErr)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/profsym/profsym/pkg/debuginfo"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/debuginfo/index"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
@@ -37,6 +38,9 @@ func FuzzIndex(f *testing.F) {
 	for _, args := range [][]string{{"-g", "-O2"}, {"-gdwarf-4", "-O2", "-no-pie"}, {"-O2", "-s"}} {
 		f.Add(readFile(f, testsupport.CompileC(f, fuzzProgramC, args...)))
 	}
+	// A relocatable object shaped like a kernel module: the module layout and the relocation
+	// of its DWARF sections (elfx) take part.
+	f.Add(readFile(f, elfxtest.Host.CC(f, f.TempDir(), "mod.o", elfxtest.KernelModule, "-c", "-g", "-O2")))
 	// Go binaries are left to gopclntab's own fuzzing: the smallest is 1.5 MB, and the
 	// fuzzer, which minimizes every input it finds interesting, spends minutes on each.
 	f.Fuzz(func(t *testing.T, data []byte) {

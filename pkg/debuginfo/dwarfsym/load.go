@@ -55,6 +55,10 @@ type Options struct {
 	// names, compilation directories and abstract origins are read from it. Nil when there is
 	// none; a reference into it is then an error wrapping ErrNoSupplementary.
 	Supplementary map[string][]byte
+	// CodeAtZero says that code may start at address 0: the sections are those of a
+	// relocatable object laid out with its ".text" at 0 (elfx.File.LaidOut). In a linked file
+	// a function or line sequence at 0 is code the linker discarded, and is skipped.
+	CodeAtZero bool
 }
 
 // Stats says what Load found.
@@ -147,6 +151,7 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 			dec.linesOnly = opts.LinesOnly
 			dec.otherLanguages = opts.OtherLanguagesFunctions
 			dec.goFunctions = opts.GoFunctions
+			dec.codeAtZero = opts.CodeAtZero
 			if opts.Supplementary != nil {
 				dec.setSupplementary(opts.Supplementary, supUnits)
 			}
@@ -409,6 +414,7 @@ type decoder struct {
 	linesOnly      bool                   // see Options.LinesOnly
 	otherLanguages bool                   // see Options.OtherLanguagesFunctions
 	goFunctions    func(name string) bool // see Options.GoFunctions
+	codeAtZero     bool                   // see Options.CodeAtZero
 }
 
 func newDecoder(sec map[string][]byte, order binary.ByteOrder, units []unitHeader) *decoder {
@@ -520,6 +526,14 @@ func isTombstone(lo uint64) bool {
 	return lo == 0 || lo >= ^uint64(1)
 }
 
+// tombstone is isTombstone, but for 0 where code starts there (Options.CodeAtZero).
+func (dc *decoder) tombstone(lo uint64) bool {
+	if lo == 0 && dc.codeAtZero {
+		return false
+	}
+	return isTombstone(lo)
+}
+
 func (dc *decoder) unitCtx(i int) (*unitCtx, error) {
 	if u, ok := dc.unitCtxs[i]; ok {
 		return u, nil
@@ -611,7 +625,7 @@ func (dc *decoder) lines(files *lineFiles) error {
 		if !inSeq {
 			inSeq = true
 			seqStart = len(dc.res.lines)
-			dead = isTombstone(e.addr)
+			dead = dc.tombstone(e.addr)
 		}
 		if e.endSequence {
 			inSeq = false
@@ -829,7 +843,7 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 		}
 		live := rs[:0]
 		for _, rg := range rs {
-			if !isTombstone(rg[0]) && rg[1] > rg[0] {
+			if !dc.tombstone(rg[0]) && rg[1] > rg[0] {
 				live = append(live, rg)
 			}
 		}

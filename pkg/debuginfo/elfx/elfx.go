@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
@@ -86,10 +87,22 @@ type File struct {
 	r    io.ReaderAt
 	size int64
 	lim  Limits
+
+	// A relocatable object's module layout (reloc.go): whether it was applied, or why not.
+	laidOut   bool
+	layoutErr error
+	// Its relocation sections by target, and its symbols, read once when first needed.
+	relocOnce sync.Once
+	relocs    map[uint32][]*elf.Section
+	symOnce   sync.Once
+	syms      []elf.Symbol
+	symErr    error
 }
 
 // Open parses the ELF file of size bytes read through r. Nothing is read beyond size. Zero
-// fields of lim take their defaults (Limits.OrDefault).
+// fields of lim take their defaults (Limits.OrDefault). The sections of a relocatable object
+// (ET_REL) of x86-64 or AArch64 get the addresses of the kernel's module layout (see
+// ModuleLayout) in the returned File's headers.
 func Open(r io.ReaderAt, size int64, lim Limits) (*File, error) {
 	lim = lim.OrDefault()
 	if size < 0 {
@@ -114,7 +127,9 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*File, error) {
 	if len(ef.Sections) > lim.MaxSections {
 		return nil, fmt.Errorf("open ELF: %d sections, more than the limit %d: %w", len(ef.Sections), lim.MaxSections, ErrLimit)
 	}
-	return &File{f: ef, r: sr, size: size, lim: lim}, nil
+	f := &File{f: ef, r: sr, size: size, lim: lim}
+	f.layout()
+	return f, nil
 }
 
 // OpenPath opens and parses the ELF file at path. The returned Closer closes the file; the
@@ -428,7 +443,9 @@ var DWARFSectionNames = []string{
 
 // DWARFSections returns the DWARF sections present, decompressed, keyed by name without the
 // ".debug_" prefix (see DWARFSectionNames). .debug_X wins over .zdebug_X. SHT_NOBITS
-// sections (left by strip --only-keep-debug in the stripped binary) count as absent.
+// sections (left by strip --only-keep-debug in the stripped binary) count as absent. The
+// sections of a relocatable object come with their relocations applied (reloc.go); each call
+// returns buffers of its own.
 func (f *File) DWARFSections() (map[string][]byte, error) {
 	return f.DWARFSectionsOf(DWARFSectionNames...)
 }
@@ -449,13 +466,26 @@ func (f *File) DWARFSectionsOf(keys ...string) (map[string][]byte, error) {
 		if s == nil || s.Type == elf.SHT_NOBITS {
 			continue
 		}
-		b, err := f.SectionDataOf(s)
+		b, err := f.dwarfSectionData(s)
 		if err != nil {
 			return nil, fmt.Errorf("DWARF: %w", err)
 		}
 		out[key] = b
 	}
 	return out, nil
+}
+
+// dwarfSectionData is SectionDataOf with the section's relocations applied when the file is a
+// relocatable object (see relocate).
+func (f *File) dwarfSectionData(s *elf.Section) ([]byte, error) {
+	b, err := f.SectionDataOf(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.relocate(s, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // DWARFSectionsJoinedOf is DWARFSectionsOf for files that may hold several sections of one
@@ -492,7 +522,7 @@ func (f *File) DWARFSectionsJoinedOf(keys []string, joined ...string) (map[strin
 		if dup && !join[key] {
 			return nil, fmt.Errorf("DWARF: %w: two .debug_%s sections, and which one the units' offsets point into is unknown", ErrDuplicateSection, key)
 		}
-		b, err := f.SectionDataOf(s)
+		b, err := f.dwarfSectionData(s)
 		if err != nil {
 			return nil, fmt.Errorf("DWARF: %w", err)
 		}
@@ -516,9 +546,8 @@ func (f *File) DWARFSectionsJoinedOf(keys []string, joined ...string) (map[strin
 }
 
 // DWARF builds a debug/dwarf reader over DWARFSections, so every byte it sees went through
-// the limits of this package; a panic inside debug/dwarf.New becomes an error. Relocations
-// are not applied: this is for executables and shared libraries (ET_EXEC, ET_DYN) and their
-// debug files, not for relocatable objects.
+// the limits of this package; a panic inside debug/dwarf.New becomes an error. The sections
+// of a relocatable object are relocated against its module layout, as DWARFSections says.
 func (f *File) DWARF() (*dwarf.Data, error) {
 	secs, err := f.DWARFSections()
 	if err != nil {
@@ -564,8 +593,14 @@ func (f *File) HasDWARF() bool {
 	return false
 }
 
-// Loads returns the PT_LOAD program headers.
-func (f *File) Loads() []addrmap.Load { return addrmap.LoadsOf(f.f) }
+// Loads returns the PT_LOAD program headers; for a laid-out relocatable object, which has
+// none, its executable sections as loads (see relocatableLoads).
+func (f *File) Loads() []addrmap.Load {
+	if f.laidOut {
+		return f.relocatableLoads()
+	}
+	return addrmap.LoadsOf(f.f)
+}
 
 // Runnable reports whether the file's executable sections hold bytes. objcopy
 // --only-keep-debug turns them into NOBITS and rewrites the program headers' file offsets, so

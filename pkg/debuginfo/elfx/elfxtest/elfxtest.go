@@ -96,3 +96,59 @@ func SymbolValue(tb testing.TB, path, name string) uint64 {
 	tb.Fatalf("%s: no symbol %s", path, name)
 	return 0
 }
+
+// KernelModule is C shaped like a Linux kernel module, for tests of relocatable objects (gcc -c
+// -g -O2, freestanding): code in .text with inlined static functions, a cold function, which
+// gcc puts in .text.unlikely, an init function in .init.text and an exit function in
+// .exit.text (the kernel's __init and __exit), and data, read-only data and bss. With
+// -DTEXT_ONLY -fno-reorder-blocks-and-partition all the code is in .text: llvm-symbolizer reads
+// a relocatable object as if every section started at 0, so its answers on the object itself
+// are right only where no other code section overlaps.
+const KernelModule = `#ifdef TEXT_ONLY
+#define __cold
+#define __init
+#define __exit
+#else
+#define __cold __attribute__((cold))
+#define __init __attribute__((section(".init.text"), cold))
+#define __exit __attribute__((section(".exit.text"), cold))
+#endif
+static int counter;
+static const int table[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+int limit = 100;
+
+static inline __attribute__((always_inline)) int sq(int x) { return x * x; }
+static inline __attribute__((always_inline)) int mix(int x) { return sq(x) + table[x & 7]; }
+
+__attribute__((noinline)) int hot(int x)
+{
+	int s = 0;
+	for (int i = 0; i < x; i++)
+		s += mix(i + counter);
+	return s;
+}
+
+__attribute__((noinline)) __cold int slow_path(int x)
+{
+	counter += mix(x);
+	return counter > limit ? -1 : counter;
+}
+
+__attribute__((noinline)) int dispatch(int x)
+{
+	if (__builtin_expect(x > limit, 0))
+		return slow_path(x);
+	return hot(x) + mix(x);
+}
+
+__attribute__((noinline)) __init int module_start(void)
+{
+	counter = mix(limit);
+	return dispatch(counter);
+}
+
+__attribute__((noinline)) __exit void module_stop(void)
+{
+	counter = sq(counter) + mix(limit);
+}
+`
