@@ -82,6 +82,10 @@ type Kernel struct {
 	// then kernel image frames cannot be normalized (OffsetErr says why).
 	Source    string
 	OffsetErr error
+	// textStart and textEnd bound the image's text at runtime (kallsyms _stext/_text and
+	// _etext; 0 when unknown): code outside it (BPF programs, trampolines) is no part of
+	// vmlinux, although kallsyms names it after the image's last function.
+	textStart, textEnd uint64
 
 	opt     Options
 	mu      sync.Mutex
@@ -127,7 +131,20 @@ func Load(opt Options, syms Symbols) (*Kernel, error) {
 		k.BuildID = buildid.GNUFromNotes(notes, opt.ByteOrder)
 	}
 	k.Offset, k.Source, k.OffsetErr = offset(opt, notes, syms)
+	if syms != nil {
+		k.textStart, _ = syms.Address("_text")
+		if a, ok := syms.Address("_stext"); ok && (k.textStart == 0 || a < k.textStart) {
+			k.textStart = a
+		}
+		k.textEnd, _ = syms.Address("_etext")
+	}
 	return k, nil
+}
+
+// InText reports whether a runtime address lies in the kernel image's text, as far as
+// kallsyms bounds it (true where it does not).
+func (k *Kernel) InText(addr uint64) bool {
+	return (k.textStart == 0 || addr >= k.textStart) && (k.textEnd == 0 || addr < k.textEnd)
 }
 
 // Normalizable reports whether kernel image addresses can be normalized: both the build ID

@@ -176,6 +176,12 @@ func TestModules(t *testing.T) {
 	if k.Module("brd") != brd {
 		t.Fatal("a second lookup read the module again")
 	}
+	if !k.InText(0xffffffffc0a01000) {
+		t.Fatal("without kallsyms every address counts as text")
+	}
+	if k.Module("brd") != brd {
+		t.Fatal("a second lookup read the module again")
+	}
 	for _, tc := range []struct {
 		addr uint64
 		want uint64

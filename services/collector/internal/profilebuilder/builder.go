@@ -421,7 +421,7 @@ func (b *Builder) kernelLocation(pc uint64) int32 {
 		mapping := int32(-1)
 		if id := b.opts.KernelID; id != nil {
 			if sym.Module == kallsyms.Kernel {
-				if id.Normalizable() {
+				if id.Normalizable() && id.InText(pc) {
 					loc.SetAddress(id.Normalize(pc))
 					mapping = b.kernelFileMapping(sym.Module, id.BuildID)
 				}

@@ -64,6 +64,8 @@ func TestKernelIdentity(t *testing.T) {
 		"ffffffff9e000000 T _text",
 		"ffffffff9e000100 t do_work",
 		"ffffffff9f000000 T startup_xen",
+		"ffffffff9f100000 T _etext",
+		"ffffffffa0000000 t bpf_prog_1234\t[bpf]",
 		"ffffffffc0300000 t ext4_read\t[ext4]",
 		"ffffffffc0a00000 t brd_submit_bio\t[brd]",
 		"ffffffffc0a08000 t brd_init\t[brd]",
@@ -86,7 +88,7 @@ func TestKernelIdentity(t *testing.T) {
 		want   []frame
 	}{
 		{"identity known", func(t *testing.T) *kernelid.Kernel { return kernelTree(t, ks) },
-			[]uint64{0xffffffffc0a00042, 0xffffffff9e000151, 0xffffffffc0300011, 0xffffffffc0a08011},
+			[]uint64{0xffffffffc0a00042, 0xffffffff9e000151, 0xffffffffc0300011, 0xffffffffc0a08011, 0xffffffff9f100011},
 			[]frame{
 				{0x42, "brd_submit_bio", "/lib/modules/6.1.0-57-amd64/brd.ko", brdID},
 				{0xffffffff81000150, "do_work", image, imageID},
@@ -94,6 +96,9 @@ func TestKernelIdentity(t *testing.T) {
 				{0xffffffffc0300010, "ext4_read", "ext4", ""},
 				// In brd's .init.text: not part of the laid-out text.
 				{0xffffffffc0a08010, "brd_init", "brd", ""},
+				// Past _etext (a trampoline, say): kallsyms names it after the last symbol
+				// below, but it is no address of vmlinux.
+				{0xffffffff9f100010, "_etext", "vmlinux", ""},
 			}},
 		{"no identity", func(*testing.T) *kernelid.Kernel { return nil },
 			[]uint64{0xffffffffc0a00042, 0xffffffff9e000151},
