@@ -2,7 +2,10 @@ package main
 
 import "fmt"
 
-const bigdwarfFile = "bigdwarf.json"
+const (
+	bigdwarfFile = "bigdwarf.json"
+	kernelFile   = "kernel.json"
+)
 
 // bigdwarf is bench/bigdwarf's JSON.
 type bigdwarf struct {
@@ -49,6 +52,28 @@ func writeBigDWARF(p *page, b *bigdwarf) {
 		"each including the standard library's headers and instantiating its templates over their own types (recipe: %s). "+
 		"%d addresses sampled over the whole text, one process each, GNU time; best of %d.\n\n",
 		b.Name, b.FileMB, float64(b.DWARFBytes)/1e6, b.Recipe, b.Small, b.Repeat)
+	writeDWARFTables(p, b)
+}
+
+// writeKernel is the kernel's debug image, measured as the biggest C++ file is and held to
+// the same goals.
+func writeKernel(p *page, b *bigdwarf) {
+	p.f("## The kernel's debug image: vmlinux\n\n")
+	if b == nil {
+		p.f("Not measured in this run (no %s in the results): the kernel's debug package is not in the cache. "+
+			"`bash e2e/kernels/fetch-kernels.sh && bash e2e/kernels/fetch-kernel-debug.sh amd64-6.1` fetches it (860 MB), then `make bench-report` measures it.\n\n", kernelFile)
+		return
+	}
+	p.f("`bench/bigdwarf/run.sh` on `%s` (a %d MiB file, %.1f MB of DWARF), Debian's kernel debug image (the `-dbg` package's, fetched by "+
+		"`e2e/kernels/fetch-kernel-debug.sh`): the file kernel frames are symbolized from. "+
+		"%d addresses sampled over the whole text, one process each, GNU time; best of %d.\n\n",
+		b.Name, b.FileMB, float64(b.DWARFBytes)/1e6, b.Small, b.Repeat)
+	writeDWARFTables(p, b)
+}
+
+// writeDWARFTables writes a big file's sections, cold runs against llvm-symbolizer, answers
+// and service phases.
+func writeDWARFTables(p *page, b *bigdwarf) {
 	var rows [][]string
 	for _, s := range b.Sections {
 		rows = append(rows, []string{"`" + s.Name + "`", fmtNum(float64(s.Bytes)/1e6, 1)})

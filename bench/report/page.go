@@ -105,6 +105,7 @@ func generate(resultsDir, pagePath, plotsDir string) error {
 		return err
 	}
 	writeBigDWARF(p, r.BigDWARF)
+	writeKernel(p, r.Kernel)
 	return os.WriteFile(pagePath, []byte(p.String()), 0o644)
 }
 

@@ -177,6 +177,7 @@ type results struct {
 	Gateway    *gateway
 	Collector  *collector
 	BigDWARF   *bigdwarf
+	Kernel     *bigdwarf
 }
 
 // load reads a results directory. run.json is required; a missing bench file is a section
@@ -192,6 +193,7 @@ func load(dir string) (*results, error) {
 		gatewayFile:    &r.Gateway,
 		collectorFile:  &r.Collector,
 		bigdwarfFile:   &r.BigDWARF,
+		kernelFile:     &r.Kernel,
 	} {
 		err := readJSON(filepath.Join(dir, name), dst)
 		if errors.Is(err, fs.ErrNotExist) {

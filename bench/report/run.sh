@@ -64,6 +64,16 @@ else
 	log "bench/bigdwarf: $bigdwarf not built (bash bench/bigdwarf/build.sh builds it); its section says so"
 fi
 
+# The kernel's debug image: measured when e2e/kernels/fetch-kernel-debug.sh has fetched it
+# (860 MB; not fetched here), its section on the page says how otherwise.
+vmlinux=$(compgen -G "${XDG_CACHE_HOME:-$HOME/.cache}/profsym/kernel-debug/amd64-6.1/files/usr/lib/debug/boot/vmlinux-*" | head -n 1 || true)
+if [[ -n $vmlinux ]]; then
+	log "bench/bigdwarf on the kernel's debug image ($vmlinux)"
+	RESULTS=$results/kernel.json bash bench/bigdwarf/run.sh "$vmlinux"
+else
+	log "bench/bigdwarf on vmlinux: not fetched (e2e/kernels/fetch-kernel-debug.sh amd64-6.1 fetches it); its section says so"
+fi
+
 elapsed=$(($(date +%s) - t0))
 settings="bench/symbolize REPEAT=$REPEAT BIG=$BIG OURS_BIG=$OURS_BIG EU_BIG=$EU_BIG; bench/symbolizer BATCHES=$BATCHES ROUNDS=$ROUNDS COLD_RUNS=$COLD_RUNS; bench/gateway N=$N DURATION=$DURATION_GATEWAY CONCURRENCY=$CONCURRENCY OLD_REF=none; bench/collector DURATION=$DURATION_COLLECTOR FREQS=\"$FREQS\" BINARIES=$BINARIES"
 jq -n --arg started "$started" --argjson elapsed "$elapsed" \

@@ -8,7 +8,8 @@
 #
 # The cache is ${XDG_CACHE_HOME:-$HOME/.cache}/profsym/kernel-debug/ID; a second run with the
 # files there uses no network. fetch-kernels.sh must have run (it pins the version). apt runs
-# with a state of its own, as in fetch-kernels.sh: the machine's stays as it was.
+# with a state of its own, as in fetch-kernels.sh: the machine's stays as it was
+# (PROFSYM_DEBIAN_MIRROR and PROFSYM_DEBIAN_SECURITY_MIRROR name other mirrors).
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
 	echo "usage: $0 ID [MODULE...]" >&2
@@ -67,13 +68,15 @@ mkdir -p "$cache"
 exec 9>"$cache/lock"
 flock 9
 
-apt_dir=$base/kernels/apt
+# An apt state of its own (the releases the matrix takes kernels from), beside the caches.
+apt_dir=$base/kernel-debug/apt
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache"
-if [[ ! -f $apt_dir/sources.list ]]; then
-	opts="[target=Packages signed-by=$keyring]"
-	printf 'deb %s http://deb.debian.org/debian bookworm main\ndeb %s http://deb.debian.org/debian-security bookworm-security main\n' "$opts" "$opts" >"$apt_dir/sources.list"
-fi
+opts="[target=Packages signed-by=$keyring]"
+mirror=${PROFSYM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security=${PROFSYM_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+printf 'deb %s %s %s main\n' "$opts" "$mirror" bookworm "$opts" "$security" bookworm-security \
+	"$opts" "$mirror" trixie "$opts" "$mirror" sid >"$apt_dir/sources.list"
 apt_opts=(
 	-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=-
 	-o "Dir::State::lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
