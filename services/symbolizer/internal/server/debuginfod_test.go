@@ -19,6 +19,10 @@ import (
 	"github.com/profsym/profsym/gen/profsym/debuginfo/v1/debuginfov1connect"
 	symbolizerv1 "github.com/profsym/profsym/gen/profsym/symbolizer/v1"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
+	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
+	"github.com/profsym/profsym/pkg/symbolizecodec"
 	"github.com/profsym/profsym/pkg/testsupport"
 )
 
@@ -190,5 +194,64 @@ func TestGracefulShutdown(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		defer resp.Body.Close()
 		t.Fatal("the server still accepts connections after shutdown")
+	}
+}
+
+// A kernel module's debug file comes from a real debuginfod by its build ID (as distributions'
+// debuginfod servers serve .ko files) and answers module frames: addresses of the .ko laid out
+// as the kernel loads it, with an all-zero mapping.
+func TestDebuginfodKernelModule(t *testing.T) {
+	elfxtest.Need(t, "gcc", "ld")
+	dir, serve := t.TempDir(), t.TempDir()
+	obj := elfxtest.CC(t, dir, "mod.o", elfxtest.KernelModule, "-c", "-g", "-O2")
+	ko := filepath.Join(serve, "mod.ko")
+	elfxtest.Run(t, "ld", "-r", "--build-id", "-o", ko, obj)
+	ids, err := buildid.FromFile(ko)
+	if err != nil || ids.GNU == "" {
+		t.Fatalf("build ID %+v, %v", ids, err)
+	}
+	up := testsupport.StartDebuginfod(t, serve)
+	up.WaitForBuildID(t, ids.GNU, 30*time.Second)
+
+	ef, closer, err := elfx.OpenPath(ko, elfx.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	var addrs []uint64
+	var names []string
+	for _, sym := range elfxtest.Symbols(t, ko) {
+		switch sym.Name {
+		case "hot", "dispatch", "slow_path", "module_stop":
+			addrs = append(addrs, ef.ELF().Sections[sym.Section].Addr+sym.Value+1)
+			names = append(names, sym.Name)
+		}
+	}
+	if len(addrs) != 4 {
+		t.Fatalf("module functions found: %v", names)
+	}
+	r := start(t, "--debuginfod-url", up.URL(), "--debuginfod-timeout", "10s")
+	client := symbolizerv1connect.NewSymbolizerServiceClient(http.DefaultClient, r.url)
+	resp, err := client.Symbolize(context.Background(), connect.NewRequest(&symbolizerv1.SymbolizeRequest{Modules: []*symbolizerv1.Module{
+		{GnuBuildId: ids.GNU, Addresses: addrs, Filename: "/lib/modules/6.1.0-57-amd64/mod.ko"},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Msg.Modules[0]
+	if m.Status != symbolizerv1.ModuleStatus_MODULE_STATUS_OK {
+		t.Fatalf("module via debuginfod = %v %s", m.Status, m.Message)
+	}
+	want := engineFrames(t, ko, addrs)
+	sameLocations(t, "kernel module via debuginfod", m, want)
+	got, err := symbolizecodec.Decode(m, len(addrs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, frames := range got {
+		// The outermost frame is the function the address is in; inlined callees come first.
+		if len(frames) == 0 || frames[len(frames)-1].Function != names[i] || frames[0].Line == 0 {
+			t.Errorf("%s at %#x: %+v", names[i], addrs[i], frames)
+		}
 	}
 }
