@@ -22,6 +22,7 @@ import (
 	"github.com/profsym/profsym/e2e/guest"
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
@@ -155,10 +156,10 @@ func kernelDebuginfo(t *testing.T, here, id string, got map[string]fetched, sym 
 	if src := metricLabel(g.Metrics, "profsym_collector_kernel_frames", "reason"); src != "vmcoreinfo" {
 		t.Errorf("the KASLR offset came from %q, want vmcoreinfo (/proc/kcore)", src)
 	}
-	if text, link := g.Info["text"], linkText(t, vmlinux); text == "" || text == link {
-		t.Errorf("_text at %q, where vmlinux links it: KASLR did not move the kernel, so undoing it is not tested", text)
+	if text, link := g.Info["stext"], linkText(t, vmlinux); text == "" || text == link {
+		t.Errorf("_stext at %q, where vmlinux links it: KASLR did not move the kernel, so undoing it is not tested", text)
 	} else {
-		t.Logf("KASLR moved _text from %s to %s", link, text)
+		t.Logf("KASLR moved _stext from %s to %s", link, text)
 	}
 	checkModuleLayout(t, module, g.Info)
 
@@ -239,21 +240,27 @@ func kernelDebuginfo(t *testing.T, here, id string, got map[string]fetched, sym 
 	}
 	t.Logf("symbolized in %v", time.Since(start).Round(time.Millisecond))
 	tallies := map[string]*kernelTally{}
+	// llvm-symbolizer reads a relocatable object as if every section started at 0 (it mixes
+	// .text up with the module's other code sections, and names callers after .modinfo
+	// symbols): it is asked about the module linked with its sections where the layout puts
+	// them, plus a base.
+	linked, base := linkModule(t, module, arch)
 	for _, name := range []string{"vmlinux", debugModule} {
-		path := vmlinux
+		path, shift := vmlinux, uint64(0)
 		if name == debugModule {
-			path = module
+			path, shift = linked, base
 		}
-		var addrs []uint64
+		var addrs, asked []uint64
 		for k := range answers {
-			// llvm-symbolizer reads an object's addresses as offsets into its first text
-			// section; the module's other sections come after .text in its layout.
-			if k.file == name && (name == "vmlinux" || k.addr < textSize(t, module)) {
+			if k.file == name {
 				addrs = append(addrs, k.addr)
 			}
 		}
 		slices.Sort(addrs)
-		want := otlptest.LLVMSymbolize(t, path, addrs)
+		for _, a := range addrs {
+			asked = append(asked, a+shift)
+		}
+		want := otlptest.LLVMSymbolize(t, path, asked)
 		tl := &kernelTally{}
 		tallies[name] = tl
 		for i, a := range addrs {
@@ -334,17 +341,39 @@ func decodeOutput(t *testing.T, data []byte) []pprofile.Profiles {
 	return out
 }
 
-func textSize(t *testing.T, path string) uint64 {
+// linkModule links a module's debug file with a linker script that puts each of its
+// SHF_ALLOC sections at base plus the address the symbolizer's layout gives it (elfx), so that
+// llvm-symbolizer, reading the linked file at base+a, answers what the module should at a.
+func linkModule(t *testing.T, ko, arch string) (string, uint64) {
 	t.Helper()
-	f, err := elf.Open(path)
+	const base = 0x1000000
+	f, closer, err := elfx.OpenPath(ko, elfx.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if s := f.Section(".text"); s != nil {
-		return s.Size
+	defer closer.Close()
+	var script strings.Builder
+	script.WriteString("SECTIONS {\n")
+	for _, s := range f.ELF().Sections {
+		if s.Flags&elf.SHF_ALLOC != 0 && s.Size > 0 {
+			fmt.Fprintf(&script, "  %s %#x : { *(%s) }\n", s.Name, base+s.Addr, s.Name)
+		}
 	}
-	return 0
+	script.WriteString("}\n")
+	dir := t.TempDir()
+	lds, out := filepath.Join(dir, "layout.ld"), filepath.Join(dir, "linked")
+	if err := os.WriteFile(lds, []byte(script.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ld := "ld"
+	if arch == "arm64" {
+		ld = "aarch64-linux-gnu-ld"
+	}
+	cmd := exec.CommandContext(t.Context(), ld, "-T", lds, "--unresolved-symbols=ignore-all", "--noinhibit-exec", "-e", "0", "-o", out, ko)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", ld, err, b)
+	}
+	return out, base
 }
 
 // checkModuleLayout checks the rule by which the collector and the symbolizer agree on module
@@ -381,6 +410,12 @@ func checkModuleLayout(t *testing.T, path string, info map[string]string) {
 		if s.Flags&(elf.SHF_ALLOC|elf.SHF_EXECINSTR) != elf.SHF_ALLOC|elf.SHF_EXECINSTR || strings.HasPrefix(s.Name, ".init") {
 			continue
 		}
+		// arm64's loader sizes and aligns these itself (PLT veneers and ftrace's trampoline,
+		// empty in the .ko, which module.lds puts after the module's code): they hold no
+		// code the DWARF describes, and nothing follows them.
+		if f.Machine == elf.EM_AARCH64 && (s.Name == ".plt" || s.Name == ".init.plt" || s.Name == ".text.ftrace_trampoline") {
+			continue
+		}
 		align := max(s.Addralign, 1)
 		off = (off + align - 1) &^ (align - 1)
 		if s.Name == ".text" {
@@ -403,7 +438,7 @@ func checkModuleLayout(t *testing.T, path string, info map[string]string) {
 	}
 }
 
-// linkText returns the address vmlinux links _text at, as kallsyms prints it (16 hex digits).
+// linkText returns the address vmlinux links _stext at, as kallsyms prints it (16 hex digits).
 func linkText(t *testing.T, vmlinux string) string {
 	t.Helper()
 	f, err := elf.Open(vmlinux)
@@ -416,10 +451,10 @@ func linkText(t *testing.T, vmlinux string) string {
 		t.Fatal(err)
 	}
 	for _, s := range syms {
-		if s.Name == "_text" {
+		if s.Name == "_stext" {
 			return fmt.Sprintf("%016x", s.Value)
 		}
 	}
-	t.Fatalf("%s: no _text symbol", vmlinux)
+	t.Fatalf("%s: no _stext symbol", vmlinux)
 	return ""
 }

@@ -46,7 +46,7 @@ if [ "${e2e_kernel:-0}" = 1 ]; then
 	else
 		say "info insmod-failed brd"
 	fi
-	say "info text $(grep ' _text$' /proc/kallsyms | cut -d' ' -f1)"
+	say "info stext $(awk '$3 == "_stext" {print $1; exit}' /proc/kallsyms)"
 	(while :; do
 		dd if=/dev/zero of=/dev/ram0 bs=64k count=256 conv=fsync 2>/dev/null
 		echo 1 >/proc/sys/vm/drop_caches
