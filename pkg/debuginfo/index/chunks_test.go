@@ -20,6 +20,8 @@ func TestChunks(t *testing.T) {
 		{n: 0}, {n: 1}, {n: per - 1}, {n: per}, {n: per + 1}, {n: 3*per + 17},
 		{n: 10, grow: 10}, {n: per + 5, grow: per + 5}, {n: 2*per + 3, grow: 100, growAt: 50, growBy: per},
 		{n: 2*per + 3, growAt: per + 1, growBy: 7},
+		// Grow on a first chunk at its full size, partly filled.
+		{n: per + 9, growAt: per/2 + 3, growBy: 5},
 	}
 	for _, tt := range tests {
 		n := tt.n
