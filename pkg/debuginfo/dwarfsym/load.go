@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -147,6 +148,10 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The sections may be mapped from a file that can shrink while it is read
+			// (elfx.File.DWARFSectionsMappedOf): the fault is then a panic, which unit
+			// turns into the unit's error, not a crash.
+			debug.SetPanicOnFault(true)
 			dec := newDecoder(sections, order, units)
 			dec.linesOnly = opts.LinesOnly
 			dec.otherLanguages = opts.OtherLanguagesFunctions
