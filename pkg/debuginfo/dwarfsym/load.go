@@ -78,6 +78,11 @@ type Stats struct {
 	GoFunctionEntries []uint64
 }
 
+// maxCachedAbbrevs bounds the abbreviation tables a decoder keeps from one unit to the next
+// (units that share a table, as dwz's partial units and the units that import them do, read
+// it once while they fit).
+const maxCachedAbbrevs = 64
+
 // maxRefChain bounds how many abstract_origin/specification hops a name lookup follows; real
 // chains are two or three long, so a longer one is a cycle or garbage.
 const maxRefChain = 64
@@ -428,7 +433,7 @@ func newDecoder(sec map[string][]byte, order binary.ByteOrder, units []unitHeade
 		s: &dieSecs{
 			info: sec["info"], abbrev: sec["abbrev"], str: sec["str"], lineStr: sec["line_str"],
 			strOffsets: sec["str_offsets"], addr: sec["addr"], ranges: sec["ranges"], rnglists: sec["rnglists"],
-			order: order,
+			order: order, views: true,
 		},
 		refs:     make(map[uint64]*refDIE),
 		abbrevs:  make(map[uint64]*abbrevTable),
@@ -453,7 +458,7 @@ func (dc *decoder) setSupplementary(sec map[string][]byte, units []unitHeader) {
 		s: &dieSecs{
 			info: sec["info"], abbrev: sec["abbrev"], str: sec["str"], lineStr: sec["line_str"],
 			strOffsets: sec["str_offsets"], addr: sec["addr"], ranges: sec["ranges"], rnglists: sec["rnglists"],
-			order: dc.s.order,
+			order: dc.s.order, views: true,
 		},
 		line:     sec["line"],
 		units:    units,
@@ -514,6 +519,17 @@ func (dc *decoder) unit(i int) (res *unitResult) {
 	}
 	clear(dc.strIdx)
 	dc.strIdx[""] = 0
+	// The caches of referenced entries and of the units they are in serve the unit being
+	// decoded: nearly every reference stays within its unit. Kept for every unit a worker
+	// decodes, they held bench/bigdwarf's referenced entries, names and abbreviation tables
+	// of all 660 units to the end of Load (150 MB of tables alone), all of it pointers for
+	// the collector to mark. Cleared here, a reference across units costs that entry's
+	// decoding once per unit that makes it.
+	clear(dc.refs)
+	clear(dc.unitCtxs)
+	if len(dc.abbrevs) > maxCachedAbbrevs {
+		clear(dc.abbrevs)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			res = &unitResult{err: fmt.Errorf("malformed DWARF: %v", r)}
@@ -812,9 +828,14 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 		ctx := stack[len(stack)-1]
 		isFunc := a.tag == tagSubprogram || a.tag == tagInlinedSubroutine
 		inl := a.tag == tagInlinedSubroutine
-		if !isFunc || ctx.dead || (inl && ctx.node < 0) {
+		if !isFunc || ctx.dead || (inl && ctx.node < 0) || !a.mayHaveCode && !goNamed {
 			if err := skipAttrs(r, u, a); err != nil {
 				return fmt.Errorf("entry at %#x: %w", off, err)
+			}
+			if isFunc && !inl && !ctx.dead {
+				// A subprogram without code, as one whose ranges read empty below: its
+				// children are no function's.
+				ctx = frameCtx{node: -1}
 			}
 			if a.children {
 				stack = append(stack, ctx)
