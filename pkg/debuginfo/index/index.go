@@ -435,72 +435,52 @@ func (b *Builder) Build() (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{strings: b.strList, dm: newDemangled(len(b.strList), b.shownRefs), nodes: nodes, fidelity: b.fidelity, str: &lazyStrings{}}
-	ix.iv = flatten(b.ranges.Join(), depth)
+	ix.iv = flatten(sortByLo(&b.ranges), depth)
 	ix.on = dropSameOuterNames(outerNames(b.outer), ix.iv, nodes)
 
 	// The rows are read where they were added, in their chunks (see chunks); only when
 	// sequences interleave are they joined and sorted.
-	lines := &b.lines
-	row := lines.At
-	// An end marker and a row at one address: the row starts the next sequence and wins.
-	// Sources add sequences mostly in address order, so check before sorting.
-	lineCmp := func(a, b *lineRow) int {
-		if c := cmp.Compare(a.addr, b.addr); c != 0 {
-			return c
-		}
-		switch {
-		case a.end() && !b.end():
-			return -1
-		case !a.end() && b.end():
-			return 1
-		}
-		// Otherwise the row added last wins: seq makes the order total, so an unstable sort
-		// (much faster than a stable one on millions of rows) gives the stable result.
-		return cmp.Compare(a.seq, b.seq)
-	}
-	runs := sortedRuns(lines.Len(), row, lineCmp)
+	rows := lineRows{c: &b.lines}
+	runs := sortedRuns(&b.lines)
 	if runs == nil {
-		sorted := lines.Join()
-		slices.SortFunc(sorted, func(a, b lineRow) int { return lineCmp(&a, &b) })
-		row = func(i int) *lineRow { return &sorted[i] }
-		runs = []span{{0, len(sorted)}}
+		rows.sorted = b.lines.Join()
+		slices.SortFunc(rows.sorted, func(a, b lineRow) int { return lineCmp(&a, &b) })
+		runs = []span{{0, len(rows.sorted)}}
 	}
 	// A row that says what the row before it says changes no lookup (a lookup takes the last
 	// row at or below the address) and is dropped: Go's DWARF repeats file:line on about a
 	// third of its rows (statement boundaries), and on a large binary that is megabytes. Rows
 	// are counted first so that the index's table is allocated once, at its final size.
-	same := func(p, r *lineRow) bool {
-		return p.end() == r.end() && (p.end() || p.file == r.file && p.line == r.line && p.column == r.column)
-	}
 	kept := 0
 	var prev *lineRow
 	for _, rn := range runs {
 		for i := rn.lo; i < rn.hi; i++ {
-			r := row(i)
-			if prev == nil || !same(prev, r) {
+			r := rows.at(i)
+			if prev == nil || !sameLine(prev, r) {
 				kept++
 			}
 			prev = r
 		}
 	}
-	ix.ln = make([]lnRow, 0, kept)
+	ix.ln = make([]lnRow, kept)
+	k := 0
 	prev = nil
 	for _, rn := range runs {
 		for i := rn.lo; i < rn.hi; i++ {
-			r := row(i)
-			if prev != nil && same(prev, r) {
+			r := rows.at(i)
+			if prev != nil && sameLine(prev, r) {
 				prev = r
 				continue
 			}
 			prev = r
-			var lr lnRow
+			lr := &ix.ln[k]
+			k++
 			lr.setAddr(r.addr)
 			if r.end() {
 				lr.file = endFile
 			} else {
 				lr.file, lr.line, lr.col = r.file, r.line, r.column
 			}
-			ix.ln = append(ix.ln, lr)
 		}
 	}
 	b.lines = chunks[lineRow]{}
@@ -511,19 +491,62 @@ func (b *Builder) Build() (*Index, error) {
 	return ix, nil
 }
 
+// lineRows reads the builder's line rows where they were added, or sorted when they had to
+// be. Its at, lineCmp and sameLine are plain functions rather than closures, so that the
+// passes over the rows (tens of millions on a large binary) inline them.
+type lineRows struct {
+	c      *chunks[lineRow]
+	sorted []lineRow
+}
+
+func (s *lineRows) at(i int) *lineRow {
+	if s.sorted != nil {
+		return &s.sorted[i]
+	}
+	return s.c.At(i)
+}
+
+// lineCmp orders line rows by address. An end marker and a row at one address: the row
+// starts the next sequence and wins. Otherwise the row added last wins: seq makes the order
+// total, so an unstable sort (much faster than a stable one on millions of rows) gives the
+// stable result.
+func lineCmp(a, b *lineRow) int {
+	if c := cmp.Compare(a.addr, b.addr); c != 0 {
+		return c
+	}
+	switch {
+	case a.end() && !b.end():
+		return -1
+	case !a.end() && b.end():
+		return 1
+	}
+	return cmp.Compare(a.seq, b.seq)
+}
+
+// sameLine reports whether row r says what row p before it says.
+func sameLine(p, r *lineRow) bool {
+	return p.end() == r.end() && (p.end() || p.file == r.file && p.line == r.line && p.column == r.column)
+}
+
 // span is a run of rows [lo, hi).
 type span struct{ lo, hi int }
 
-// sortedRuns returns the order of the n rows (row(i) is row i) as spans of rows: the rows in
-// span order are sorted by cmp. It returns nil when sequences interleave, and the rows need a
-// sort of their own.
-func sortedRuns(n int, row func(int) *lineRow, cmp func(a, b *lineRow) int) []span {
+// sortedRuns returns the order of the rows as spans of rows: the rows in span order are
+// sorted by lineCmp. Sources add sequences mostly in address order, so this is checked
+// before sorting. It returns nil when sequences interleave, and the rows need a sort of
+// their own.
+func sortedRuns(rows *chunks[lineRow]) []span {
 	// A run ends where the order breaks and after every end marker: consecutive sequences
 	// of one unit ascend, but other units' sequences may lie in the gaps between them.
 	var runs []span
+	n := rows.Len()
 	start := 0
 	for i := 1; i <= n; i++ {
-		if i == n || row(i-1).end() || cmp(row(i-1), row(i)) > 0 {
+		if i == n {
+			runs = append(runs, span{start, i})
+			break
+		}
+		if p := rows.At(i - 1); p.end() || lineCmp(p, rows.At(i)) > 0 {
 			runs = append(runs, span{start, i})
 			start = i
 		}
@@ -531,10 +554,10 @@ func sortedRuns(n int, row func(int) *lineRow, cmp func(a, b *lineRow) int) []sp
 	if len(runs) <= 1 {
 		return runs
 	}
-	slices.SortFunc(runs, func(a, b span) int { return cmp(row(a.lo), row(b.lo)) })
+	slices.SortFunc(runs, func(a, b span) int { return lineCmp(rows.At(a.lo), rows.At(b.lo)) })
 	for k := 1; k < len(runs); k++ {
 		// Each run must end before the next begins; otherwise their rows interleave.
-		if cmp(row(runs[k-1].hi-1), row(runs[k].lo)) >= 0 {
+		if lineCmp(rows.At(runs[k-1].hi-1), rows.At(runs[k].lo)) >= 0 {
 			return nil
 		}
 	}
@@ -692,13 +715,13 @@ func (h *activeHeap) pop() {
 	h.down(0)
 }
 
-// flatten turns possibly nested or overlapping ranges into disjoint sorted intervals, each owned
-// by the highest-priority range covering it.
+// flatten turns possibly nested or overlapping ranges, sorted by start (sortByLo), into
+// disjoint sorted intervals, each owned by the highest-priority range covering it.
 func flatten(ranges []rangeEntry, depth []uint32) (rows []ivRow) {
 	if len(ranges) == 0 {
 		return nil
 	}
-	rs := sortByLo(ranges)
+	rs := ranges
 
 	prio := func(r rangeEntry) uint64 {
 		var p uint64
@@ -761,52 +784,78 @@ func flatten(ranges []rangeEntry, depth []uint32) (rows []ivRow) {
 	return out.Join()
 }
 
-// sortByLo returns the ranges ordered by start (in any order among equal starts: flatten's
-// priorities decide between them), in ranges or in a slice of its own. A radix sort on the
-// start's offset from the lowest: on bench/bigdwarf's 6.3 M ranges, slices.SortFunc took
-// 1.2 s of the build's CPU, two passes over 13-bit digits about a tenth of it. It needs a
-// second array of the ranges' size, which the comparison sort's copy of them took as well.
-func sortByLo(ranges []rangeEntry) []rangeEntry {
+// sortByLo empties c into one slice of its ranges ordered by start (in any order among equal
+// starts: flatten's priorities decide between them). A radix sort on the start's offset from
+// the lowest, by its high bits straight out of the chunks into the slice, then each bucket
+// (a few dozen ranges) by comparison: on bench/bigdwarf's 6.3 M ranges slices.SortFunc took
+// 1.2 s of the build's CPU. Scattering from the chunks spares the copy that joining them
+// first made, 200 MB of fresh memory there.
+func sortByLo(c *chunks[rangeEntry]) []rangeEntry {
+	n := c.Len()
+	if n == 0 {
+		return nil
+	}
 	sorted := true
-	lo, hi := ranges[0].lo, ranges[0].lo
-	for i := 1; i < len(ranges); i++ {
-		v := ranges[i].lo
-		if v < ranges[i-1].lo {
-			sorted = false
+	lo, hi := c.At(0).lo, c.At(0).lo
+	prev := lo
+	for _, ch := range c.list {
+		for i := range ch {
+			v := ch[i].lo
+			if v < prev {
+				sorted = false
+			}
+			prev = v
+			lo, hi = min(lo, v), max(hi, v)
 		}
-		lo, hi = min(lo, v), max(hi, v)
 	}
-	if sorted {
-		return ranges
-	}
-	const digitBits = 13
-	width := bits.Len64(hi - lo)
-	if len(ranges) < 1<<12 || width > 4*digitBits {
-		// Small inputs, and starts spread over more than 2^52 bytes (corrupt input; no
-		// address space is that large), are sorted by comparison.
-		slices.SortFunc(ranges, func(a, b rangeEntry) int { return cmp.Compare(a.lo, b.lo) })
-		return ranges
-	}
-	src, dst := ranges, make([]rangeEntry, len(ranges))
-	var count [1 << digitBits]int
-	for shift := 0; shift < width; shift += digitBits {
-		clear(count[:])
-		for i := range src {
-			count[(src[i].lo-lo)>>shift&(1<<digitBits-1)]++
+	byLo := func(a, b rangeEntry) int { return cmp.Compare(a.lo, b.lo) }
+	if sorted || n < 1<<12 {
+		all := c.Join()
+		if !sorted {
+			slices.SortFunc(all, byLo)
 		}
-		pos := 0
-		for d, c := range count {
-			count[d] = pos
-			pos += c
-		}
-		for i := range src {
-			d := (src[i].lo - lo) >> shift & (1<<digitBits - 1)
-			dst[count[d]] = src[i]
-			count[d]++
-		}
-		src, dst = dst, src
+		return all
 	}
-	return src
+	// About 32 ranges per bucket.
+	digitBits := min(max(bits.Len(uint(n/32)), 8), 20)
+	shift := max(bits.Len64(hi-lo)-digitBits, 0)
+	count := make([]int, 1<<digitBits+1)
+	for _, ch := range c.list {
+		for i := range ch {
+			count[(ch[i].lo-lo)>>shift+1]++
+		}
+	}
+	for d := 1; d < len(count); d++ {
+		count[d] += count[d-1]
+	}
+	out := make([]rangeEntry, n)
+	next := slices.Clone(count[:len(count)-1])
+	for k, ch := range c.list {
+		for i := range ch {
+			d := (ch[i].lo - lo) >> shift
+			out[next[d]] = ch[i]
+			next[d]++
+		}
+		c.list[k] = nil
+	}
+	*c = chunks[rangeEntry]{}
+	if shift > 0 {
+		for d := 0; d+1 < len(count); d++ {
+			switch b := out[count[d]:count[d+1]]; {
+			case len(b) > 48:
+				slices.SortFunc(b, byLo)
+			case len(b) > 1:
+				// Insertion, by the key itself: a comparison function's call per
+				// step was most of the time the buckets took.
+				for i := 1; i < len(b); i++ {
+					for j := i; j > 0 && b[j].lo < b[j-1].lo; j-- {
+						b[j], b[j-1] = b[j-1], b[j]
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (ix *Index) validate() error {
