@@ -101,9 +101,10 @@ func (f Fidelity) String() string {
 type Builder struct {
 	strs    map[string]uint32
 	strList []string
-	// shown maps a linkage name's string ID to the ID of its demangled spelling, which
-	// shownRefs lists in ID order (see Demangled).
-	shown     map[uint32]uint32
+	// shown maps a linkage name's string ID to the ID of its demangled spelling (0: none;
+	// string 0 is ""), which shownRefs lists in ID order (see Demangled). A slice by ID
+	// rather than a map: it is read for every function a C++ program's DWARF adds.
+	shown     []uint32
 	shownRefs []demangledRef
 	// nodes are chunks, as ranges and lines are, joined once by Build: appended to one
 	// slice, bench/bigdwarf's 3.5 M nodes (139 MB) were 788 MB of allocations, each growth a
