@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -492,7 +493,10 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			if f == nil || !f.HasDWARF() {
 				continue
 			}
-			secs, err := f.DWARFSectionsOf(dwarfsym.SectionNames...)
+			// Mapped, not read: see elfx.File.DWARFSectionsMappedOf. Nothing Load adds to the
+			// builder refers to them (strings are copied), so they are released as soon as it
+			// returns, before the index's tables are made.
+			secs, release, err := f.DWARFSectionsMappedOf(dwarfsym.SectionNames...)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
@@ -501,12 +505,14 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 			opts := dwarfsym.Options{Workers: b.opts.Workers, CodeAtZero: f.LaidOut()}
 			if df, _ := b.dwarfFile(); f == df {
 				if b.supErr != nil {
+					_ = release() // only read from
 					warn("dwarf", b.supErr)
 					b.info.DWARFError = b.supErr.Error()
 					continue
 				}
 				if b.sup != nil {
 					if opts.Supplementary, err = b.sup.DWARFSectionsOf(dwarfsym.SectionNames...); err != nil {
+						_ = release()
 						err = fmt.Errorf("supplementary file: %w", err)
 						warn("dwarf", err)
 						b.info.DWARFError = err.Error()
@@ -514,11 +520,10 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 					}
 				}
 			}
-			if opts.Package, err = b.dwarfPackage(f, secs); err != nil {
-				// The skeleton units still give their line tables.
-				b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf package: %v", err))
+			st, err := b.loadDWARF(f, secs, bld, opts)
+			if rerr := release(); err == nil && rerr != nil {
+				err = fmt.Errorf("unmap sections: %w", rerr)
 			}
-			st, err := dwarfsym.Load(secs, byteOrder(f.ELF()), bld, opts)
 			if err != nil {
 				warn("dwarf", err)
 				b.info.DWARFError = err.Error()
@@ -583,6 +588,28 @@ func (b *Binary) buildFrom(goDWARFLines bool) (*index.Index, error) {
 		return nil, fmt.Errorf("%s: no usable debug information: %w", b.path, hardErr)
 	}
 	return ix, nil
+}
+
+// loadDWARF loads the DWARF sections secs of f, some of which may be mapped from the file
+// (elfx.File.DWARFSectionsMappedOf): a read of them that faults, because the file shrank
+// while it was mapped, is the DWARF's error rather than the process's crash. Load's workers
+// set the same for themselves.
+func (b *Binary) loadDWARF(f *elfx.File, secs map[string][]byte, bld *index.Builder, opts dwarfsym.Options) (st dwarfsym.Stats, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			fault, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("reading the DWARF of a file that changed while it was read: fault at %#x: %v", fault.Addr(), r)
+		}
+	}()
+	if opts.Package, err = b.dwarfPackage(f, secs); err != nil {
+		// The skeleton units still give their line tables.
+		b.info.Warnings = append(b.info.Warnings, fmt.Sprintf("dwarf package: %v", err))
+	}
+	return dwarfsym.Load(secs, byteOrder(f.ELF()), bld, opts)
 }
 
 // dwarfPackage opens the DWARF package of f's skeleton units: Options.DWARFPackage, else

@@ -1,10 +1,12 @@
 package dwarfsym
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // lineFiles is the file table of one line program, with every entry already turned into the
@@ -151,17 +153,23 @@ func (r *secReader) uleb() uint64 {
 }
 
 func (r *secReader) cstr() string {
-	i := r.off
-	for i < len(r.data) && r.data[i] != 0 {
-		i++
-	}
-	if i >= len(r.data) {
-		r.fail()
+	s, ok := r.cstrView()
+	if !ok {
 		return ""
 	}
-	s := string(r.data[r.off:i])
-	r.off = i + 1
-	return s
+	return strings.Clone(s)
+}
+
+// cstrView is cstr without the copy (see dieSecs.views).
+func (r *secReader) cstrView() (string, bool) {
+	i := bytes.IndexByte(r.data[r.off:], 0)
+	if i < 0 {
+		r.fail()
+		return "", false
+	}
+	s := unsafe.String(unsafe.SliceData(r.data[r.off:]), i)
+	r.off += i + 1
+	return s, true
 }
 
 func cstrAt(sec []byte, off uint64) (string, error) {
@@ -169,10 +177,21 @@ func cstrAt(sec []byte, off uint64) (string, error) {
 		return "", fmt.Errorf("string offset %#x beyond section of %d bytes", off, len(sec))
 	}
 	b := sec[off:]
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i]), nil
-		}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return string(b[:i]), nil
+	}
+	return "", fmt.Errorf("string at %#x not terminated", off)
+}
+
+// cstrView is cstrAt without the copy: the string is sec's bytes, valid for as long as sec is
+// (see dieSecs.views).
+func cstrView(sec []byte, off uint64) (string, error) {
+	if off >= uint64(len(sec)) {
+		return "", fmt.Errorf("string offset %#x beyond section of %d bytes", off, len(sec))
+	}
+	b := sec[off:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return unsafe.String(unsafe.SliceData(b), i), nil
 	}
 	return "", fmt.Errorf("string at %#x not terminated", off)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/profsym/profsym/pkg/debuginfo/index"
@@ -76,6 +77,11 @@ type Stats struct {
 	// Options.GoFunctions, in no particular order.
 	GoFunctionEntries []uint64
 }
+
+// maxCachedAbbrevs bounds the abbreviation tables a decoder keeps from one unit to the next
+// (units that share a table, as dwz's partial units and the units that import them do, read
+// it once while they fit).
+const maxCachedAbbrevs = 64
 
 // maxRefChain bounds how many abstract_origin/specification hops a name lookup follows; real
 // chains are two or three long, so a longer one is a cycle or garbage.
@@ -147,6 +153,10 @@ func Load(sections map[string][]byte, order binary.ByteOrder, b *index.Builder, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The sections may be mapped from a file that can shrink while it is read
+			// (elfx.File.DWARFSectionsMappedOf): the fault is then a panic, which unit
+			// turns into the unit's error, not a crash.
+			debug.SetPanicOnFault(true)
 			dec := newDecoder(sections, order, units)
 			dec.linesOnly = opts.LinesOnly
 			dec.otherLanguages = opts.OtherLanguagesFunctions
@@ -423,7 +433,7 @@ func newDecoder(sec map[string][]byte, order binary.ByteOrder, units []unitHeade
 		s: &dieSecs{
 			info: sec["info"], abbrev: sec["abbrev"], str: sec["str"], lineStr: sec["line_str"],
 			strOffsets: sec["str_offsets"], addr: sec["addr"], ranges: sec["ranges"], rnglists: sec["rnglists"],
-			order: order,
+			order: order, views: true,
 		},
 		refs:     make(map[uint64]*refDIE),
 		abbrevs:  make(map[uint64]*abbrevTable),
@@ -448,7 +458,7 @@ func (dc *decoder) setSupplementary(sec map[string][]byte, units []unitHeader) {
 		s: &dieSecs{
 			info: sec["info"], abbrev: sec["abbrev"], str: sec["str"], lineStr: sec["line_str"],
 			strOffsets: sec["str_offsets"], addr: sec["addr"], ranges: sec["ranges"], rnglists: sec["rnglists"],
-			order: dc.s.order,
+			order: dc.s.order, views: true,
 		},
 		line:     sec["line"],
 		units:    units,
@@ -509,6 +519,17 @@ func (dc *decoder) unit(i int) (res *unitResult) {
 	}
 	clear(dc.strIdx)
 	dc.strIdx[""] = 0
+	// The caches of referenced entries and of the units they are in serve the unit being
+	// decoded: nearly every reference stays within its unit. Kept for every unit a worker
+	// decodes, they held bench/bigdwarf's referenced entries, names and abbreviation tables
+	// of all 660 units to the end of Load (150 MB of tables alone), all of it pointers for
+	// the collector to mark. Cleared here, a reference across units costs that entry's
+	// decoding once per unit that makes it.
+	clear(dc.refs)
+	clear(dc.unitCtxs)
+	if len(dc.abbrevs) > maxCachedAbbrevs {
+		clear(dc.abbrevs)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			res = &unitResult{err: fmt.Errorf("malformed DWARF: %v", r)}
@@ -807,9 +828,14 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 		ctx := stack[len(stack)-1]
 		isFunc := a.tag == tagSubprogram || a.tag == tagInlinedSubroutine
 		inl := a.tag == tagInlinedSubroutine
-		if !isFunc || ctx.dead || (inl && ctx.node < 0) {
+		if !isFunc || ctx.dead || (inl && ctx.node < 0) || !a.mayHaveCode && !goNamed {
 			if err := skipAttrs(r, u, a); err != nil {
 				return fmt.Errorf("entry at %#x: %w", off, err)
+			}
+			if isFunc && !inl && !ctx.dead {
+				// A subprogram without code, as one whose ranges read empty below: its
+				// children are no function's.
+				ctx = frameCtx{node: -1}
 			}
 			if a.children {
 				stack = append(stack, ctx)
@@ -834,8 +860,17 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 			}
 			r.off, fd = attrStart, funcDIE{off: off}
 		}
-		if err := dc.readFunc(r, u, a, &fd, false); err != nil {
-			return err
+		// One pass reads the ranges and the names: nearly every entry read here has code
+		// (its abbreviation has low_pc or ranges), and names are views, not copies. Reading
+		// the ranges first and the names again for the entries with code took a tenth of
+		// the walk's CPU on bench/bigdwarf. A name that does not decode is an error only for
+		// a function whose code is live, as it was: the ranges are then read alone.
+		namesErr := dc.readFunc(r, u, a, &fd, true)
+		if namesErr != nil {
+			r.off, fd = attrStart, funcDIE{off: off}
+			if err := dc.readFunc(r, u, a, &fd, false); err != nil {
+				return err
+			}
 		}
 		rs, err := dc.funcRanges(u, &fd)
 		if err != nil {
@@ -858,12 +893,9 @@ func (dc *decoder) walk(u *unitCtx, files *lineFiles) error {
 			}
 			continue
 		}
-		attrEnd := r.off
-		r.off = attrStart
-		if err := dc.readFunc(r, u, a, &fd, true); err != nil {
-			return err
+		if namesErr != nil {
+			return namesErr
 		}
-		r.off = attrEnd
 		n, err := dc.names(&fd)
 		if err != nil {
 			return err

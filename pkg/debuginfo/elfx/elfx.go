@@ -85,6 +85,7 @@ const zlibMaxRatio = 1032
 type File struct {
 	f    *elf.File
 	r    io.ReaderAt
+	file io.ReaderAt // the reader given to Open: an *os.File can be mapped (mapped.go)
 	size int64
 	lim  Limits
 
@@ -127,7 +128,7 @@ func Open(r io.ReaderAt, size int64, lim Limits) (*File, error) {
 	if len(ef.Sections) > lim.MaxSections {
 		return nil, fmt.Errorf("open ELF: %d sections, more than the limit %d: %w", len(ef.Sections), lim.MaxSections, ErrLimit)
 	}
-	f := &File{f: ef, r: sr, size: size, lim: lim}
+	f := &File{f: ef, r: sr, file: r, size: size, lim: lim}
 	f.layout()
 	return f, nil
 }

@@ -1,6 +1,8 @@
 package index
 
 import (
+	"cmp"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -20,6 +22,8 @@ func TestChunks(t *testing.T) {
 		{n: 0}, {n: 1}, {n: per - 1}, {n: per}, {n: per + 1}, {n: 3*per + 17},
 		{n: 10, grow: 10}, {n: per + 5, grow: per + 5}, {n: 2*per + 3, grow: 100, growAt: 50, growBy: per},
 		{n: 2*per + 3, growAt: per + 1, growBy: 7},
+		// Grow on a first chunk at its full size, partly filled.
+		{n: per + 9, growAt: per/2 + 3, growBy: 5},
 	}
 	for _, tt := range tests {
 		n := tt.n
@@ -64,6 +68,45 @@ func TestChunks(t *testing.T) {
 		}
 		if c.Len() != 0 {
 			t.Errorf("%d rows: Len after Join = %d", n, c.Len())
+		}
+	}
+}
+
+// TestSortByLo: the ranges come back ordered by start, every one of them, whether they
+// arrive sorted, shuffled, few, many, spread over a small or a large span of addresses.
+func TestSortByLo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		n      int
+		span   uint64
+		sorted bool
+	}{
+		{0, 0, false}, {1, 10, false}, {100, 1 << 20, false}, {5000, 1 << 12, true},
+		{5000, 1, false}, {50000, 1 << 12, false}, {50000, 1 << 25, false}, {50000, 1 << 62, false},
+	} {
+		var c chunks[rangeEntry]
+		var want []rangeEntry
+		for i := range tc.n {
+			lo := 0x400000 + rng.Uint64N(tc.span+1)
+			if tc.sorted {
+				lo = 0x400000 + uint64(i)*tc.span/uint64(tc.n)
+			}
+			r := rangeEntry{lo: lo, hi: lo + 1 + rng.Uint64N(64), node: NodeID(i), seq: uint32(i)}
+			c.Append(r)
+			want = append(want, r)
+		}
+		got := sortByLo(&c)
+		if c.Len() != 0 {
+			t.Errorf("n=%d span=%d: %d ranges left in the chunks", tc.n, tc.span, c.Len())
+		}
+		if !slices.IsSortedFunc(got, func(a, b rangeEntry) int { return cmp.Compare(a.lo, b.lo) }) {
+			t.Errorf("n=%d span=%d: not sorted by start", tc.n, tc.span)
+		}
+		bySeq := func(a, b rangeEntry) int { return cmp.Compare(a.seq, b.seq) }
+		got = slices.Clone(got)
+		slices.SortFunc(got, bySeq)
+		if !slices.Equal(got, want) {
+			t.Errorf("n=%d span=%d: the ranges are not those added", tc.n, tc.span)
 		}
 	}
 }

@@ -104,14 +104,14 @@ func (b *Builder) Demangled(linkage string) uint32 {
 		return b.String(demangle.Name(linkage))
 	}
 	src := b.String(linkage)
-	if id, ok := b.shown[src]; ok {
-		return id
-	}
-	if b.shown == nil {
-		b.shown = make(map[uint32]uint32)
+	if int(src) < len(b.shown) && b.shown[src] != 0 {
+		return b.shown[src]
 	}
 	id := uint32(len(b.strList))
 	b.strList = append(b.strList, b.strList[src])
+	if int(src) >= len(b.shown) {
+		b.shown = append(b.shown, make([]uint32, int(src)+1-len(b.shown))...)
+	}
 	b.shown[src] = id
 	b.shownRefs = append(b.shownRefs, demangledRef{id: id, src: src})
 	return id

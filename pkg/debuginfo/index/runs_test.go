@@ -75,7 +75,11 @@ func TestSortedRunsOrdersAsASort(t *testing.T) {
 						t.Fatalf("round %d, address %d: %+v, want %+v", round, addr, got, wantLine)
 					}
 				}
-				runs := sortedRuns(len(rows), func(i int) *lineRow { return &rows[i] }, cmpRows)
+				var c chunks[lineRow]
+				for _, r := range rows {
+					c.Append(r)
+				}
+				runs := sortedRuns(&c)
 				if runs == nil {
 					if !tc.overlap {
 						t.Fatalf("round %d: disjoint sequences reported as interleaved", round)

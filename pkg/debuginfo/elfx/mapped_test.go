@@ -1,0 +1,119 @@
+package elfx
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// Mapped sections are the bytes DWARFSectionsOf reads: the uncompressed ones mapped, the
+// compressed ones read and decompressed as before.
+func TestDWARFSectionsMapped(t *testing.T) {
+	defer func(m uint64) { minMappedSection = m }(minMappedSection)
+	minMappedSection = 0
+	for name, path := range variants(t) {
+		t.Run(name, func(t *testing.T) {
+			f := openPath(t, path)
+			want, err := f.DWARFSections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, maps, err := f.mapDWARFSections(DWARFSectionNames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Errorf("got %d sections, want %d", len(got), len(want))
+			}
+			for k, w := range want {
+				if !bytes.Equal(got[k], w) {
+					t.Errorf("section %s differs from the one read (%d vs %d bytes)", k, len(got[k]), len(w))
+				}
+			}
+			// Exactly the sections stored as they are come from a mapping.
+			for k, b := range got {
+				s := f.Section(".debug_" + k)
+				if s == nil {
+					s = f.Section(".zdebug_" + k)
+				}
+				compressed := s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug_")
+				if mapped := inMaps(b, maps); mapped == compressed {
+					t.Errorf("section %s: mapped %v, compressed %v", s.Name, mapped, compressed)
+				}
+			}
+			if name == "plain" && len(maps) != len(want) {
+				t.Errorf("%d of %d uncompressed sections mapped", len(maps), len(want))
+			}
+			for _, m := range maps {
+				if err := unmap(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A mapped section of a file that shrinks under it faults when read past the new end; with
+// debug.SetPanicOnFault, as the engine reads mapped sections, that is a panic the reader
+// recovers from (debuginfo turns it into the DWARF's error), not a crash.
+func TestDWARFSectionsMappedFileShrinks(t *testing.T) {
+	defer func(m uint64) { minMappedSection = m }(minMappedSection)
+	minMappedSection = 0
+	path := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(path, readFile(t, variants(t)["plain"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := openPath(t, path)
+	secs, release, err := f.DWARFSectionsMappedOf("info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	info := secs["info"]
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	faulted := func() (faulted bool) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			_, faulted = recover().(interface{ Addr() uintptr })
+		}()
+		for _, c := range info {
+			sink += c
+		}
+		return false
+	}()
+	if !faulted {
+		t.Error("reading a mapped section of a truncated file did not fault")
+	}
+}
+
+// inMaps reports whether b lies in one of the mappings.
+func inMaps(b []byte, maps [][]byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	for _, m := range maps {
+		if lo := uintptr(unsafe.Pointer(&m[0])); p >= lo && p < lo+uintptr(len(m)) {
+			return true
+		}
+	}
+	return false
+}
+
+var sink byte
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
