@@ -395,6 +395,12 @@ func TestFieldContract(t *testing.T) {
 			{"last_seen", 8, msg, false, "google.protobuf.Timestamp"},
 			{"filenames", 9, str, true, ""},
 			{"missing_companions", 10, msg, true, dbg + "Companion"},
+			{"kernel", 11, msg, false, dbg + "KernelDebuginfo"},
+		},
+		dbg + "KernelDebuginfo": {
+			{"release", 1, str, false, ""},
+			{"module", 2, str, false, ""},
+			{"packages", 3, str, true, ""},
 		},
 		dbg + "ListCoverageRequest": {
 			{"reason", 1, enum, false, dbg + "CoverageReason"},
