@@ -73,7 +73,11 @@ func TestDWARFSectionsMappedFileShrinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
+	defer func() {
+		if err := release(); err != nil {
+			t.Error(err)
+		}
+	}()
 	info := secs["info"]
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
