@@ -3,6 +3,7 @@ package testsupport
 import (
 	"context"
 	"crypto/rand"
+	"debug/elf"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -125,8 +126,24 @@ func (m *MinIO) Restart() {
 }
 
 // MinIOBinary is the MinIO server binary the tests run: a large real Go program (about
-// 150 MB with its DWARF), also useful as one.
-func MinIOBinary(t testing.TB) string { return minioBinary(t) }
+// 150 MB with its DWARF), also useful as one. It fails a test whose binary has no symbol table
+// or no DWARF: a stripped build says so here rather than as the symbolizer's "no symbol
+// section" deep in a drill.
+func MinIOBinary(t testing.TB) string {
+	t.Helper()
+	path := minioBinary(t)
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("MinIO as a large Go program: %v", err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, name := range []string{".symtab", ".debug_info"} {
+		if f.Section(name) == nil {
+			t.Fatalf("%s has no %s section (built stripped): rebuild it with .ci/install-deps, which keeps MinIO's symbols and DWARF", path, name)
+		}
+	}
+	return path
+}
 
 // Client returns a minio-go client with the root credentials.
 func (m *MinIO) Client(t testing.TB) *minio.Client {
