@@ -23,6 +23,7 @@ import (
 	"github.com/profsym/profsym/gen/profsym/symbolizer/v1/symbolizerv1connect"
 	"github.com/profsym/profsym/pkg/debuginfo/buildid"
 	"github.com/profsym/profsym/pkg/debuginfo/elfx"
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 	"github.com/profsym/profsym/pkg/otlpattr"
 	"github.com/profsym/profsym/pkg/otlpprofiles/otlptest"
 	"github.com/profsym/profsym/pkg/otlpprofiles/symbolize"
@@ -441,20 +442,5 @@ func checkModuleLayout(t *testing.T, path string, info map[string]string) {
 // linkText returns the address vmlinux links _stext at, as kallsyms prints it (16 hex digits).
 func linkText(t *testing.T, vmlinux string) string {
 	t.Helper()
-	f, err := elf.Open(vmlinux)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == "_stext" {
-			return fmt.Sprintf("%016x", s.Value)
-		}
-	}
-	t.Fatalf("%s: no _stext symbol", vmlinux)
-	return ""
+	return fmt.Sprintf("%016x", elfxtest.SymbolValue(t, vmlinux, "_stext"))
 }

@@ -460,11 +460,8 @@ var DWARFLineSectionNames = []string{"info", "abbrev", "line", "str", "line_str"
 func (f *File) DWARFSectionsOf(keys ...string) (map[string][]byte, error) {
 	out := make(map[string][]byte)
 	for _, key := range keys {
-		s := f.Section(".debug_" + key)
-		if s == nil || s.Type == elf.SHT_NOBITS {
-			s = f.Section(".zdebug_" + key)
-		}
-		if s == nil || s.Type == elf.SHT_NOBITS {
+		s := f.dwarfSection(key)
+		if s == nil {
 			continue
 		}
 		b, err := f.dwarfSectionData(s)
@@ -474,6 +471,19 @@ func (f *File) DWARFSectionsOf(keys ...string) (map[string][]byte, error) {
 		out[key] = b
 	}
 	return out, nil
+}
+
+// dwarfSection is the DWARF section key (a name without ".debug_"): .debug_X, else
+// .zdebug_X, nil when neither holds data.
+func (f *File) dwarfSection(key string) *elf.Section {
+	s := f.Section(".debug_" + key)
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		s = f.Section(".zdebug_" + key)
+	}
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil
+	}
+	return s
 }
 
 // dwarfSectionData is SectionDataOf with the section's relocations applied when the file is a

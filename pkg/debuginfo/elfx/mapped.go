@@ -48,11 +48,8 @@ func (f *File) mapDWARFSections(keys []string) (map[string][]byte, [][]byte, err
 	var maps [][]byte
 	secs := make(map[string][]byte)
 	for _, key := range keys {
-		s := f.Section(".debug_" + key)
-		if s == nil || s.Type == elf.SHT_NOBITS {
-			s = f.Section(".zdebug_" + key)
-		}
-		if s == nil || s.Type == elf.SHT_NOBITS {
+		s := f.dwarfSection(key)
+		if s == nil {
 			continue
 		}
 		b, m, err := f.mapSection(s)

@@ -3,7 +3,6 @@ package elfx
 import (
 	"bytes"
 	"debug/elf"
-	"os"
 	"strings"
 	"testing"
 	"unsafe"
@@ -71,12 +70,3 @@ func inMaps(b []byte, maps [][]byte) bool {
 }
 
 var sink byte
-
-func readFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}

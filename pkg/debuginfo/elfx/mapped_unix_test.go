@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/profsym/profsym/pkg/debuginfo/elfx/elfxtest"
 )
 
 // A mapped section of a file that shrinks under it faults when read past the new end; with
@@ -18,7 +20,7 @@ func TestDWARFSectionsMappedFileShrinks(t *testing.T) {
 	defer func(m uint64) { minMappedSection = m }(minMappedSection)
 	minMappedSection = 0
 	path := filepath.Join(t.TempDir(), "plain")
-	if err := os.WriteFile(path, readFile(t, variants(t)["plain"]), 0o644); err != nil {
+	if err := os.WriteFile(path, elfxtest.Read(t, variants(t)["plain"]), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f := openPath(t, path)

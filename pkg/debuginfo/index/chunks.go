@@ -65,12 +65,11 @@ func (c *chunks[T]) grow(n int) {
 			c.list[0] = grown
 		}
 	case len(c.list[len(c.list)-1]) == cap(c.list[len(c.list)-1]):
+		// Only a full last chunk: one added after a last chunk of per rows with room would
+		// break At, which counts on every chunk but the last being full (Grow on a first
+		// chunk grown to its full size and partly filled did, once nodes were chunks).
 		c.list = append(c.list, make([]T, 0, per))
 	}
-	// Otherwise the last chunk, of per rows, has room: a chunk added after it now would
-	// break At, which counts on every chunk but the last being full (Grow on a first chunk
-	// grown to its full size and partly filled did, once nodes were chunks).
-
 }
 
 // At returns row i (0 <= i < Len()).
