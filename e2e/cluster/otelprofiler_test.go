@@ -101,6 +101,13 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := pyloopPID(ctx, t, client)
+	t.Logf("pyloop is process %s: %s", pid, processCPU(pid))
+
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(otelProfilerValues), 0o644); err != nil {
 		t.Fatal(err)
@@ -121,10 +128,6 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 		if out, err := c.Kubectl(ctx, nil, strings.Fields(s)...); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-	}
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
 	}
 	want := map[string]string{
 		"symbolizer": "profsym", "gateway": "profsym", "profsym-redis": "profsym", "otel-ebpf-profiler": "profsym-collector",
@@ -165,10 +168,10 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	// Before the upload: Python functions named by the profiler, the interpreter's frames not.
 	ps, err := pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.python > 0 && s.interp > 0 })
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; pyloop: %s", err, processCPU(pid))
 	}
 	before := ps.stats()
-	t.Logf("before the upload: %s; resource %q", before, ps.comments)
+	t.Logf("before the upload: %s; resource %q; %s", before, ps.comments, ps.othersSummary())
 	t.Logf("a stack: %s", ps.example())
 	for _, a := range []string{"k8s.namespace.name=pyworkload", "k8s.container.name=pyloop", "process.executable.name=python3.11"} {
 		if !slices.Contains(ps.comments, a) {
@@ -181,7 +184,7 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 
 	// The interpreter, read on the node through the workload's process, and its debug file
 	// (Debian's python3.11-dbg, found by the executable's build ID) to the symbolizer.
-	pid := pyloopPID(ctx, t, client)
+	t.Logf("pyloop: %s", processCPU(pid))
 	link, err := os.Readlink(inRoot(pid, "usr/bin/python3"))
 	if err != nil {
 		t.Fatal(err)
@@ -201,15 +204,15 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 
 	// After it: the first profile with the interpreter's frames named, then the next minute's.
 	if _, err := pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.interpNamed > 0 }); err != nil {
-		t.Fatalf("after the upload: %v", err)
+		t.Fatalf("after the upload: %v; pyloop: %s", err, processCPU(pid))
 	}
 	t.Logf("interpreter frames named %v after the upload", time.Since(uploaded).Round(time.Second))
 	ps, err = pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.total >= 200 })
 	if err != nil {
-		t.Fatalf("after the upload: %v", err)
+		t.Fatalf("after the upload: %v; pyloop: %s", err, processCPU(pid))
 	}
 	after := ps.stats()
-	t.Logf("after the upload: %s", after)
+	t.Logf("after the upload: %s; %s; pyloop: %s", after, ps.othersSummary(), processCPU(pid))
 	t.Logf("a stack: %s", ps.example())
 	if after.python*100 < after.total*95 {
 		t.Errorf("Python functions in %d of %d samples (%.1f%%), want >= 95%%", after.python, after.total, after.pct(after.python))
@@ -262,6 +265,50 @@ func pyloopPID(ctx context.Context, t *testing.T, client *kubernetes.Clientset) 
 	}
 	t.Fatalf("no process of the node runs /app/loop.py in container %s", id)
 	return ""
+}
+
+// processCPU says how much CPU process pid has had (user and system time, from /proc/PID/stat)
+// and how often its CPU cgroup's quota held it back (cpu.stat), for messages about a
+// workload sampled less than its limit allows.
+func processCPU(pid string) string {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return err.Error()
+	}
+	// The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return fmt.Sprintf("/proc/%s/stat: %d fields", pid, len(f))
+	}
+	var utime, stime float64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	const ticks = 100 // USER_HZ
+	out := fmt.Sprintf("%.1fs user, %.1fs system", utime/ticks, stime/ticks)
+	cg, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(cg), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var file string
+		switch {
+		case slices.Contains(strings.Split(parts[1], ","), "cpu"):
+			file = filepath.Join("/sys/fs/cgroup/cpu", parts[2], "cpu.stat")
+		case parts[0] == "0" && parts[1] == "":
+			file = filepath.Join("/sys/fs/cgroup", parts[2], "cpu.stat")
+		default:
+			continue
+		}
+		if b, err := os.ReadFile(file); err == nil {
+			return out + "; cgroup cpu.stat: " + strings.Join(strings.Fields(string(b)), " ")
+		}
+	}
+	return out
 }
 
 // mappedFile is the path (in its mount namespace) of the file process pid maps whose path
@@ -337,6 +384,26 @@ type pyloopProfile struct {
 	interpFiles     map[string]string // function -> source file, of the interpreter's frames
 	inlined         int               // interpreter locations with more than one line (inlined calls)
 	stacks          [][]string
+	// others counts the samples of every other process in the same files, by executable name:
+	// the profiler's sampling rate on the node, to tell a workload sampled less from a
+	// profiler that samples less.
+	others map[string]int64
+}
+
+// othersSummary is the five processes with the most samples among others, and their total.
+func (p *pyloopProfile) othersSummary() string {
+	var total int64
+	names := make([]string, 0, len(p.others))
+	for n, c := range p.others {
+		total += c
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(p.others[b] - p.others[a]) })
+	var top []string
+	for _, n := range names[:min(5, len(names))] {
+		top = append(top, fmt.Sprintf("%s %d", n, p.others[n]))
+	}
+	return fmt.Sprintf("%d samples of other processes (%s)", total, strings.Join(top, ", "))
 }
 
 func (p *pyloopProfile) stats() pyloopStats { return p.s }
@@ -352,6 +419,25 @@ func (p *pyloopProfile) example() string {
 // isInterpreter reports whether a mapping is the Python interpreter's executable.
 func isInterpreter(m *profile.Mapping) bool {
 	return m != nil && strings.HasPrefix(filepath.Base(m.File), "python3")
+}
+
+func (p *pyloopProfile) addOther(pr *profile.Profile) {
+	name := "?"
+	for _, c := range pr.Comments {
+		if v, ok := strings.CutPrefix(c, "process.executable.name="); ok {
+			name = v
+		}
+	}
+	if p.others == nil {
+		p.others = map[string]int64{}
+	}
+	for _, s := range pr.Sample {
+		w := int64(1)
+		if len(s.Value) > 0 && s.Value[0] > 0 {
+			w = s.Value[0]
+		}
+		p.others[name] += w
+	}
 }
 
 func (p *pyloopProfile) add(pr *profile.Profile) {
@@ -448,6 +534,7 @@ func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, timeo
 				return nil, err
 			}
 			if !slices.Contains(pr.Comments, "k8s.pod.name=pyloop") {
+				p.addOther(pr)
 				continue
 			}
 			// The resource of the first profile with the workload's Python functions: the pod's
@@ -468,7 +555,7 @@ func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, timeo
 		case <-time.After(2 * time.Second):
 		}
 	}
-	return nil, fmt.Errorf("no (or not enough) profiles of pod pyloop in %s after %v: %d files of it, %s; a stack: %s", dir, timeout, p.files, p.s, p.example())
+	return nil, fmt.Errorf("no (or not enough) profiles of pod pyloop in %s after %v: %d files of it, %s; a stack: %s; %s", dir, timeout, p.files, p.s, p.example(), p.othersSummary())
 }
 
 // withDebugFile copies an executable the node reads (a process's executable through
