@@ -7,7 +7,8 @@
 #   cold      one process, $SMALL addresses on stdin (sampled over the whole text: a random
 #             offset in a function picked uniformly from the symbol table), JSON to a file:
 #             wall time, CPU time and peak RSS (/usr/bin/time -v) of `symbolizer symbolize
-#             --no-cache` (the index built from the DWARF) and of llvm-symbolizer
+#             --no-cache` (the index built from the DWARF) and of llvm-symbolizer, back to back
+#             in each of REPEAT rounds; of each figure, the round where ours compares worst
 #   answers   bench/symbolize/agree on the two cold runs' answers: the share of addresses whose
 #             innermost frame (function, file, line), function, file:line and whole inline
 #             chain are llvm-symbolizer's
@@ -21,15 +22,15 @@
 #
 # Usage: bench/bigdwarf/run.sh [BINARY]   (default: the file bench/bigdwarf/build.sh makes;
 #        built first when missing, about 5 minutes on 2 cores)
-# Env:   SMALL (default 10000), OURS_BIG (default 1000000), REPEAT (default 1: each cold run
-#        is tens of seconds), BATCH (default 10000), BATCHES (default 5), SERVICE (default true),
+# Env:   SMALL (default 10000), OURS_BIG (default 1000000), REPEAT (default 3: rounds of the cold
+#        runs, each tens of seconds), BATCH (default 10000), BATCHES (default 5), SERVICE (default true),
 #        RESULTS (a path: also write the figures there as JSON, for bench/report).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SMALL=${SMALL:-10000}
 OURS_BIG=${OURS_BIG:-1000000}
-REPEAT=${REPEAT:-1}
+REPEAT=${REPEAT:-3}
 BATCH=${BATCH:-10000}
 BATCHES=${BATCHES:-5}
 SERVICE=${SERVICE:-true}
@@ -70,21 +71,28 @@ ours() { "$work/symbolizer" symbolize --obj "$bin" --output-style=JSON --no-cach
 cached() { "$work/symbolizer" symbolize --obj "$bin" --output-style=JSON --cache-dir "$work/cache"; }
 llvm() { llvm-symbolizer --obj="$bin" --output-style=JSON; }
 
-# measure TOOL ADDRS [KEEP] -> "wall_s cpu_s peak_rss_kb" (each the best of REPEAT runs), from
-# GNU time -v; checks that the tool answered every address.
+# once TOOL ADDRS [KEEP] -> "wall_s cpu_s peak_rss_kb" of one run, from GNU time -v; checks that
+# the tool answered every address.
+once() {
+	local tool=$1 addrs=$2 keep=${3:-}
+	rm -f "$work/out"
+	/usr/bin/time -v -o "$work/time" "$tool" <"$addrs" >"$work/out"
+	if [[ -n $keep ]]; then cp "$work/out" "$keep"; fi
+	if (($(wc -l <"$work/out") != $(wc -l <"$addrs"))); then
+		log "$tool: $(wc -l <"$work/out") answers for $(wc -l <"$addrs") addresses"
+		exit 1
+	fi
+	awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); t = 0; for (j = 1; j <= n; j++) t = t * 60 + p[j] }
+		/User time/ { u = $2 } /System time/ { s = $2 } /Maximum resident set size/ { m = $2 }
+		END { print t, u + s, m }' "$work/time"
+}
+
+# measure TOOL ADDRS -> "wall_s cpu_s peak_rss_kb", each the best of REPEAT runs (the warm rate's
+# runs: their difference is the figure, and the best is the least disturbed).
 measure() {
-	local tool=$1 addrs=$2 keep=${3:-} best_t= best_c= best_m= i t c m
+	local tool=$1 addrs=$2 best_t= best_c= best_m= i t c m
 	for ((i = 0; i < REPEAT; i++)); do
-		rm -f "$work/out"
-		/usr/bin/time -v -o "$work/time" "$tool" <"$addrs" >"$work/out"
-		if [[ -n $keep && $i == 0 ]]; then cp "$work/out" "$keep"; fi
-		if (($(wc -l <"$work/out") != $(wc -l <"$addrs"))); then
-			log "$tool: $(wc -l <"$work/out") answers for $(wc -l <"$addrs") addresses"
-			exit 1
-		fi
-		t=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (j = 1; j <= n; j++) s = s * 60 + p[j]; print s }' "$work/time")
-		c=$(awk -F': ' '/User time/ { u = $2 } /System time/ { s = $2 } END { print u + s }' "$work/time")
-		m=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$work/time")
+		read -r t c m < <(once "$tool" "$addrs")
 		if [[ -z $best_t ]] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t; fi
 		if [[ -z $best_c ]] || awk "BEGIN{exit !($c < $best_c)}"; then best_c=$c; fi
 		if [[ -z $best_m ]] || ((m < best_m)); then best_m=$m; fi
@@ -97,10 +105,29 @@ export work bin
 for f in ours cached llvm; do printf '#!/usr/bin/env bash\n%s\n%s "$@"\n' "$(declare -f $f)" "$f" >"$work/$f"; chmod +x "$work/$f"; done
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-log "cold, $SMALL addresses: ours (index built from the DWARF, no cache)"
-read -r o_t o_c o_m < <(measure "$work/ours" "$work/small" "$work/ours.ans")
-log "cold, $SMALL addresses: llvm-symbolizer"
-read -r l_t l_c l_m < <(measure "$work/llvm" "$work/small" "$work/llvm.ans")
+# The cold runs: REPEAT rounds of ours then llvm-symbolizer, back to back, so that each round's
+# two runs meet the same load; each round's ratios are taken, and the worst round of each
+# figure (wall, CPU, peak RSS) is the one reported (runs.json keeps every round).
+: >"$work/runs"
+for ((i = 1; i <= REPEAT; i++)); do
+	load=$(cut -d' ' -f1-3 /proc/loadavg)
+	log "cold round $i of $REPEAT, $SMALL addresses (load average $load): ours (index built from the DWARF, no cache)"
+	read -r o_t o_c o_m < <(once "$work/ours" "$work/small" "$([[ $i == 1 ]] && echo "$work/ours.ans")")
+	log "cold round $i of $REPEAT: llvm-symbolizer"
+	read -r l_t l_c l_m < <(once "$work/llvm" "$work/small" "$([[ $i == 1 ]] && echo "$work/llvm.ans")")
+	printf '  round %d: ours %.2f s wall, %.2f s CPU, %.0f MB; llvm-symbolizer %.2f s, %.2f s, %.0f MB\n' \
+		"$i" "$o_t" "$o_c" "$((o_m / 1024))" "$l_t" "$l_c" "$((l_m / 1024))" >&2
+	jq -nc --arg load "$load" --argjson ot "$o_t" --argjson oc "$o_c" --argjson om "$o_m" --argjson lt "$l_t" --argjson lc "$l_c" --argjson lm "$l_m" \
+		'{load: $load, ours: {cold_s: $ot, cold_cpu_s: $oc, rss_mb: ($om / 1024)}, llvm: {cold_s: $lt, cold_cpu_s: $lc, rss_mb: ($lm / 1024)}}' >>"$work/runs"
+done
+runs=$(jq -s . "$work/runs")
+# The worst round of each figure: the least llvm/ours ratio.
+worst() { jq -r --arg f "$1" 'min_by(.llvm[$f] / .ours[$f]) | "\(.ours[$f]) \(.llvm[$f])"' <<<"$runs"; }
+read -r o_t l_t < <(worst cold_s)
+read -r o_c l_c < <(worst cold_cpu_s)
+read -r o_m l_m < <(worst rss_mb)
+o_m=$(awk -v m="$o_m" 'BEGIN { printf "%d", m * 1024 }')
+l_m=$(awk -v m="$l_m" 'BEGIN { printf "%d", m * 1024 }')
 agree=$("$work/agree" -label ours -ref "$work/llvm.ans" -cand "$work/ours.ans" -format llvm-json)
 
 log "index size and warm rate (index cached)"
@@ -110,7 +137,7 @@ read -r _ cs_c _ < <(measure "$work/cached" "$work/small")
 read -r _ cb_c _ < <(measure "$work/cached" "$work/big")
 warm=$(awk -v n=$((OURS_BIG - SMALL)) -v d="$(awk "BEGIN{print $cb_c - $cs_c}")" 'BEGIN { print (d > 0 ? n / d : 0) }')
 
-printf '\n%-26s %10s %10s %8s\n' "" ours llvm-symb "llvm/us"
+printf '\nthe worst of %d rounds, each figure:\n%-26s %10s %10s %8s\n' "$REPEAT" "" ours llvm-symb "llvm/us"
 awk -v ot="$o_t" -v lt="$l_t" -v oc="$o_c" -v lc="$l_c" -v om="$o_m" -v lm="$l_m" -v s="$SMALL" 'BEGIN {
 	printf "%-26s %10.2f %10.2f %7.2fx\n", "cold, " s " addrs: wall s", ot, lt, lt / ot
 	printf "%-26s %10.2f %10.2f %7.2fx\n", "cold: CPU s", oc, lc, lc / oc
@@ -137,11 +164,11 @@ if [[ -n $RESULTS ]]; then
 		--argjson sections "$(awk '{ printf "%s{\"name\":\"%s\",\"bytes\":%d}", sep, $1, $2; sep = "," } BEGIN { printf "[" } END { printf "]" }' <<<"$sections")" \
 		--argjson small "$SMALL" --argjson big "$OURS_BIG" --argjson repeat "$REPEAT" \
 		--argjson ot "$o_t" --argjson oc "$o_c" --argjson om "$o_m" --argjson lt "$l_t" --argjson lc "$l_c" --argjson lm "$l_m" \
-		--argjson agree "$agree" --argjson index "$index_bytes" --argjson warm "$warm" --argjson service "$service" \
+		--argjson agree "$agree" --argjson runs "$runs" --argjson index "$index_bytes" --argjson warm "$warm" --argjson service "$service" \
 		--arg lb "$load_before" --arg la "$load_after" --arg recipe "$(cat "$(dirname "$bin")/recipe" 2>/dev/null || true)" \
 		'{name: $name, file_mb: $filemb, dwarf_bytes: $dwarf, sections: $sections, recipe: $recipe, small: $small, ours_big: $big, repeat: $repeat,
 		  ours: {cold_s: $ot, cold_cpu_s: $oc, rss_mb: ($om / 1024), index_bytes: $index, warm_rate: $warm},
 		  llvm: {cold_s: $lt, cold_cpu_s: $lc, rss_mb: ($lm / 1024)},
-		  fidelity: $agree, service: $service, load_before: $lb, load_after: $la}' >"$RESULTS"
+		  runs: $runs, fidelity: $agree, service: $service, load_before: $lb, load_after: $la}' >"$RESULTS"
 	log "results written to $RESULTS"
 fi
