@@ -7,8 +7,9 @@ import "sync"
 // names, std::, constructors and destructors, operator names, ABI tags, the anonymous
 // namespace, template arguments (types; integer, bool and enumerator literals; packs), the
 // builtin, qualified, pointer and reference types, function types and pointers or references
-// to them, substitutions, the encoding's template parameters, vtables, typeinfo, VTTs, thunks
-// and guard variables. Everything else (local names and closures, expressions, arrays, member
+// to them, substitutions, the encoding's template parameters, the expansion of a parameter pack
+// of the encoding in its parameters ("DpOT_": emplace_back, make_unique), vtables, typeinfo,
+// VTTs, thunks and guard variables. Everything else (local names and closures, expressions, arrays, member
 // pointers, vendor extensions, template parameters naming packs) makes it decline, and the
 // name goes the module's way (itaniumString). Its answer must be the module's, corrected and
 // spelled as itaniumName prints it: TestFastPathAgrees and FuzzFastPath compare the two.
@@ -22,6 +23,7 @@ type fastState struct {
 	subs  []piece
 	targs []piece // the encoding's template arguments (T_ refers to them)
 	args  []piece // a stack of the template arguments being read
+	elems []piece // the elements of the argument packs read
 	out   []byte
 	depth int
 	fail  bool
@@ -43,7 +45,9 @@ type piece struct {
 	// (fnDeclarator) is.
 	fn   uint8
 	mid  int32
-	pack bool // an argument pack: T_ cannot name it here
+	pack bool // an argument pack, or a substitution candidate read inside a pack expansion
+	// An argument pack's elements: elems[elem:elem+nelem] of fastState.
+	elem, nelem int32
 }
 
 const (
@@ -78,6 +82,7 @@ func fastItanium(name, suffix string) (string, bool) {
 	st := fastPool.Get().(*fastState)
 	st.s, st.pos, st.depth, st.fail, st.tagging, st.templated = name, 2, 0, false, false, false
 	st.text, st.subs, st.targs, st.args, st.out = st.text[:0], st.subs[:0], st.targs[:0], st.args[:0], st.out[:0]
+	st.elems = st.elems[:0]
 	st.encoding()
 	ok := !st.fail && st.pos == len(st.s) && len(st.text) <= fastMaxText
 	var out string
@@ -230,10 +235,15 @@ func (st *fastState) function() {
 	}
 	st.out = append(st.out, st.text[nm.p.start:nm.p.end]...)
 	st.out = append(st.out, '(')
-	for i, t := range st.args[base:] {
-		if i > 0 {
+	first := true
+	for _, t := range st.args[base:] {
+		if t.start == t.end {
+			continue // an empty pack expansion
+		}
+		if !first {
 			st.out = append(st.out, ", "...)
 		}
+		first = false
 		if len(st.out) > fastMaxText {
 			st.decline()
 			return
@@ -583,7 +593,7 @@ func (st *fastState) substitution() (piece, bool) {
 		return piece{start: int32(start), end: int32(len(st.text))}, true
 	case '_':
 		st.pos++
-		if len(st.subs) == 0 {
+		if len(st.subs) == 0 || st.subs[0].pack {
 			return piece{}, false
 		}
 		return st.subs[0], true
@@ -594,7 +604,7 @@ func (st *fastState) substitution() (piece, bool) {
 	}
 	st.pos++
 	n++
-	if n >= len(st.subs) {
+	if n >= len(st.subs) || st.subs[n].pack {
 		return piece{}, false
 	}
 	return st.subs[n], true
@@ -699,14 +709,20 @@ func (st *fastState) pack() piece {
 				}
 				st.copyText(a.start, a.end)
 			}
+			elem := len(st.elems)
+			st.elems = append(st.elems, st.args[base:]...)
 			st.args = st.args[:base]
-			return piece{start: int32(start), end: int32(len(st.text)), pack: true}
+			return piece{start: int32(start), end: int32(len(st.text)), pack: true, elem: int32(elem), nelem: int32(len(st.elems) - elem)}
 		case 0, 'X', 'J':
 			st.decline()
 			return piece{}
 		case 'L':
 			a = st.literal()
 		default:
+			if st.peek(0) == 'D' && st.peek(1) == 'p' {
+				st.decline() // an expansion inside a pack
+				return piece{}
+			}
 			a = st.typ()
 		}
 		if st.fail {
@@ -828,6 +844,8 @@ func (st *fastState) typ() piece {
 			b = "char32_t"
 		case 'u':
 			b = "char8_t"
+		case 'p':
+			return st.expansion()
 		default:
 			st.decline()
 			return piece{}
@@ -869,28 +887,10 @@ func (st *fastState) typ() piece {
 			}
 			return st.declarator(t, 'K')
 		}
-		start = len(st.text)
-		st.copyText(t.start, t.end)
-		// A qualifier the type has already (a const template argument in a const&
-		// parameter) is printed once.
-		if t.cv != 0 {
-			if q&t.cv != q {
-				st.decline() // adding one qualifier to others: the order is the module's
-				return piece{}
-			}
-			q = 0
+		p := st.qualified(q, t)
+		if st.fail {
+			return piece{}
 		}
-		cv := q | t.cv
-		if q&cvConst != 0 {
-			st.text = append(st.text, " const"...)
-		}
-		if q&cvVolatile != 0 {
-			st.text = append(st.text, " volatile"...)
-		}
-		if q&cvRestrict != 0 {
-			st.text = append(st.text, " restrict"...)
-		}
-		p := piece{start: int32(start), end: int32(len(st.text)), cv: cv}
 		st.addSub(p)
 		return p
 	case 'F':
@@ -904,35 +904,10 @@ func (st *fastState) typ() piece {
 		if t.fn != 0 {
 			return st.declarator(t, c)
 		}
-		start = len(st.text)
-		st.copyText(t.start, t.end)
+		p := st.pointerTo(c, t)
 		if st.fail {
 			return piece{}
 		}
-		var ref uint8
-		switch {
-		case c == 'P':
-			if t.ref != 0 {
-				st.decline()
-				return piece{}
-			}
-			st.text = append(st.text, '*')
-		case t.ref != 0:
-			// Reference collapsing: & wins.
-			ref = t.ref
-			if c == 'R' && t.ref == refRValue {
-				st.text = st.text[:len(st.text)-2]
-				st.text = append(st.text, '&')
-				ref = refLValue
-			}
-		case c == 'R':
-			st.text = append(st.text, '&')
-			ref = refLValue
-		default:
-			st.text = append(st.text, "&&"...)
-			ref = refRValue
-		}
-		p := piece{start: int32(start), end: int32(len(st.text)), ref: ref}
 		st.addSub(p)
 		return p
 	case 'T':
@@ -1028,6 +1003,154 @@ func (st *fastState) typ() piece {
 	}
 }
 
+// qualified returns t with the qualifiers q (cvConst, cvVolatile, cvRestrict): "T const".
+func (st *fastState) qualified(q uint8, t piece) piece {
+	start := len(st.text)
+	st.copyText(t.start, t.end)
+	// A qualifier the type has already (a const template argument in a const&
+	// parameter) is printed once.
+	if t.cv != 0 {
+		if q&t.cv != q {
+			st.decline() // adding one qualifier to others: the order is the module's
+			return piece{}
+		}
+		q = 0
+	}
+	cv := q | t.cv
+	if q&cvConst != 0 {
+		st.text = append(st.text, " const"...)
+	}
+	if q&cvVolatile != 0 {
+		st.text = append(st.text, " volatile"...)
+	}
+	if q&cvRestrict != 0 {
+		st.text = append(st.text, " restrict"...)
+	}
+	return piece{start: int32(start), end: int32(len(st.text)), cv: cv}
+}
+
+// pointerTo returns a pointer (c 'P'), lvalue ('R') or rvalue ('O') reference to t, which is
+// no function type, references collapsed: "T*", "T&", "T&&".
+func (st *fastState) pointerTo(c byte, t piece) piece {
+	start := len(st.text)
+	st.copyText(t.start, t.end)
+	if st.fail {
+		return piece{}
+	}
+	var ref uint8
+	switch {
+	case c == 'P':
+		if t.ref != 0 {
+			st.decline()
+			return piece{}
+		}
+		st.text = append(st.text, '*')
+	case t.ref != 0:
+		// Reference collapsing: & wins.
+		ref = t.ref
+		if c == 'R' && t.ref == refRValue {
+			st.text = st.text[:len(st.text)-2]
+			st.text = append(st.text, '&')
+			ref = refLValue
+		}
+	case c == 'R':
+		st.text = append(st.text, '&')
+		ref = refLValue
+	default:
+		st.text = append(st.text, "&&"...)
+		ref = refRValue
+	}
+	return piece{start: int32(start), end: int32(len(st.text)), ref: ref}
+}
+
+// maxExpansionOps bounds the pointers, references and consts of a pack expansion's pattern
+// the fast path reads ("DpOT_", "DpRKT_", "DpPT_").
+const maxExpansionOps = 4
+
+// expansion reads "Dp <type>" where the type is a parameter pack of the encoding with
+// pointers, references and const around it (the parameters Args&&..., Args const&...,
+// Args*...) and returns the pattern applied to each of the pack's elements, joined by ", "
+// (empty for an empty pack), as the module expands it. The candidates it adds (the
+// parameter, each level of the pattern, the expansion) are marked pack: a substitution that
+// repeats one makes the fast path decline, as does any other pattern.
+func (st *fastState) expansion() piece {
+	st.pos += 2 // "Dp"
+	var ops [maxExpansionOps]byte
+	n := 0
+	for {
+		c := st.peek(0)
+		if c != 'P' && c != 'R' && c != 'O' && c != 'K' {
+			break
+		}
+		if n == len(ops) || c == 'K' && n > 0 && ops[n-1] == 'K' {
+			st.decline()
+			return piece{}
+		}
+		ops[n] = c
+		n++
+		st.pos++
+	}
+	if st.peek(0) != 'T' || !st.templated {
+		st.decline()
+		return piece{}
+	}
+	st.pos++
+	k := 0
+	if st.peek(0) != '_' {
+		v, ok := st.seq()
+		if !ok {
+			st.decline()
+			return piece{}
+		}
+		k = v + 1
+	}
+	if st.peek(0) != '_' || k >= len(st.targs) || !st.targs[k].pack || st.tagging {
+		st.decline()
+		return piece{}
+	}
+	st.pos++
+	if st.peek(0) == 'I' {
+		st.decline() // a template template parameter's arguments
+		return piece{}
+	}
+	pack := st.targs[k]
+	for range n + 2 {
+		st.addSub(piece{pack: true})
+	}
+	// Each element with the pattern applied, innermost operator first.
+	base := len(st.args)
+	for _, e := range st.elems[pack.elem : pack.elem+pack.nelem] {
+		if e.fn != 0 || e.pack {
+			st.decline()
+			return piece{}
+		}
+		for i := n - 1; i >= 0; i-- {
+			if ops[i] == 'K' {
+				if e.ref != 0 {
+					st.decline()
+					return piece{}
+				}
+				e = st.qualified(cvConst, e)
+			} else {
+				e = st.pointerTo(ops[i], e)
+			}
+			if st.fail {
+				return piece{}
+			}
+		}
+		st.args = append(st.args, e)
+	}
+	start := len(st.text)
+	for i, e := range st.args[base:] {
+		if i > 0 {
+			st.text = append(st.text, ", "...)
+		}
+		st.copyText(e.start, e.end)
+	}
+	st.args = st.args[:base]
+	return piece{start: int32(start), end: int32(len(st.text)), pack: true}
+}
+
 // functionType reads "F <return type> <parameter types> E" (no extern "C", no
 // ref-qualifier) and returns "R (P)".
 func (st *fastState) functionType() piece {
@@ -1067,10 +1190,15 @@ func (st *fastState) functionType() piece {
 	st.text = append(st.text, ' ')
 	mid := len(st.text) - start
 	st.text = append(st.text, '(')
-	for i, t := range st.args[base:] {
-		if i > 0 {
+	first := true
+	for _, t := range st.args[base:] {
+		if t.start == t.end {
+			continue // an empty pack expansion
+		}
+		if !first {
 			st.text = append(st.text, ", "...)
 		}
+		first = false
 		st.copyText(t.start, t.end)
 	}
 	st.text = append(st.text, ')')

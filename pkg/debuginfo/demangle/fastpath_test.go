@@ -81,6 +81,7 @@ func FuzzFastPath(f *testing.F) {
 		"_ZSt4swapIiEvRT_S1_", "_ZN1AC2ERKS_", "_ZNSaIcEC2Ev", "_ZTVN4llvm5ValueE", "_ZThn8_N1A1fEv",
 		"_ZN12_GLOBAL__N_11fEv", "_ZN1AB5cxx111fEv", "_ZN1AplERKS_", "_Z1fILi3ELb1EEvv", "_Z1fIJEEvv",
 		"_ZN1AIiEC1Ev.cold", "_ZNKR1A3getEv", "_Z1fOT_",
+		"_ZNSt6vectorIiSaIiEE12emplace_backIJiRcEEEvDpOT_", "_Z1fIJicEEvDpRKT_", "_Z1fIiJEEvT_DpPT0_",
 	} {
 		f.Add(s)
 	}
