@@ -220,6 +220,7 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 	var b strings.Builder
 	b.Grow(len(name) + 4)
 	b.WriteString(name[:from])
+	var covered []bool
 	for x := from; x < len(name); {
 		if name[x] == 'S' {
 			j := x + 1
@@ -231,6 +232,14 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 				// whether the module reads a substitution there or not, so it needs no
 				// probe (each probe parses the name up to here).
 				if k, ok := seqIndex(name[x+1 : j]); ok && k >= p {
+					if covered == nil {
+						covered = sourceNameCover(name)
+					}
+					if readAsSubstitution(name, x, j, covered) {
+						b.WriteString(seqString(k + 1))
+						x = j + 1
+						continue
+					}
 					if _, ok := pr.substitutionsAt(b.String()); ok {
 						b.WriteString(seqString(k + 1))
 						x = j + 1
@@ -243,6 +252,28 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 		x++
 	}
 	return b.String()
+}
+
+// readAsSubstitution reports whether "S<seq>_" at name[x:j+1] is certainly read as a
+// substitution, so that no probe need parse the name up to it (the probes of a long name with
+// a few dozen substitutions after its "sr" took milliseconds): when no source name can hold
+// it (covered, sourceNameCover's) and the byte before it cannot make the 'S' the second
+// letter of an operator's code (aS =, lS <<=, rS >>=) or of a vendor type (DS). Anything
+// else is probed.
+func readAsSubstitution(name string, x, j int, covered []bool) bool {
+	if x < 3 {
+		return false
+	}
+	for k := x - 1; k <= j; k++ {
+		if covered[k] {
+			return false
+		}
+	}
+	switch name[x-1] {
+	case 'a', 'l', 'r', 'D':
+		return false
+	}
+	return true
 }
 
 // seqIndex decodes the <seq-id> of S<seq-id>_: empty is 0, base-36 n is n+1.

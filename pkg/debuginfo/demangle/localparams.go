@@ -175,7 +175,11 @@ func readAsType(name string, i, j int, covered []bool) bool {
 // sourceNameCover marks every byte of name that some source name could hold: for each
 // position of a digit, the bytes after its run of digits, as many as the digits from it
 // say. It over-approximates (the digits of a literal, an array bound or a discriminator are
-// taken for a length too), which costs a probe, never a wrong answer.
+// taken for a length too), which costs a probe, never a wrong answer. The digits of a
+// substitution or template parameter ("S12_", "T0_": an 'S' or 'T' no source name can hold,
+// not the second letter of an operator's code, the digits ended by '_') are no length: taken
+// for one, the 12 of S12_ would cover the next 12 bytes, and every substitution there would
+// be probed.
 func sourceNameCover(name string) []bool {
 	covered := make([]bool, len(name)+1)
 	end := 0 // the end of the marking so far
@@ -187,6 +191,14 @@ func sourceNameCover(name string) []bool {
 		run := k
 		for run < len(name) && isDigit(name[run]) {
 			run++
+		}
+		if k >= 3 && (name[k-1] == 'S' || name[k-1] == 'T') && !covered[k-1] && run < len(name) && name[run] == '_' {
+			switch name[k-2] {
+			case 'a', 'l', 'r', 'D':
+			default:
+				k = run
+				continue
+			}
 		}
 		for d := k; d < run; d++ {
 			n := 0
