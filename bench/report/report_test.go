@@ -56,7 +56,7 @@ var fixture = map[string]string{
 		"fidelity": {"label": "ours", "addresses": 10000, "innermost": 9900, "function": 9900, "location": 10000, "chain": 9500},
 		"service": {"binary": "bigdwarf", "binary_mib": 1335, "batch": 10000, "batches": 5, "rounds": 1, "upload_s": 12.5, "upload_rss_mib": 300,
 			"phases": [{"phase": "cold", "batches": 1, "addrs_per_s": 500, "p50_ms": 20000, "p99_ms": 20000, "server_cpu_ms_per_batch": 30000, "resolved_share": 0.995, "rss_mib": 1100}]},
-		"load_before": "1 1 1", "load_after": "2 2 2"}`,
+		"load_before": "1 1 1", "load_after": "2 2 2", "measured": "2026-12-07T13:40Z", "revision": "abc1234"}`,
 	kernelFile: `{"name": "vmlinux-6.1.0-57-amd64", "file_mb": 604, "dwarf_bytes": 400000000,
 		"sections": [{"name": ".debug_info", "bytes": 174000000}], "recipe": "", "small": 10000, "ours_big": 300000, "repeat": 1,
 		"ours": {"cold_s": 4, "cold_cpu_s": 3, "rss_mb": 600, "index_bytes": 100000000, "warm_rate": 1000000},
@@ -131,6 +131,7 @@ func TestGenerate(t *testing.T) {
 				"Index: 150.0 MB; warm: 2.00 M/s of CPU time",
 				"| bigdwarf | ours | 99.0% | 100.0% | 99.0% | 95.0% |",
 				"stored it in 12.5 s (server peak RSS 300 MiB)",
+				"Load average during this bench: 1 1 1 before, 2 2 2 after. Measured 2026-12-07 13:40Z at commit `abc1234`.",
 				"| cold | no index in memory or in the store: the first batch builds it | 1 | 20000.0 | 500 /s | 30000.0 | 99.5% | 1100 |",
 				// kernel: 2/4, 1.5/3, 700/600
 				"## The kernel's debug image: vmlinux",
