@@ -252,21 +252,7 @@ func (st *fastState) function() {
 	}
 	st.args = st.args[:base]
 	st.out = append(st.out, ')')
-	if nm.cvref&cvConst != 0 {
-		st.out = append(st.out, " const"...)
-	}
-	if nm.cvref&cvVolatile != 0 {
-		st.out = append(st.out, " volatile"...)
-	}
-	if nm.cvref&cvRestrict != 0 {
-		st.out = append(st.out, " restrict"...)
-	}
-	if nm.cvref&cvLRef != 0 {
-		st.out = append(st.out, " &"...)
-	}
-	if nm.cvref&cvRRef != 0 {
-		st.out = append(st.out, " &&"...)
-	}
+	st.out = appendMethodQualifiers(st.out, nm.cvref)
 }
 
 const (
@@ -296,6 +282,8 @@ func (st *fastState) name(enc bool) fastParsed {
 	switch st.peek(0) {
 	case 'N':
 		return st.nested(enc)
+	case 'Z':
+		return st.localName()
 	case 'S':
 		if st.peek(1) == 't' {
 			st.pos += 2
@@ -472,6 +460,9 @@ func (st *fastState) baseName(s piece) int {
 // of the name a constructor is named by, or -1. It reports false when it declined.
 func (st *fastState) unqualified(ctorName int, nm *fastParsed) (piece, bool) {
 	c := st.peek(0)
+	if c == 'U' {
+		return st.closure(nm)
+	}
 	if c == 'L' {
 		// Internal linkage, before a source name only.
 		st.pos++
@@ -526,6 +517,205 @@ func (st *fastState) unqualified(ctorName int, nm *fastParsed) (piece, bool) {
 		st.text = append(st.text, ']')
 	}
 	return piece{start: int32(start), end: int32(len(st.text))}, true
+}
+
+// localName reads "Z <encoding> E <entity> [<discriminator>]" and returns its text,
+// "f(int)::x", "f(int)::'lambda'(int)", with the entity's qualifiers (a const member
+// function of a closure: "NKUlvE_clE"). The encoding is a function's name and parameters,
+// no template, or a name alone (GCC's "Z4mainE"); the entity a source name, a closure type
+// or a nested name, no template either. Template parameters anywhere inside make it decline:
+// where a name has two encodings the module binds them across (localTemplateParams), and a
+// closure's parameter of a generic lambda prints as GNU's, not LLVM's "auto".
+func (st *fastState) localName() fastParsed {
+	var nm fastParsed
+	st.pos++ // 'Z'
+	if c := st.peek(0); c != 'N' && c != 'L' && !isDigit(c) {
+		st.decline() // special names, substitutions, nested local names
+		return nm
+	}
+	templated := st.templated
+	st.templated = false
+	defer func() { st.templated = templated }()
+	fn := st.name(false)
+	if st.fail || fn.template || fn.ctor {
+		st.decline()
+		return nm
+	}
+	var start int
+	if st.peek(0) == 'E' {
+		if fn.cvref != 0 {
+			st.decline()
+			return nm
+		}
+		start = len(st.text)
+		st.copyText(fn.p.start, fn.p.end)
+	} else {
+		// The parameters are read (their text appended) before the name is written.
+		base := len(st.args)
+		if st.peek(0) == 'v' && st.peek(1) == 'E' {
+			st.pos++
+		} else {
+			for st.peek(0) != 'E' {
+				if st.peek(0) == 0 {
+					st.decline()
+					return nm
+				}
+				t := st.typ()
+				if st.fail {
+					return nm
+				}
+				st.args = append(st.args, t)
+			}
+		}
+		start = len(st.text)
+		st.copyText(fn.p.start, fn.p.end)
+		st.parameters(base)
+		st.text = appendMethodQualifiers(st.text, fn.cvref)
+	}
+	st.pos++ // 'E'
+	end := len(st.text)
+	var ent fastParsed
+	switch c := st.peek(0); {
+	case c == 'N':
+		ent = st.nested(false)
+	case isDigit(c) || c == 'L' || c == 'U':
+		u, ok := st.unqualified(-1, &ent)
+		if !ok {
+			return nm
+		}
+		ent.p = u
+	default:
+		st.decline() // string literals, default arguments, substitutions
+		return nm
+	}
+	if st.fail || ent.template || ent.ctor || st.peek(0) == 'I' {
+		st.decline()
+		return nm
+	}
+	// <discriminator>: "_ <digit>" or "__ <number> _", printed as nothing.
+	if st.peek(0) == '_' {
+		st.pos++
+		long := st.peek(0) == '_'
+		if long {
+			st.pos++
+		}
+		d := st.pos
+		for isDigit(st.peek(0)) {
+			st.pos++
+		}
+		switch {
+		case st.pos == d || !long && st.pos-d > 1:
+			st.decline()
+			return nm
+		case long:
+			if st.pos-d < 2 || st.peek(0) != '_' {
+				st.decline()
+				return nm
+			}
+			st.pos++
+		}
+	}
+	nm.p = st.concat(piece{start: int32(start), end: int32(end)}, "::", ent.p)
+	nm.cvref = ent.cvref
+	return nm
+}
+
+// closure reads a closure type "Ul <parameter types> E [<number>] _" and returns its text as
+// LLVM prints it, "'lambda'(int)", "'lambda0'()". A template parameter among the parameters
+// (a generic lambda) makes it decline.
+func (st *fastState) closure(nm *fastParsed) (piece, bool) {
+	if st.peek(1) != 'l' {
+		st.decline() // unnamed types, vendor qualifiers
+		return piece{}, false
+	}
+	st.pos += 2
+	if st.peek(0) == 'E' {
+		st.decline() // no parameter types, not even "v"
+		return piece{}, false
+	}
+	templated := st.templated
+	st.templated = false
+	base := len(st.args)
+	if st.peek(0) == 'v' && st.peek(1) == 'E' {
+		st.pos++
+	} else {
+		for st.peek(0) != 'E' {
+			if st.peek(0) == 0 {
+				st.decline()
+				break
+			}
+			t := st.typ()
+			if st.fail {
+				break
+			}
+			st.args = append(st.args, t)
+		}
+	}
+	st.templated = templated
+	if st.fail {
+		return piece{}, false
+	}
+	st.pos++ // 'E'
+	d := st.pos
+	for isDigit(st.peek(0)) {
+		st.pos++
+	}
+	if st.peek(0) != '_' {
+		st.decline()
+		return piece{}, false
+	}
+	number := st.s[d:st.pos]
+	st.pos++
+	if st.peek(0) == 'B' {
+		st.decline() // ABI tags on a closure
+		return piece{}, false
+	}
+	start := len(st.text)
+	st.text = append(st.text, "'lambda"...)
+	st.text = append(st.text, number...)
+	st.text = append(st.text, '\'')
+	st.parameters(base)
+	nm.base = int32(len(st.text))
+	return piece{start: int32(start), end: int32(len(st.text))}, !st.fail
+}
+
+// parameters appends "(P1, P2)" of the parameter types st.args[base:] (empty pack expansions
+// left out) to text and pops them.
+func (st *fastState) parameters(base int) {
+	st.text = append(st.text, '(')
+	first := true
+	for _, t := range st.args[base:] {
+		if t.start == t.end {
+			continue
+		}
+		if !first {
+			st.text = append(st.text, ", "...)
+		}
+		first = false
+		st.copyText(t.start, t.end)
+	}
+	st.text = append(st.text, ')')
+	st.args = st.args[:base]
+}
+
+// appendMethodQualifiers appends a member function's qualifiers, " const", " &&".
+func appendMethodQualifiers(b []byte, cvref uint8) []byte {
+	if cvref&cvConst != 0 {
+		b = append(b, " const"...)
+	}
+	if cvref&cvVolatile != 0 {
+		b = append(b, " volatile"...)
+	}
+	if cvref&cvRestrict != 0 {
+		b = append(b, " restrict"...)
+	}
+	if cvref&cvLRef != 0 {
+		b = append(b, " &"...)
+	}
+	if cvref&cvRRef != 0 {
+		b = append(b, " &&"...)
+	}
+	return b
 }
 
 // sourceName reads "<length> <identifier>" and appends the identifier.
@@ -980,6 +1170,14 @@ func (st *fastState) typ() piece {
 		}
 		st.addSub(nm.p)
 		return nm.p
+	case 'Z':
+		nm := st.localName()
+		if st.fail || nm.cvref != 0 || st.peek(0) == 'I' {
+			st.decline()
+			return piece{}
+		}
+		st.addSub(nm.p)
+		return nm.p
 	default:
 		if !isDigit(c) {
 			st.decline()
@@ -1189,20 +1387,7 @@ func (st *fastState) functionType() piece {
 	st.copyText(ret.start, ret.end)
 	st.text = append(st.text, ' ')
 	mid := len(st.text) - start
-	st.text = append(st.text, '(')
-	first := true
-	for _, t := range st.args[base:] {
-		if t.start == t.end {
-			continue // an empty pack expansion
-		}
-		if !first {
-			st.text = append(st.text, ", "...)
-		}
-		first = false
-		st.copyText(t.start, t.end)
-	}
-	st.text = append(st.text, ')')
-	st.args = st.args[:base]
+	st.parameters(base)
 	p := piece{start: int32(start), end: int32(len(st.text)), fn: fnBare, mid: int32(mid)}
 	st.addSub(p)
 	return p

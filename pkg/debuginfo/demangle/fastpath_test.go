@@ -82,6 +82,8 @@ func FuzzFastPath(f *testing.F) {
 		"_ZN12_GLOBAL__N_11fEv", "_ZN1AB5cxx111fEv", "_ZN1AplERKS_", "_Z1fILi3ELb1EEvv", "_Z1fIJEEvv",
 		"_ZN1AIiEC1Ev.cold", "_ZNKR1A3getEv", "_Z1fOT_",
 		"_ZNSt6vectorIiSaIiEE12emplace_backIJiRcEEEvDpOT_", "_Z1fIJicEEvDpRKT_", "_Z1fIiJEEvT_DpPT0_",
+		"_ZZ4mainENKUlvE_clEv", "_ZZ4mainENKUliE0_clEi", "_ZZN1A1fEvE1x_0", "_ZZNK1A1fEiE1x", "_ZTIZ1fvEUlRKiE_",
+		"_ZNSt8functionIFvvEEC2IZ4mainEUlvE_vEEOT_", "_ZZ1fvEN1B1gEv",
 	} {
 		f.Add(s)
 	}
