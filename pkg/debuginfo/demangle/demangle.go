@@ -1,7 +1,7 @@
 // Package demangle turns C++ (Itanium) and Rust (legacy and v0) linkage names into the
 // readable names profiles show, matching what llvm-symbolizer 14 prints for the same symbol.
 //
-// The common shapes of Itanium names (86% of a distribution's) are read by a one-pass parser
+// The common shapes of Itanium names (90% of a distribution's) are read by a one-pass parser
 // of this package (fastpath.go) that prints into a pooled buffer, one allocation a name. The
 // others are parsed by github.com/ianlancetaylor/demangle, with its LLVM-style printing; this
 // package corrects what that module gets wrong around it (itanium.go, rustv0.go: the mangled

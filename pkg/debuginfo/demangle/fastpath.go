@@ -8,11 +8,12 @@ import "sync"
 // namespace, template arguments (types; integer, bool and enumerator literals; packs), the
 // builtin, qualified, pointer and reference types, function types and pointers or references
 // to them, substitutions, the encoding's template parameters, the expansion of a parameter pack
-// of the encoding in its parameters ("DpOT_": emplace_back, make_unique), vtables, typeinfo,
-// VTTs, thunks and guard variables. Everything else (local names and closures, expressions, arrays, member
-// pointers, vendor extensions, template parameters naming packs) makes it decline, and the
-// name goes the module's way (itaniumString). Its answer must be the module's, corrected and
-// spelled as itaniumName prints it: TestFastPathAgrees and FuzzFastPath compare the two.
+// of the encoding in its parameters ("DpOT_": emplace_back, make_unique), local names and
+// closures without templates inside ("f(int)::'lambda'(int)"), vtables, typeinfo, VTTs, thunks
+// and guard variables. Everything else (expressions, arrays, member pointers, unnamed types,
+// vendor extensions, local names with templates or template parameters inside) makes it
+// decline, and the name goes the module's way (itaniumString). Its answer must be the
+// module's, corrected and spelled as itaniumName prints it: TestFastPathAgrees and FuzzFastPath compare the two.
 
 // fastState is the fast path's scratch: the text of every piece parsed (substitution
 // candidates and template arguments are ranges of it) and the output.
