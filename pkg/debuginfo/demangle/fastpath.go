@@ -13,7 +13,8 @@ import "sync"
 // and guard variables. Everything else (expressions, arrays, member pointers, unnamed types,
 // vendor extensions, local names with templates or template parameters inside) makes it
 // decline, and the name goes the module's way (itaniumString). Its answer must be the
-// module's, corrected and spelled as itaniumName prints it: TestFastPathAgrees and FuzzFastPath compare the two.
+// module's, corrected and spelled as itaniumName prints it: TestFastPathAgrees and
+// FuzzFastPath compare the two.
 
 // fastState is the fast path's scratch: the text of every piece parsed (substitution
 // candidates and template arguments are ranges of it) and the output.
