@@ -405,9 +405,12 @@ func (st *fastState) nested(enc bool) fastParsed {
 			if !ok {
 				return nm
 			}
-			if inner.ctor {
+			switch {
+			case inner.ctor:
 				nm.ctor = true
-			} else {
+			case c == 'U':
+				ctorName = -1 // a closure's constructor goes the module's way
+			default:
 				// A constructor is named without the class's ABI tags.
 				ctorName = int(u.start)<<32 | int(inner.base)
 			}
