@@ -135,7 +135,8 @@ func (st *fastState) encoding() {
 		}
 		st.pos += 2
 		t := st.typ()
-		if st.fail {
+		if st.fail || t.ref != 0 {
+			st.decline() // the module does not collapse a reference to a reference here
 			return
 		}
 		st.out = append(st.out, prefix...)
@@ -670,6 +671,14 @@ func (st *fastState) closure(nm *fastParsed) (piece, bool) {
 		return piece{}, false
 	}
 	number := st.s[d:st.pos]
+	if len(number) > 9 {
+		st.decline()
+		return piece{}, false
+	}
+	// Printed as the number it is: "00" is 0.
+	for len(number) > 1 && number[0] == '0' {
+		number = number[1:]
+	}
 	st.pos++
 	if st.peek(0) == 'B' {
 		st.decline() // ABI tags on a closure
