@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,7 @@ func TestCluster(t *testing.T) {
 	}
 	checkNode(ctx, t, client)
 	checkNoClusterAddressOnHost(t)
+	checkPodsCPUWeight(t, c.CgroupRoot)
 
 	// Two server pods behind one Service: "web" is ready, "web-unready" runs the same server
 	// but its readiness probe asks for a path it does not serve, so the kubelet must keep it
@@ -354,4 +356,31 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// checkPodsCPUWeight: the cgroup the pods run under weighs as eight busy sessions of the
+// machine (the cluster's podsCPUShares), not the default of one.
+func checkPodsCPUWeight(t *testing.T, root string) {
+	t.Helper()
+	found := false
+	for _, w := range []struct{ hierarchy, file, want string }{
+		{"/sys/fs/cgroup/cpu", "cpu.shares", "8192"}, // v1
+		{"/sys/fs/cgroup", "cpu.weight", "800"},      // v2
+	} {
+		f := filepath.Join(w.hierarchy, root, w.file)
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = true
+		if got := strings.TrimSpace(string(b)); got != w.want {
+			t.Errorf("%s: %s, want %s", f, got, w.want)
+		}
+	}
+	if !found {
+		t.Errorf("the pods' cgroup %s has no cpu.shares (v1) nor cpu.weight (v2)", root)
+	}
 }

@@ -47,19 +47,41 @@ func cgroupHierarchies() ([]string, error) {
 }
 
 // createCgroupRoot creates the cgroup the kubelet puts its pods under, in every hierarchy
-// (the kubelet's cgroupfs driver requires its cgroupRoot to exist).
+// (the kubelet's cgroupfs driver requires its cgroupRoot to exist), with the CPU weight of
+// podsCPUShares.
 func createCgroupRoot(root string) error {
 	dirs, err := cgroupHierarchies()
 	if err != nil {
 		return err
 	}
 	for _, d := range dirs {
-		if err := os.Mkdir(filepath.Join(d, root), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("cgroup %s: %w", filepath.Join(d, root), err)
+		dir := filepath.Join(d, root)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		for file, value := range map[string]string{"cpu.shares": strconv.Itoa(podsCPUShares), "cpu.weight": strconv.Itoa(podsCPUShares * 100 / 1024)} {
+			f := filepath.Join(dir, file)
+			if _, err := os.Stat(f); err != nil {
+				continue // not the cpu controller's hierarchy, or not this version's file
+			}
+			if err := os.WriteFile(f, []byte(value), 0o644); err != nil {
+				return fmt.Errorf("cgroup %s: %w", f, err)
+			}
 		}
 	}
 	return nil
 }
+
+// podsCPUShares is the CPU weight (cgroup v1 cpu.shares; v2 cpu.weight in proportion) of the
+// cgroup all the cluster's pods run under, against the machine's other processes. A node gives
+// its pods the weight of its CPUs and leaves few busy processes beside them; a test machine
+// runs the cluster's daemons and the other tests' processes beside it, and with the kernel's
+// autogroups each session (every daemon started with setsid) weighs as much as the default
+// 1024 of the whole cluster. A workload pod then got a sliver of its CPU limit (seen: the
+// OpenTelemetry profiler test's Python pod sampled at a fortieth of its rate for minutes while
+// another cluster and the kernel matrix ran; with six busy sessions beside it a pod limited to
+// 500m had 2.3 s of CPU in 10 s at 1024, 5.0 s at 8192): pods weigh as eight busy sessions.
+const podsCPUShares = 8192
 
 // Down takes the cluster down completely: the kubelet first (so it restarts nothing), then
 // every container and sandbox through containerd, then the other daemons (each by its process
