@@ -258,8 +258,8 @@ func (pr *prober) shiftSubstitutions(name string, from, p int) string {
 // substitution, so that no probe need parse the name up to it (the probes of a long name with
 // a few dozen substitutions after its "sr" took milliseconds): when no source name can hold
 // it (covered, sourceNameCover's) and the byte before it cannot make the 'S' the second
-// letter of an operator's code (aS =, lS <<=, rS >>=) or of a vendor type (DS). Anything
-// else is probed.
+// letter of an operator's code (aS =, lS <<=, rS >>=) or of a vendor type (DS)
+// (notOperatorLetter). Anything else is probed.
 func readAsSubstitution(name string, x, j int, covered []bool) bool {
 	if x < 3 {
 		return false
@@ -269,11 +269,7 @@ func readAsSubstitution(name string, x, j int, covered []bool) bool {
 			return false
 		}
 	}
-	switch name[x-1] {
-	case 'a', 'l', 'r', 'D':
-		return false
-	}
-	return true
+	return notOperatorLetter(name, x)
 }
 
 // seqIndex decodes the <seq-id> of S<seq-id>_: empty is 0, base-36 n is n+1.

@@ -192,11 +192,14 @@ func sourceNameCover(name string) []bool {
 		for run < len(name) && isDigit(name[run]) {
 			run++
 		}
-		if k >= 3 && (name[k-1] == 'S' || name[k-1] == 'T') && !covered[k-1] && run < len(name) && name[run] == '_' {
-			switch name[k-2] {
-			case 'a', 'l', 'r', 'D':
-			default:
-				k = run
+		if k >= 3 && (name[k-1] == 'S' || name[k-1] == 'T') && !covered[k-1] && notOperatorLetter(name, k-1) {
+			// A base-36 <seq-id>: digits and upper-case letters up to the '_'.
+			e := run
+			for e < len(name) && (isDigit(name[e]) || name[e] >= 'A' && name[e] <= 'Z') {
+				e++
+			}
+			if e < len(name) && name[e] == '_' {
+				k = e
 				continue
 			}
 		}
@@ -214,6 +217,19 @@ func sourceNameCover(name string) []bool {
 		k = run
 	}
 	return covered
+}
+
+// notOperatorLetter reports whether name[i] (an 'S' or a 'T') cannot be the second letter of
+// an operator's code or a vendor type: aS (=), lS (<<=), rS (>>=), DS, DT (decltype) and the
+// like. "Ul" before it is a closure's start, not an operator.
+func notOperatorLetter(name string, i int) bool {
+	switch name[i-1] {
+	case 'a', 'r', 'D':
+		return false
+	case 'l':
+		return i >= 2 && name[i-2] == 'U'
+	}
+	return true
 }
 
 // templateSignatures counts the encodings of a template function in a, up to 2: the
