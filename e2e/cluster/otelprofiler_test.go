@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -281,9 +282,14 @@ func processCPU(pid string) string {
 	if len(f) < 13 {
 		return fmt.Sprintf("/proc/%s/stat: %d fields", pid, len(f))
 	}
-	var utime, stime float64
-	fmt.Sscan(f[11], &utime)
-	fmt.Sscan(f[12], &stime)
+	utime, err := strconv.ParseFloat(f[11], 64)
+	if err != nil {
+		return fmt.Sprintf("/proc/%s/stat utime: %v", pid, err)
+	}
+	stime, err := strconv.ParseFloat(f[12], 64)
+	if err != nil {
+		return fmt.Sprintf("/proc/%s/stat stime: %v", pid, err)
+	}
 	const ticks = 100 // USER_HZ
 	out := fmt.Sprintf("%.1fs user, %.1fs system", utime/ticks, stime/ticks)
 	cg, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
