@@ -1118,20 +1118,11 @@ func (st *fastState) typ() piece {
 		// A template parameter of the encoding: T_ is its first template argument, T<n>_
 		// argument n+1.
 		st.pos++
-		n := 0
-		if st.peek(0) != '_' {
-			v, ok := st.seq()
-			if !ok {
-				st.decline()
-				return piece{}
-			}
-			n = v + 1
-		}
-		if st.peek(0) != '_' || !st.templated || n >= len(st.targs) {
+		n, ok := st.templateParamIndex()
+		if !ok || !st.templated || n >= len(st.targs) {
 			st.decline()
 			return piece{}
 		}
-		st.pos++
 		if st.peek(0) == 'I' || st.targs[n].pack {
 			st.decline() // a template template parameter's arguments, a pack
 			return piece{}
@@ -1307,20 +1298,11 @@ func (st *fastState) expansion() piece {
 		return piece{}
 	}
 	st.pos++
-	k := 0
-	if st.peek(0) != '_' {
-		v, ok := st.seq()
-		if !ok {
-			st.decline()
-			return piece{}
-		}
-		k = v + 1
-	}
-	if st.peek(0) != '_' || k >= len(st.targs) || !st.targs[k].pack || st.tagging {
+	k, ok := st.templateParamIndex()
+	if !ok || k >= len(st.targs) || !st.targs[k].pack || st.tagging {
 		st.decline()
 		return piece{}
 	}
-	st.pos++
 	if st.peek(0) == 'I' {
 		st.decline() // a template template parameter's arguments
 		return piece{}
@@ -1451,6 +1433,24 @@ func (st *fastState) declarator(t piece, c byte) piece {
 	}
 	st.addSub(p)
 	return p
+}
+
+// templateParamIndex reads the "[<seq-id>] _" of a template parameter after its 'T' and
+// returns the argument it names: T_ the first (0), T<n>_ argument n+1.
+func (st *fastState) templateParamIndex() (int, bool) {
+	n := 0
+	if st.peek(0) != '_' {
+		v, ok := st.seq()
+		if !ok {
+			return 0, false
+		}
+		n = v + 1
+	}
+	if st.peek(0) != '_' {
+		return 0, false
+	}
+	st.pos++
+	return n, true
 }
 
 // seq reads a base-36 <seq-id> (upper case), not its '_'.
