@@ -29,6 +29,9 @@ type fastState struct {
 	out   []byte
 	depth int
 	fail  bool
+	// collapses counts the references to references collapsed (pointerTo): the module
+	// collapses them except in a closure's parameters.
+	collapses int
 	// tagging: the encoding's template arguments are being read (a T_ among them would
 	// refer to the ones before).
 	tagging bool
@@ -183,7 +186,9 @@ func (st *fastState) callOffset() {
 	for isDigit(st.peek(0)) {
 		st.pos++
 	}
-	if st.pos == start || st.peek(0) != '_' {
+	// The module reads an offset as an int and refuses one past it (FuzzFastPath's find):
+	// nine digits always fit.
+	if st.pos == start || st.pos-start > 9 || st.peek(0) != '_' {
 		st.decline()
 		return
 	}
@@ -409,6 +414,7 @@ func (st *fastState) nested(enc bool) fastParsed {
 			switch {
 			case inner.ctor:
 				nm.ctor = true
+				ctorName = -1 // a constructor named after one goes the module's way
 			case c == 'U':
 				ctorName = -1 // a closure's constructor goes the module's way
 			default:
@@ -639,7 +645,7 @@ func (st *fastState) closure(nm *fastParsed) (piece, bool) {
 		st.decline() // no parameter types, not even "v"
 		return piece{}, false
 	}
-	templated := st.templated
+	templated, collapses := st.templated, st.collapses
 	st.templated = false
 	base := len(st.args)
 	if st.peek(0) == 'v' && st.peek(1) == 'E' {
@@ -658,6 +664,9 @@ func (st *fastState) closure(nm *fastParsed) (piece, bool) {
 		}
 	}
 	st.templated = templated
+	if st.collapses != collapses {
+		st.decline() // the module prints a closure's "RRa" as "signed char&&"
+	}
 	if st.fail {
 		return piece{}, false
 	}
@@ -1250,6 +1259,7 @@ func (st *fastState) pointerTo(c byte, t piece) piece {
 		st.text = append(st.text, '*')
 	case t.ref != 0:
 		// Reference collapsing: & wins.
+		st.collapses++
 		ref = t.ref
 		if c == 'R' && t.ref == refRValue {
 			st.text = st.text[:len(st.text)-2]
