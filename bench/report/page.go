@@ -139,8 +139,14 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 		p.notMeasured(symbolizeFile)
 		return nil
 	}
+	runs := fmt.Sprintf("each time the best of %d runs", s.Repeat)
+	if s.OursWorst {
+		runs = fmt.Sprintf("each tool %d times; of ours every figure is the worst of its runs, of each reference tool the best "+
+			"of its runs (the warm rates likewise: ours from its slowest large batch less its fastest small one, a reference's "+
+			"the other way round), so every ratio is the least favourable pairing of the runs", s.Repeat)
+	}
 	p.f("`bench/symbolize/run.sh`: `symbolizer symbolize` (ours) and the reference tools on the same random addresses "+
-		"inside function symbols of each binary, one process per run, addresses on stdin; each time the best of %d runs.\n\n", s.Repeat)
+		"inside function symbols of each binary, one process per run, addresses on stdin; %s.\n\n", runs)
 	p.f("### Fidelity\n\n")
 	p.f("Of %d addresses, the share whose innermost frame (function name, source file and line) is llvm-symbolizer's; "+
 		"then the share whose innermost file and line are (names aside: demanglers and Go's ABI suffixes write the same "+

@@ -37,11 +37,14 @@ type run struct {
 
 // symbolize is bench/symbolize's JSON.
 type symbolize struct {
-	Small      int               `json:"small"`
-	Big        int               `json:"big"`
-	OursBig    int               `json:"ours_big"`
-	EUBig      int               `json:"eu_big"`
-	Repeat     int               `json:"repeat"`
+	Small   int `json:"small"`
+	Big     int `json:"big"`
+	OursBig int `json:"ours_big"`
+	EUBig   int `json:"eu_big"`
+	Repeat  int `json:"repeat"`
+	// OursWorst: each figure of ours is the worst of Repeat runs, each reference's the best of
+	// its runs; unset in results of a run that took the best of every tool's.
+	OursWorst  bool              `json:"ours_worst"`
 	LoadBefore string            `json:"load_before"`
 	LoadAfter  string            `json:"load_after"`
 	Binaries   []symbolizeBinary `json:"binaries"`

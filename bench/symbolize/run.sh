@@ -12,7 +12,7 @@
 #          time varies by more than the whole warm part on a 150 MB binary, is not in the
 #          difference; llvm-symbolizer has no such cache and parses lazily as it goes. Ours
 #          takes its big batch at $OURS_BIG addresses: at 200,000 the difference is a tenth
-#          of a second against the index load's 0.6 s, and the best-of-runs of either side
+#          of a second against the index load's 0.6 s, and the choice of run on either side
 #          moves it by as much; at 1,000,000 the figure still moved by a fifth between runs,
 #          at 3,000,000 (1.8 s of difference) by a few percent. The output file is removed
 #          before each run: truncating the last run's 1.4 GB would be counted as the next
@@ -37,8 +37,12 @@
 #
 # Binaries: MinIO (a Go binary over 100 MB with DWARF, from .ci/install-deps), the zstd CLI
 # from Debian's source package and a C++ corpus binary (both from testdata/build.sh).
-# Each measurement is the best of $REPEAT runs (default 3) to damp noise from a shared machine;
-# the load average is printed with the table.
+# Each tool runs each measurement $REPEAT times (default 3). Of ours, every figure is the worst of
+# its runs; of each reference tool, the best of its runs: every ratio is the least favourable
+# pairing of the runs on a shared machine. The warm rates
+# are taken the same way: ours from its slowest big batch less its fastest small one, each
+# reference's from its fastest big batch less its slowest small one. The load average is printed
+# with the table.
 #
 # Usage: bench/symbolize/run.sh [BINARY...]    (default: the three above)
 # Env:   BIG (default 200000), OURS_BIG (default 3000000), EU_BIG (default 30000), REPEAT
@@ -91,12 +95,12 @@ a2l() { "$work/addr2line" "$1"; }
 # was answered.
 eu() { eu-addr2line -e "$1" -a -f -i -A -C || (($? == 1)); }
 
-# measure TOOL BIN ADDRS [LINES_PER_ADDRESS] [KEEP] -> "wall_seconds max_rss_kb cpu_seconds" (the
-# best of REPEAT runs, each figure on its own); checks that the tool answered every address.
-# LINES_PER_ADDRESS "a": one answer per line starting 0x (eu-addr2line -a). KEEP: a path to keep
-# the first run's answers at.
+# measure TOOL BIN ADDRS [LINES_PER_ADDRESS] [KEEP] -> "best_wall best_rss_kb best_cpu worst_wall
+# worst_rss_kb worst_cpu" (each figure on its own, of REPEAT runs); checks that the tool answered
+# every address. LINES_PER_ADDRESS "a": one answer per line starting 0x (eu-addr2line -a). KEEP: a
+# path to keep the first run's answers at.
 measure() {
-	local tool=$1 bin=$2 addrs=$3 per=${4:-1} keep=${5:-} best_t= best_m= best_c= i t m u s c lines want
+	local tool=$1 bin=$2 addrs=$3 per=${4:-1} keep=${5:-} i t m u s c lines want runs=
 	if [[ $per == a ]]; then want=$(wc -l <"$addrs"); else want=$(($(wc -l <"$addrs") * per)); fi
 	for ((i = 0; i < REPEAT; i++)); do
 		rm -f "$work/out"
@@ -108,12 +112,11 @@ measure() {
 			exit 1
 		fi
 		read -r t m u s <"$work/time"
-		c=$(awk "BEGIN{print $u + $s}")
-		if [[ -z $best_t ]] || awk "BEGIN{exit !($t < $best_t)}"; then best_t=$t; fi
-		if [[ -z $best_c ]] || awk "BEGIN{exit !($c < $best_c)}"; then best_c=$c; fi
-		if [[ -z $best_m ]] || ((m < best_m)); then best_m=$m; fi
+		runs+="$t $m $(awk "BEGIN{print $u + $s}")"$'\n'
 	done
-	echo "$best_t $best_m $best_c"
+	awk 'NF != 3 { next } !n++ { for (i = 1; i <= 3; i++) { lo[i] = $i; hi[i] = $i } }
+		{ for (i = 1; i <= 3; i++) { if ($i < lo[i]) lo[i] = $i; if ($i > hi[i]) hi[i] = $i } }
+		END { print lo[1], lo[2], lo[3], hi[1], hi[2], hi[3] }' <<<"$runs"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -133,22 +136,22 @@ for bin in "${bins[@]}"; do
 	isgo=false
 	if readelf -S -W "$bin" | grep -q -E '\.gopclntab|\.go\.buildinfo'; then isgo=true; fi
 	log "$name (${size} MB): ours"
-	read -r os_t os_m _ < <(measure ours "$bin" "$work/$name.small" 1 "$work/$name.ours.ans")
-	read -r ob_t ob_m _ < <(measure ours "$bin" "$work/$name.big")
+	read -r _ _ _ os_t os_m _ < <(measure ours "$bin" "$work/$name.small" 1 "$work/$name.ours.ans")
+	read -r _ _ _ _ ob_m _ < <(measure ours "$bin" "$work/$name.big")
 	cached "$bin" <"$work/$name.small" >/dev/null # fills the cache
-	read -r oc_t _ oc_c < <(measure cached "$bin" "$work/$name.small")
-	read -r _ _ ocb_c < <(measure cached "$bin" "$work/$name.oursbig")
+	read -r _ _ oc_c oc_t _ _ < <(measure cached "$bin" "$work/$name.small")
+	read -r _ _ _ _ _ ocb_c < <(measure cached "$bin" "$work/$name.oursbig")
 	log "$name (${size} MB): llvm-symbolizer"
-	read -r ls_t ls_m ls_c < <(measure llvm "$bin" "$work/$name.small" 1 "$work/$name.llvm.ans")
-	read -r lb_t lb_m lb_c < <(measure llvm "$bin" "$work/$name.big")
+	read -r ls_t _ _ _ _ ls_c < <(measure llvm "$bin" "$work/$name.small" 1 "$work/$name.llvm.ans")
+	read -r _ lb_m lb_c _ _ _ < <(measure llvm "$bin" "$work/$name.big")
 	log "$name (${size} MB): eu-addr2line"
-	read -r es_t es_m es_c < <(measure eu "$bin" "$work/$name.small" a "$work/$name.eu.ans")
-	read -r eb_t eb_m eb_c < <(measure eu "$bin" "$work/$name.eubig" a)
+	read -r es_t es_m _ _ _ es_c < <(measure eu "$bin" "$work/$name.small" a "$work/$name.eu.ans")
+	read -r _ _ eb_c _ _ _ < <(measure eu "$bin" "$work/$name.eubig" a)
 	fid=("$("$work/agree" -label ours -ref "$work/$name.llvm.ans" -cand "$work/$name.ours.ans" -format llvm-json)"
 		"$("$work/agree" -label eu-addr2line -ref "$work/$name.llvm.ans" -cand "$work/$name.eu.ans" -format eu)")
 	if $isgo; then
 		log "$name (${size} MB): go tool addr2line"
-		read -r as_t as_m as_c < <(measure a2l "$bin" "$work/$name.small" 2 "$work/$name.a2l.ans")
+		measure a2l "$bin" "$work/$name.small" 2 "$work/$name.a2l.ans" >/dev/null
 		fid+=("$("$work/agree" -label "go tool addr2line" -ref "$work/$name.llvm.ans" -cand "$work/$name.a2l.ans" -format goa2l)")
 	fi
 	eurows+=("$(awk -v n="$name" -v small="$SMALL" -v ebig="$EU_BIG" -v est="$es_t" -v esc="$es_c" -v ebc="$eb_c" -v esm="$es_m" -v ost="$os_t" -v osm="$os_m" \
@@ -188,8 +191,8 @@ if [[ -x $tools/minio ]]; then
 	log "stripped MinIO (pclntab only): ours and go tool addr2line"
 	strip -o "$work/minio-stripped" "$tools/minio"
 	"$work/sample" -bin "$tools/minio" -n 20000 -seed 3 -o "$work/stripped.addrs"
-	read -r so_t so_m so_c < <(measure ours "$work/minio-stripped" "$work/stripped.addrs" 1 "$work/stripped.ours.ans")
-	read -r sa_t sa_m sa_c < <(measure a2l "$work/minio-stripped" "$work/stripped.addrs" 2 "$work/stripped.a2l.ans")
+	read -r _ _ _ so_t so_m so_c < <(measure ours "$work/minio-stripped" "$work/stripped.addrs" 1 "$work/stripped.ours.ans")
+	read -r sa_t sa_m sa_c _ _ _ < <(measure a2l "$work/minio-stripped" "$work/stripped.addrs" 2 "$work/stripped.a2l.ans")
 	if [[ -n $RESULTS ]]; then
 		# Fidelity of both on the stripped binary against llvm-symbolizer on the unstripped one.
 		llvm "$tools/minio" <"$work/stripped.addrs" >"$work/stripped.llvm.ans"
@@ -208,7 +211,7 @@ fi
 printf '\n%-22s %5s | %-23s | %-15s | %-29s | %-23s\n' "" "" "cold, ${SMALL} addrs (s)" "cached (s)" "warm (addresses/CPU s)" "peak RSS, ${BIG} addrs (MB)"
 printf '%-22s %5s | %7s %7s %7s | %7s %7s | %10s %10s %7s | %7s %7s %7s\n' binary MB ours llvm "llvm/us" ours "llvm/us" ours llvm "us/llvm" ours llvm "us/llvm"
 printf '%s\n' "${rows[@]}"
-printf '\ncold ratio > 1: we are faster; warm ratio: our throughput over llvm-symbolizer'"'"'s; RSS ratio <= 1: we use no more memory. Best of %d runs each.\n' "$REPEAT"
+printf '\ncold ratio > 1: we are faster; warm ratio: our throughput over llvm-symbolizer'"'"'s; RSS ratio <= 1: we use no more memory. Ours: the worst of %d runs, each figure; the references: the best of theirs.\n' "$REPEAT"
 if [[ -n $stripped ]]; then
 	printf '\n%-22s | %-23s | %-23s | %-23s\n' "20,000 addresses" "wall (s)" "CPU (s)" "peak RSS (MB)"
 	printf '%-22s | %7s %7s %7s | %7s %7s %7s | %7s %7s %7s\n' binary ours a2l "a2l/us" ours a2l "a2l/us" ours a2l "us/a2l"
@@ -225,6 +228,6 @@ printf 'load average: %s before, %s after (%d CPUs)\n' "$load_before" "$load_aft
 if [[ -n $RESULTS ]]; then
 	printf '%s\n' "${json_bins[@]}" | jq -s --argjson small "$SMALL" --argjson big "$BIG" --argjson obig "$OURS_BIG" --argjson ebig "$EU_BIG" \
 		--argjson repeat "$REPEAT" --arg lb "$load_before" --arg la "$load_after" --argjson stripped "${stripped_json:-null}" \
-		'{small: $small, big: $big, ours_big: $obig, eu_big: $ebig, repeat: $repeat, load_before: $lb, load_after: $la, binaries: ., stripped: $stripped}' >"$RESULTS"
+		'{small: $small, big: $big, ours_big: $obig, eu_big: $ebig, repeat: $repeat, ours_worst: true, load_before: $lb, load_after: $la, binaries: ., stripped: $stripped}' >"$RESULTS"
 	log "results written to $RESULTS"
 fi
