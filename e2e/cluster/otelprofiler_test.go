@@ -50,6 +50,10 @@ symbolizer:
 // workload (deploy/imagebuild/workloads/pyloop) the profiler profiles.
 const otelProfilerImages = "symbolizer,gateway,redis,otel-ebpf-profiler,workload-python"
 
+// otelProfilerHz is the profiler's sampling frequency: the chart's collector.frequency, which
+// it sets in place of the profiler's own 20 Hz.
+const otelProfilerHz = 19
+
 // pyloopFunctions are the Python workload's functions.
 var pyloopFunctions = []string{"main", "run", "outer", "middle", "leaf"}
 
@@ -108,6 +112,8 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	}
 	pid := pyloopPID(ctx, t, client)
 	t.Logf("pyloop is process %s: %s", pid, processCPU(pid))
+	cpu := &cpuTrack{pid: pid}
+	cpu.record()
 
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(otelProfilerValues), 0o644); err != nil {
@@ -167,9 +173,9 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	})
 
 	// Before the upload: Python functions named by the profiler, the interpreter's frames not.
-	ps, err := pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.python > 0 && s.interp > 0 })
+	ps, err := pyloopProfiles(ctx, dir, seen, cpu, 3*time.Minute, func(s pyloopStats) bool { return s.python > 0 && s.interp > 0 })
 	if err != nil {
-		t.Fatalf("%v; pyloop: %s", err, processCPU(pid))
+		t.Fatalf("%v; pyloop: %s; %s", err, processCPU(pid), profilerState(pid))
 	}
 	before := ps.stats()
 	t.Logf("before the upload: %s; resource %q; %s", before, ps.comments, ps.othersSummary())
@@ -204,16 +210,23 @@ func TestOtelEbpfProfilerOnCluster(t *testing.T) {
 	uploaded := time.Now()
 
 	// After it: the first profile with the interpreter's frames named, then the next minute's.
-	if _, err := pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.interpNamed > 0 }); err != nil {
-		t.Fatalf("after the upload: %v; pyloop: %s", err, processCPU(pid))
+	if _, err := pyloopProfiles(ctx, dir, seen, cpu, 3*time.Minute, func(s pyloopStats) bool { return s.interpNamed > 0 }); err != nil {
+		t.Fatalf("after the upload: %v; pyloop: %s; %s", err, processCPU(pid), profilerState(pid))
 	}
 	t.Logf("interpreter frames named %v after the upload", time.Since(uploaded).Round(time.Second))
-	ps, err = pyloopProfiles(ctx, dir, seen, 3*time.Minute, func(s pyloopStats) bool { return s.total >= 200 })
+	ps, err = pyloopProfiles(ctx, dir, seen, cpu, 3*time.Minute, func(s pyloopStats) bool { return s.total >= 200 })
 	if err != nil {
-		t.Fatalf("after the upload: %v; pyloop: %s", err, processCPU(pid))
+		t.Fatalf("after the upload: %v; pyloop: %s; %s", err, processCPU(pid), profilerState(pid))
 	}
 	after := ps.stats()
 	t.Logf("after the upload: %s; %s; pyloop: %s", after, ps.othersSummary(), processCPU(pid))
+	// Samples against the CPU time the workload had in the profiles' collection windows: about
+	// 1 when the profiler samples it as often as its CPU time says, far off when the sampling
+	// stands in lockstep with its CPU limit's period (see collector.frequency in the chart).
+	if used, ok := cpu.between(ps.from, ps.to); ok && used > 0 {
+		t.Logf("pyloop's samples after the upload: %d in %v of its profiles, in which it had %.1f s of CPU: %.2f of the %.0f its CPU time is worth at %d Hz",
+			after.total, ps.to.Sub(ps.from).Round(time.Second), used, float64(after.total)/(used*otelProfilerHz), used*otelProfilerHz, otelProfilerHz)
+	}
 	t.Logf("a stack: %s", ps.example())
 	if after.python*100 < after.total*95 {
 		t.Errorf("Python functions in %d of %d samples (%.1f%%), want >= 95%%", after.python, after.total, after.pct(after.python))
@@ -272,26 +285,11 @@ func pyloopPID(ctx context.Context, t *testing.T, client *kubernetes.Clientset) 
 // and how often its CPU cgroup's quota held it back (cpu.stat), for messages about a
 // workload sampled less than its limit allows.
 func processCPU(pid string) string {
-	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	utime, stime, err := cpuSeconds(pid)
 	if err != nil {
 		return err.Error()
 	}
-	// The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return fmt.Sprintf("/proc/%s/stat: %d fields", pid, len(f))
-	}
-	utime, err := strconv.ParseFloat(f[11], 64)
-	if err != nil {
-		return fmt.Sprintf("/proc/%s/stat utime: %v", pid, err)
-	}
-	stime, err := strconv.ParseFloat(f[12], 64)
-	if err != nil {
-		return fmt.Sprintf("/proc/%s/stat stime: %v", pid, err)
-	}
-	const ticks = 100 // USER_HZ
-	out := fmt.Sprintf("%.1fs user, %.1fs system", utime/ticks, stime/ticks)
+	out := fmt.Sprintf("%.1fs user, %.1fs system", utime, stime)
 	cg, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
 	if err != nil {
 		return out
@@ -315,6 +313,70 @@ func processCPU(pid string) string {
 		}
 	}
 	return out
+}
+
+// cpuSeconds is process pid's user and system CPU time, from /proc/PID/stat.
+func cpuSeconds(pid string) (user, system float64, err error) {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f))
+	}
+	const ticks = 100 // USER_HZ
+	utime, err := strconv.ParseFloat(f[11], 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%s/stat utime: %w", pid, err)
+	}
+	stime, err := strconv.ParseFloat(f[12], 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%s/stat stime: %w", pid, err)
+	}
+	return utime / ticks, stime / ticks, nil
+}
+
+// cpuTrack records a process's CPU time as the test goes, to tell how much of it fell in a
+// window of wall time.
+type cpuTrack struct {
+	pid string
+	at  []time.Time
+	cpu []float64 // seconds, user and system
+}
+
+func (c *cpuTrack) record() {
+	u, s, err := cpuSeconds(c.pid)
+	if err != nil {
+		return
+	}
+	c.at = append(c.at, time.Now())
+	c.cpu = append(c.cpu, u+s)
+}
+
+// between is the CPU time the process had from a to b, interpolated between the records
+// around each; false when the records do not cover the window.
+func (c *cpuTrack) between(a, b time.Time) (float64, bool) {
+	x, okA := c.interpolate(a)
+	y, okB := c.interpolate(b)
+	return y - x, okA && okB
+}
+
+func (c *cpuTrack) interpolate(t time.Time) (float64, bool) {
+	for i := 1; i < len(c.at); i++ {
+		if t.Before(c.at[i-1]) || t.After(c.at[i]) {
+			continue
+		}
+		span := c.at[i].Sub(c.at[i-1])
+		if span <= 0 {
+			return c.cpu[i], true
+		}
+		frac := float64(t.Sub(c.at[i-1])) / float64(span)
+		return c.cpu[i-1] + frac*(c.cpu[i]-c.cpu[i-1]), true
+	}
+	return 0, false
 }
 
 // mappedFile is the path (in its mount namespace) of the file process pid maps whose path
@@ -390,6 +452,9 @@ type pyloopProfile struct {
 	interpFiles     map[string]string // function -> source file, of the interpreter's frames
 	inlined         int               // interpreter locations with more than one line (inlined calls)
 	stacks          [][]string
+	// from and to span the collection windows of the profiles of it (pprof's time and
+	// duration: the profiler's reporting intervals).
+	from, to time.Time
 	// others counts the samples of every other process in the same files, by executable name:
 	// the profiler's sampling rate on the node, to tell a workload sampled less from a
 	// profiler that samples less.
@@ -448,6 +513,16 @@ func (p *pyloopProfile) addOther(pr *profile.Profile) {
 
 func (p *pyloopProfile) add(pr *profile.Profile) {
 	p.files++
+	if pr.TimeNanos > 0 {
+		from := time.Unix(0, pr.TimeNanos)
+		to := from.Add(time.Duration(pr.DurationNanos))
+		if p.from.IsZero() || from.Before(p.from) {
+			p.from = from
+		}
+		if to.After(p.to) {
+			p.to = to
+		}
+	}
 	for _, s := range pr.Sample {
 		w := int64(1)
 		if len(s.Value) > 0 && s.Value[0] > 0 {
@@ -525,10 +600,11 @@ func (p *pyloopProfile) add(pr *profile.Profile) {
 
 // pyloopProfiles reads the gateway's new pprof files of pod pyloop (those not in seen) until
 // the ones read so far satisfy done.
-func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, timeout time.Duration, done func(pyloopStats) bool) (*pyloopProfile, error) {
+func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, cpu *cpuTrack, timeout time.Duration, done func(pyloopStats) bool) (*pyloopProfile, error) {
 	p := &pyloopProfile{}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
+		cpu.record()
 		files, _ := filepath.Glob(filepath.Join(dir, "profile-*.pb.gz"))
 		for _, f := range files {
 			if seen[f] {
@@ -552,6 +628,7 @@ func pyloopProfiles(ctx context.Context, dir string, seen map[string]bool, timeo
 				p.comments = pr.Comments
 			}
 			if done(p.s) {
+				cpu.record() // after every window read
 				return p, nil
 			}
 		}
