@@ -318,15 +318,32 @@ func TestHelmChartOtelEbpfProfiler(t *testing.T) {
 
 	t.Run("config merged", func(t *testing.T) {
 		def := helmTemplate(t, helm, otelProfilerValues)
-		merged := helmTemplate(t, helm, otelProfilerValues, "--set-json", `otelEbpfProfiler.config={"receivers":{"profiling":{"samples_per_second":19}}}`)
+		merged := helmTemplate(t, helm, otelProfilerValues, "--set-json", `otelEbpfProfiler.config={"receivers":{"profiling":{"samples_per_second":97}}}`)
 		mp, _ := collectorConfigOf(t, merged, otelProfiler)
 		dp, _ := collectorConfigOf(t, def, otelProfiler)
-		if v, _ := get(mp.cfg, "receivers::profiling::samples_per_second").(float64); v != 19 {
+		if v, _ := get(mp.cfg, "receivers::profiling::samples_per_second").(float64); v != 97 {
 			t.Errorf("otelEbpfProfiler.config did not set receivers::profiling::samples_per_second: %v", get(mp.cfg, "receivers::profiling::samples_per_second"))
 		}
 		checkOtelProfiler(t, merged)
 		if a, b := dp.w.pod.Annotations["checksum/config"], mp.w.pod.Annotations["checksum/config"]; a == "" || a == b {
 			t.Errorf("checksum/config %q does not follow the configuration (%q after a change)", a, b)
+		}
+	})
+
+	// The profiler samples at collector.frequency, not at its own 20 Hz, whose samples fall at
+	// two points only of a CPU-limited container's 100 ms period.
+	t.Run("sampling frequency", func(t *testing.T) {
+		for _, tt := range []struct {
+			extra []string
+			want  float64
+		}{
+			{nil, 19},
+			{[]string{"--set", "collector.frequency=99"}, 99},
+		} {
+			p, _ := collectorConfigOf(t, helmTemplate(t, helm, otelProfilerValues, tt.extra...), otelProfiler)
+			if v, _ := get(p.cfg, "receivers::profiling::samples_per_second").(float64); v != tt.want {
+				t.Errorf("%v: receivers::profiling::samples_per_second %v, want %v", tt.extra, get(p.cfg, "receivers::profiling::samples_per_second"), tt.want)
+			}
 		}
 	})
 

@@ -1,6 +1,8 @@
 {{- /*
 The OpenTelemetry eBPF profiler's Collector configuration (collector.mode otel-ebpf-profiler):
-its "profiling" receiver with the profiler's defaults, an OTLP/gRPC exporter to the gateway
+its "profiling" receiver with the profiler's defaults but its sampling frequency, which is
+collector.frequency (the profiler's own 20 Hz meets the 100 ms CPU period of CPU-limited
+containers at two points only: see collector.frequency), an OTLP/gRPC exporter to the gateway
 Service, as profsym's collector reaches it (the same name, port and TLS: the gateway's
 certificate is issued for it, and under tls.enabled the collectors' client certificate admits
 the profiler too). otelEbpfProfiler.config is merged over it last (maps key by key, lists
@@ -8,7 +10,8 @@ replaced).
 */ -}}
 {{- define "profsym.otelEbpfProfilerConfigBase" -}}
 receivers:
-  profiling: {}
+  profiling:
+    samples_per_second: {{ int .Values.collector.frequency }}
 exporters:
   otlp_grpc:
     endpoint: gateway.{{ .Values.namespaces.services }}.svc:4317

@@ -37,7 +37,7 @@ import (
 
 // CLI holds the collector's flags.
 type CLI struct {
-	Frequency int           `default:"19" env:"PROFSYM_FREQUENCY" help:"Sampling frequency per CPU, in Hz."`
+	Frequency int           `default:"19" env:"PROFSYM_FREQUENCY" help:"Sampling frequency per CPU, in Hz. Take one like 19 or 99: at 20 Hz the samples fall at the same two points of every 100 ms CPU period of a CPU-limited container, which then gets from none to twice its share of them (the collector warns at such frequencies)."`
 	Interval  time.Duration `default:"10s" env:"PROFSYM_INTERVAL" help:"How often a profiles request is reported."`
 
 	Gateway                   string        `env:"PROFSYM_GATEWAY" help:"Gateway OTLP/gRPC endpoint (host:port). Empty: no export (use --output-file)."`
@@ -191,6 +191,12 @@ func (c *CLI) Run(ctx context.Context, log *slog.Logger, version string) (retErr
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if c.Upload.UploadOnly {
 		return c.runUploadOnly(ctx, reg, log)
+	}
+	if p := cpuPeriodPoints(c.Frequency); p < 10 {
+		log.Warn("the sampling frequency meets the 100 ms CPU period of CPU-limited containers at few points of it: "+
+			"a container held to its limit is sampled where its runs fall against those points, from none of its samples "+
+			"to twice its share, for as long as both run; take a frequency like 19 or 99",
+			"frequency_hz", c.Frequency, "points", p)
 	}
 
 	var sinks []func([]byte)
@@ -518,3 +524,18 @@ func checkKernel(w io.Writer) error {
 
 // IsPrivilegeError reports whether err comes from missing privileges.
 func IsPrivilegeError(err error) bool { return errors.Is(err, bpfprog.ErrPrivileges) }
+
+// cpuPeriodPoints is how many points of a container's CPU period sampling at hz falls on: the
+// kubelet's CPU limits are CFS quotas per 100 ms period, whose timer runs on a fixed grid, and
+// the kernel runs a per-CPU cpu-clock event's timer at a fixed NSEC_PER_SEC/hz (it turns a
+// frequency into a period), so the two keep their phase for as long as both run. The samples
+// fall at hz/gcd(hz, 10) evenly spaced points of the period: at 20 Hz two, 50 ms apart, and a
+// container that runs its 50 ms between them is never sampled (seen with the OpenTelemetry
+// eBPF profiler at its default 20 Hz: 92 s of a workload's CPU in 3 minutes, no sample of it).
+func cpuPeriodPoints(hz int) int {
+	a, b := hz, 10
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return hz / a
+}

@@ -165,3 +165,13 @@ func TestRunWritesOutputFile(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUPeriodPoints(t *testing.T) {
+	for _, tt := range []struct{ hz, want int }{
+		{19, 19}, {99, 99}, {20, 2}, {10, 1}, {25, 5}, {100, 10}, {7, 7}, {250, 25}, {1, 1},
+	} {
+		if got := cpuPeriodPoints(tt.hz); got != tt.want {
+			t.Errorf("cpuPeriodPoints(%d) = %d, want %d", tt.hz, got, tt.want)
+		}
+	}
+}
