@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 )
 
 const (
@@ -139,9 +138,5 @@ func writeDWARFTables(p *page, b *bigdwarf) {
 		}
 		p.table([]string{"phase", "what it measures", "calls", "p50 ms", "addresses/s", "server CPU ms/call", "resolved", "RSS MiB"}, srows)
 	}
-	p.f("Load average during this bench: %s before, %s after.", b.LoadBefore, b.LoadAfter)
-	if b.Measured != "" {
-		p.f(" Measured %s at commit `%s`.", strings.Replace(b.Measured, "T", " ", 1), b.Revision)
-	}
-	p.f("\n\n")
+	p.loadAndWhen(b.LoadBefore, b.LoadAfter, b.Measured, b.Revision)
 }

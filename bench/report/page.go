@@ -77,6 +77,16 @@ func (p *page) table(head []string, rows [][]string) {
 
 func (p *page) image(alt, name string) { p.f("![%s](%s/%s)\n\n", alt, p.plots, name) }
 
+// loadAndWhen closes a bench's section with its load average and, for a bench measured apart
+// from the page's run (its results say when, at which commit), when and at which commit.
+func (p *page) loadAndWhen(before, after, measured, revision string) {
+	p.f("Load average during this bench: %s before, %s after.", before, after)
+	if measured != "" {
+		p.f(" Measured %s at commit `%s`.", strings.Replace(measured, "T", " ", 1), revision)
+	}
+	p.f("\n\n")
+}
+
 func (p *page) notMeasured(file string) {
 	p.f("Not measured in this run (no %s in the results).\n\n", file)
 }
@@ -250,7 +260,7 @@ func writeEngine(p *page, s *symbolize, dir string) error {
 		}
 		p.table([]string{"binary", "tool", "innermost frame", "file:line", "function name", "whole inline chain"}, frows)
 	}
-	p.f("Load average during this bench: %s before, %s after.\n\n", s.LoadBefore, s.LoadAfter)
+	p.loadAndWhen(s.LoadBefore, s.LoadAfter, s.Measured, s.Revision)
 	return nil
 }
 

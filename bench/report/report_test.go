@@ -18,7 +18,7 @@ var fixture = map[string]string{
 		"mem_kib": 24576000, "kernel": "6.1.0-test", "go": "go1.26.8", "load_start": "1.00 2.00 3.00",
 		"load_end": "2.50 2.00 3.00", "command": "make bench-report", "settings": "REPEAT=2", "revision": "abc1234"}`,
 	symbolizeFile: `{"small": 10000, "big": 100000, "ours_big": 1000000, "eu_big": 20000, "repeat": 2, "ours_worst": true,
-		"load_before": "1 1 1", "load_after": "2 2 2",
+		"load_before": "1 1 1", "load_after": "2 2 2", "measured": "2026-12-07T18:00Z", "revision": "def5678",
 		"binaries": [{"name": "minio", "mb": 144, "go": true,
 			"ours": {"cold_s": 0.5, "cached_s": 0.25, "warm_rate": 1000000, "rss_mb": 300, "rss_small_mb": 200},
 			"llvm": {"cold_s": 1.5, "warm_rate": 250000, "rss_mb": 600},
@@ -105,6 +105,7 @@ func TestGenerate(t *testing.T) {
 				"Test CPU @ 2.0GHz, 2 cores, 23.4 GiB of memory, Linux 6.1.0-test, go1.26.8",
 				"1.00 2.00 3.00 at the start, 2.50 2.00 3.00 at the end",
 				"each tool 2 times; of ours every figure is the worst of its runs, of each reference tool the best of its runs",
+				"Load average during this bench: 1 1 1 before, 2 2 2 after. Measured 2026-12-07 18:00Z at commit `def5678`.",
 				// fidelity: shares of 10000 addresses
 				"| minio (144 MB, Go) | ours | 99.0% | 100.0% | 99.5% | 98.0% |",
 				"|  | eu-addr2line | 2.5% | 3.0% | 80.0% | 2.0% |",

@@ -44,7 +44,10 @@ type symbolize struct {
 	Repeat  int `json:"repeat"`
 	// OursWorst: each figure of ours is the worst of Repeat runs, each reference's the best of
 	// its runs; unset in results of a run that took the best of every tool's.
-	OursWorst  bool              `json:"ours_worst"`
+	OursWorst bool `json:"ours_worst"`
+	// When and at which commit, where the engine was measured apart from the page's run.
+	Measured   string            `json:"measured"`
+	Revision   string            `json:"revision"`
 	LoadBefore string            `json:"load_before"`
 	LoadAfter  string            `json:"load_after"`
 	Binaries   []symbolizeBinary `json:"binaries"`

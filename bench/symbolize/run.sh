@@ -120,6 +120,7 @@ measure() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+measured=$(date -u +%Y-%m-%dT%H:%MZ)
 rows=()
 eurows=()
 json_bins=()
@@ -228,6 +229,8 @@ printf 'load average: %s before, %s after (%d CPUs)\n' "$load_before" "$load_aft
 if [[ -n $RESULTS ]]; then
 	printf '%s\n' "${json_bins[@]}" | jq -s --argjson small "$SMALL" --argjson big "$BIG" --argjson obig "$OURS_BIG" --argjson ebig "$EU_BIG" \
 		--argjson repeat "$REPEAT" --arg lb "$load_before" --arg la "$load_after" --argjson stripped "${stripped_json:-null}" \
-		'{small: $small, big: $big, ours_big: $obig, eu_big: $ebig, repeat: $repeat, ours_worst: true, load_before: $lb, load_after: $la, binaries: ., stripped: $stripped}' >"$RESULTS"
+		--arg measured "$measured" --arg revision "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)" \
+		'{small: $small, big: $big, ours_big: $obig, eu_big: $ebig, repeat: $repeat, ours_worst: true, load_before: $lb, load_after: $la,
+		  measured: $measured, revision: $revision, binaries: ., stripped: $stripped}' >"$RESULTS"
 	log "results written to $RESULTS"
 fi
