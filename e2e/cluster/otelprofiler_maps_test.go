@@ -35,7 +35,7 @@ func profilerState(pid string) string {
 	}
 	defer func() {
 		for _, m := range maps {
-			m.Close()
+			_ = m.Close() // a descriptor of a map only read
 		}
 	}()
 	var parts []string
@@ -92,11 +92,11 @@ func profilerMaps(names ...string) (map[string]*ebpf.Map, error) {
 		}
 		info, err := m.Info()
 		if err != nil || !slices.Contains(names, info.Name) {
-			m.Close()
+			_ = m.Close() // a descriptor of a map only read
 			continue
 		}
 		if old := out[info.Name]; old != nil {
-			old.Close()
+			_ = old.Close()
 		}
 		out[info.Name] = m
 	}
