@@ -39,10 +39,9 @@
 # from Debian's source package and a C++ corpus binary (both from testdata/build.sh).
 # Each tool runs each measurement $REPEAT times (default 3). Of ours, every figure is the worst of
 # its runs; of each reference tool, the best of its runs: every ratio is the least favourable
-# pairing of the runs on a shared machine. The warm rates
-# are taken the same way: ours from its slowest big batch less its fastest small one, each
-# reference's from its fastest big batch less its slowest small one. The load average is printed
-# with the table.
+# pairing of the runs on a shared machine. The warm rates are taken the same way: ours from its
+# slowest big batch less its fastest small one, each reference's from its fastest big batch less
+# its slowest small one. The load average is printed with the table.
 #
 # Usage: bench/symbolize/run.sh [BINARY...]    (default: the three above)
 # Env:   BIG (default 200000), OURS_BIG (default 3000000), EU_BIG (default 30000), REPEAT
@@ -152,7 +151,7 @@ for bin in "${bins[@]}"; do
 		"$("$work/agree" -label eu-addr2line -ref "$work/$name.llvm.ans" -cand "$work/$name.eu.ans" -format eu)")
 	if $isgo; then
 		log "$name (${size} MB): go tool addr2line"
-		measure a2l "$bin" "$work/$name.small" 2 "$work/$name.a2l.ans" >/dev/null
+		REPEAT=1 measure a2l "$bin" "$work/$name.small" 2 "$work/$name.a2l.ans" >/dev/null # its answers only
 		fid+=("$("$work/agree" -label "go tool addr2line" -ref "$work/$name.llvm.ans" -cand "$work/$name.a2l.ans" -format goa2l)")
 	fi
 	eurows+=("$(awk -v n="$name" -v small="$SMALL" -v ebig="$EU_BIG" -v est="$es_t" -v esc="$es_c" -v ebc="$eb_c" -v esm="$es_m" -v ost="$os_t" -v osm="$os_m" \

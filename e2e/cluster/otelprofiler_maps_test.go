@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,7 +41,8 @@ func profilerState(pid string) string {
 	if m := maps["pid_page_to_map"]; m != nil {
 		known := pidPageHas(m, uint32(n), 0)
 		parts = append(parts, fmt.Sprintf("process known (its marker in pid_page_to_mapping_info): %v", known))
-		if addr, file, err := firstExecutable(pid); err != nil {
+		executable := func(perms, path string) bool { return strings.Contains(perms, "x") && strings.HasPrefix(path, "/") }
+		if addr, file, err := findMapping(pid, executable); err != nil {
 			parts = append(parts, err.Error())
 		} else {
 			parts = append(parts, fmt.Sprintf("its mapping of %s at %#x: %v", file, addr, pidPageHas(m, uint32(n), addr)))
@@ -112,26 +112,4 @@ func pidPageHas(m *ebpf.Map, pid uint32, addr uint64) bool {
 	binary.BigEndian.PutUint64(key[8:], addr)
 	value := make([]byte, m.ValueSize())
 	return m.Lookup(key, value) == nil
-}
-
-// firstExecutable is the start address and file of process pid's first executable file
-// mapping.
-func firstExecutable(pid string) (uint64, string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "maps"))
-	if err != nil {
-		return 0, "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || !strings.Contains(f[1], "x") || !strings.HasPrefix(f[5], "/") {
-			continue
-		}
-		start, _, _ := strings.Cut(f[0], "-")
-		addr, err := strconv.ParseUint(start, 16, 64)
-		if err != nil {
-			return 0, "", fmt.Errorf("/proc/%s/maps: %q: %w", pid, line, err)
-		}
-		return addr, f[5], nil
-	}
-	return 0, "", fmt.Errorf("/proc/%s/maps: no executable file mapping", pid)
 }

@@ -383,18 +383,33 @@ func (c *cpuTrack) interpolate(t time.Time) (float64, bool) {
 // ends with suffix.
 func mappedFile(t *testing.T, pid, suffix string) string {
 	t.Helper()
-	maps, err := os.ReadFile(filepath.Join("/proc", pid, "maps"))
+	_, path, err := findMapping(pid, func(_, path string) bool { return strings.HasSuffix(path, suffix) })
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("process %s maps no file *%s: %v", pid, suffix, err)
 	}
-	for _, line := range strings.Split(string(maps), "\n") {
+	return path
+}
+
+// findMapping is the start address and path of the first line of /proc/PID/maps with a path
+// that match takes (perms as "r-xp").
+func findMapping(pid string, match func(perms, path string) bool) (uint64, string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "maps"))
+	if err != nil {
+		return 0, "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 6 && strings.HasSuffix(f[5], suffix) {
-			return f[5]
+		if len(f) != 6 || !match(f[1], f[5]) {
+			continue
 		}
+		start, _, _ := strings.Cut(f[0], "-")
+		addr, err := strconv.ParseUint(start, 16, 64)
+		if err != nil {
+			return 0, "", fmt.Errorf("/proc/%s/maps: %q: %w", pid, line, err)
+		}
+		return addr, f[5], nil
 	}
-	t.Fatalf("process %s maps no file *%s", pid, suffix)
-	return ""
+	return 0, "", fmt.Errorf("/proc/%s/maps: no such mapping", pid)
 }
 
 // nodeTracefs makes the node's tracefs what a node whose systemd mounts only
